@@ -1,0 +1,37 @@
+# Set-up is part of every target: a fresh clone needs only `make run` or `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CONSTRAINTS := constraints.txt
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Runtime only (what `make run` needs).
+$(VENV)/.base: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e .
+	touch $@
+
+# Everything, extras included (what `make test` needs).
+$(VENV)/.full: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev,spark]'
+	touch $@ $(VENV)/.base
+
+run: $(VENV)/.base
+	$(BIN)/quorumlog dev
+
+test: $(VENV)/.full
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.full
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(VENV)/.base
+	$(BIN)/quorumlog bench storage
+
+clean:
+	rm -rf $(VENV) .pytest_cache

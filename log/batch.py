@@ -1,0 +1,200 @@
+"""The batch format: one byte string on disk and on the wire.
+
+A batch is a fixed 60-byte header followed by an opaque payload. The client encodes and
+compresses the payload once; nodes check the checksums, patch `base_offset` and `term`, and
+never decode or recompress the payload on the replication path.
+
+Layout (little-endian):
+
+    off size field
+    0   4    magic          b"QLB1", lets recovery find the next batch after damage
+    4   4    header_crc     CRC32C of bytes 8..60 (so patching the header is cheap)
+    8   8    base_offset    offset of the first record (patched by the leader)
+    16  8    term           term the batch was appended in (patched by the leader)
+    24  8    producer_id    idempotent producer id, -1 when none
+    32  4    producer_seq   sequence of this batch for its producer, -1 when none
+    36  4    record_count   records at offsets [base_offset, base_offset + record_count - 1]
+    40  8    timestamp_ms   producer's wall clock when the batch was made (retention by age)
+    48  1    batch_type     data | config | barrier
+    49  1    compression    none | zstd
+    50  2    flags          reserved, 0
+    52  4    payload_bytes  length of the payload
+    56  4    payload_crc    CRC32C of the payload
+    60  ..   payload
+
+`header_crc` covers `payload_crc`, so together they cover every byte of the batch.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+MAGIC = b"QLB1"
+HEADER = struct.Struct("<4sIqqqiIqBBHII")
+HEADER_BYTES = HEADER.size
+assert HEADER_BYTES == 60
+
+# Offsets of the fields patched or checked without unpacking the whole header.
+_CRC_POS = 4
+_CRC_FROM = 8
+_BASE_OFFSET_TERM = struct.Struct("<qq")
+_BASE_OFFSET_POS = 8
+
+PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
+RECORD_COUNT_MAX = 1 << 24
+
+
+class BatchType(enum.IntEnum):
+    DATA = 0
+    CONFIG = 1
+    BARRIER = 2
+
+
+class Compression(enum.IntEnum):
+    NONE = 0
+    ZSTD = 1
+
+
+class BatchError(ValueError):
+    """A byte string is not a valid batch (bad magic, checksum or length)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    term: int
+    producer_id: int
+    producer_seq: int
+    record_count: int
+    timestamp_ms: int
+    batch_type: BatchType
+    compression: Compression
+    payload_bytes: int
+    payload_crc: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def total_bytes(self) -> int:
+        return HEADER_BYTES + self.payload_bytes
+
+
+def build_batch(
+    payload: bytes,
+    *,
+    record_count: int,
+    batch_type: BatchType = BatchType.DATA,
+    compression: Compression = Compression.NONE,
+    base_offset: int = 0,
+    term: int = 0,
+    producer_id: int = -1,
+    producer_seq: int = -1,
+    timestamp_ms: int = 0,
+) -> bytes:
+    """Make a batch from an already encoded payload."""
+    if not 1 <= record_count <= RECORD_COUNT_MAX:
+        raise BatchError(f"record_count {record_count} outside 1..{RECORD_COUNT_MAX}")
+    if len(payload) > PAYLOAD_BYTES_MAX:
+        raise BatchError(f"payload of {len(payload)} bytes exceeds {PAYLOAD_BYTES_MAX}")
+    header = bytearray(
+        HEADER.pack(
+            MAGIC,
+            0,
+            base_offset,
+            term,
+            producer_id,
+            producer_seq,
+            record_count,
+            timestamp_ms,
+            batch_type,
+            compression,
+            0,
+            len(payload),
+            crc32c(payload),
+        )
+    )
+    _seal_header(header)
+    return bytes(header) + payload
+
+
+def _seal_header(header: bytearray | memoryview) -> None:
+    crc = crc32c(header[_CRC_FROM:HEADER_BYTES])
+    struct.pack_into("<I", header, _CRC_POS, crc)
+
+
+def parse_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Unpack and check the header at `pos`; the payload checksum is not checked here."""
+    if len(data) - pos < HEADER_BYTES:
+        raise BatchError(f"{len(data) - pos} bytes is shorter than a batch header")
+    fields = HEADER.unpack_from(data, pos)
+    if fields[0] != MAGIC:
+        raise BatchError("bad batch magic")
+    if crc32c(memoryview(data)[pos + _CRC_FROM : pos + HEADER_BYTES]) != fields[1]:
+        raise BatchError("batch header checksum mismatch")
+    try:
+        batch_type = BatchType(fields[8])
+        compression = Compression(fields[9])
+    except ValueError as exc:
+        raise BatchError(str(exc)) from None
+    record_count = fields[6]
+    payload_bytes = fields[11]
+    if not 1 <= record_count <= RECORD_COUNT_MAX:
+        raise BatchError(f"record_count {record_count} outside 1..{RECORD_COUNT_MAX}")
+    if payload_bytes > PAYLOAD_BYTES_MAX:
+        raise BatchError(f"payload of {payload_bytes} bytes exceeds {PAYLOAD_BYTES_MAX}")
+    return BatchHeader(
+        base_offset=fields[2],
+        term=fields[3],
+        producer_id=fields[4],
+        producer_seq=fields[5],
+        record_count=record_count,
+        timestamp_ms=fields[7],
+        batch_type=batch_type,
+        compression=compression,
+        payload_bytes=payload_bytes,
+        payload_crc=fields[12],
+    )
+
+
+def check_payload(data: bytes | memoryview, header: BatchHeader, pos: int = 0) -> None:
+    """Check the payload of the batch at `pos` against its header."""
+    start = pos + HEADER_BYTES
+    end = start + header.payload_bytes
+    if len(data) < end:
+        raise BatchError("batch payload is truncated")
+    if crc32c(memoryview(data)[start:end]) != header.payload_crc:
+        raise BatchError("batch payload checksum mismatch")
+
+
+def parse_batch(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
+    """Check the whole batch at `pos` (header and payload) and return its header."""
+    header = parse_header(data, pos)
+    check_payload(data, header, pos)
+    return header
+
+
+def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryview]]:
+    """Check and split a concatenation of whole batches; every byte must belong to one."""
+    view = memoryview(data)
+    out = []
+    pos = 0
+    while pos < len(view):
+        header = parse_batch(view, pos)
+        end = pos + header.total_bytes
+        out.append((header, view[pos:end]))
+        pos = end
+    return out
+
+
+def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int) -> bytes:
+    """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch)."""
+    patched = bytearray(batch)
+    _BASE_OFFSET_TERM.pack_into(patched, _BASE_OFFSET_POS, base_offset, term)
+    _seal_header(patched)
+    return bytes(patched)
