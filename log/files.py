@@ -1,0 +1,158 @@
+"""The file layer under the log: a small interface, the real one, and its errors.
+
+The log reaches the disk only through `FileSystem` and `File`, so that the simulation tests
+can swap in `log.memdisk.MemoryFileSystem`, which loses what was not fsynced on a crash.
+All methods are blocking; the log runs `fsync` through a worker thread (`run_sync`), and
+the in-memory disk runs it inline so that a simulation stays deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+
+class StorageError(Exception):
+    """A write, fsync or read failed. Fatal to the node: it must stop, never retry."""
+
+
+class CorruptionError(StorageError):
+    """Stored data is damaged in a way the log must not repair on its own."""
+
+    def __init__(self, path: str, position: int, reason: str, offset: int | None = None):
+        where = f"{path} at byte {position}"
+        if offset is not None:
+            where += f" (near offset {offset})"
+        super().__init__(f"corrupt log data in {where}: {reason}")
+        self.path = path
+        self.position = position
+        self.offset = offset
+        self.reason = reason
+
+
+class File(Protocol):
+    def size(self) -> int: ...
+    def read_at(self, position: int, size: int) -> bytes: ...
+    def append(self, data: bytes | memoryview) -> None: ...
+    def truncate(self, size: int) -> None: ...
+    def fsync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class FileSystem(Protocol):
+    def listdir(self, path: str) -> list[str]: ...
+    def exists(self, path: str) -> bool: ...
+    def makedirs(self, path: str) -> None: ...
+    def open(self, path: str, create: bool = False) -> File: ...
+    def rename(self, src: str, dst: str) -> None: ...
+    def remove(self, path: str) -> None: ...
+    def fsync_dir(self, path: str) -> None: ...
+
+
+def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
+    """Write a whole file so that a crash leaves either the old or the new one (rule 7)."""
+    tmp = path + ".tmp"
+    if fs.exists(tmp):
+        fs.remove(tmp)
+    f = fs.open(tmp, create=True)
+    try:
+        f.append(data)
+        f.fsync()
+    finally:
+        f.close()
+    fs.rename(tmp, path)
+    fs.fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_whole_file(fs: FileSystem, path: str) -> bytes:
+    f = fs.open(path)
+    try:
+        return f.read_at(0, f.size())
+    finally:
+        f.close()
+
+
+class OsFile:
+    """A file opened for reading and appending; errors become StorageError."""
+
+    __slots__ = ("_fd", "_path")
+
+    def __init__(self, path: str, create: bool):
+        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+        try:
+            self._fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open {path}: {exc}") from exc
+        self._path = path
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def read_at(self, position: int, size: int) -> bytes:
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise StorageError(f"read of {self._path} failed: {exc}") from exc
+
+    def append(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except OSError as exc:
+            raise StorageError(f"write to {self._path} failed: {exc}") from exc
+
+    def truncate(self, size: int) -> None:
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError as exc:
+            raise StorageError(f"truncate of {self._path} failed: {exc}") from exc
+
+    def fsync(self) -> None:
+        # A failed fsync may have dropped dirty pages: never retry it (rule 8).
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageError(f"fsync of {self._path} failed: {exc}") from exc
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class OsFileSystem:
+    """The real disk."""
+
+    def listdir(self, path: str) -> list[str]:
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def open(self, path: str, create: bool = False) -> OsFile:
+        return OsFile(path, create)
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            os.rename(src, dst)
+        except OSError as exc:
+            raise StorageError(f"rename {src} -> {dst} failed: {exc}") from exc
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except OSError as exc:
+            raise StorageError(f"remove {path} failed: {exc}") from exc
+
+    def fsync_dir(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(f"fsync of directory {path} failed: {exc}") from exc

@@ -1,0 +1,268 @@
+"""One segment file of the log, its sparse offset index and its term starts.
+
+A segment holds whole batches at consecutive offsets from `base_offset`, in a file named by
+that offset. In memory it keeps a sparse index (the position of one batch every
+`index_interval_bytes`) and the first offset of every term inside it, both small. Once
+sealed and fsynced, both are written next to it in an index file, so that a later open can
+skip scanning it; a missing or damaged index file is rebuilt by a scan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from array import array
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from log.batch import HEADER_BYTES, MAGIC, BatchError, BatchHeader, parse_batch, parse_header
+from log.files import CorruptionError, File, FileSystem
+
+SEGMENT_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+SCAN_CHUNK_BYTES = 1024 * 1024
+
+_INDEX_MAGIC = b"QLI1"
+_INDEX_HEAD = struct.Struct("<4sIIqqq")
+_CRC = struct.Struct("<I")
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> int | None:
+    stem = name[: -len(SEGMENT_SUFFIX)]
+    if name.endswith(SEGMENT_SUFFIX) and len(stem) == 20 and stem.isdigit():
+        return int(stem)
+    return None
+
+
+@dataclass(slots=True)
+class ScanFailure:
+    """Where a scan met a batch it could not accept, and why."""
+
+    position: int
+    offset: int
+    reason: str
+
+
+class Segment:
+    """The in-memory view of one segment file. Owned by the log; not thread-safe."""
+
+    def __init__(
+        self, fs: FileSystem, path: str, base_offset: int, file: File, index_interval_bytes: int
+    ):
+        self.fs = fs
+        self.path = path
+        self.index_path = path[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+        self.base_offset = base_offset
+        self.file = file
+        self.index_interval_bytes = index_interval_bytes
+        self.size_bytes = 0
+        self.last_offset = base_offset - 1
+        self.max_timestamp_ms = -1
+        # Sparse index: base offset and file position of one batch every index_interval_bytes.
+        self.index_offsets = array("q")
+        self.index_positions = array("q")
+        # (term, first offset of that term in this segment), ascending in both.
+        self.term_starts: list[tuple[int, int]] = []
+
+    @property
+    def is_empty(self) -> bool:
+        return self.last_offset < self.base_offset
+
+    @property
+    def last_term(self) -> int | None:
+        return self.term_starts[-1][0] if self.term_starts else None
+
+    def note_batch(self, header: BatchHeader, position: int) -> None:
+        """Account for a batch written (or found) at `position`."""
+        if (
+            not self.index_positions
+            or position - self.index_positions[-1] >= self.index_interval_bytes
+        ):
+            self.index_offsets.append(header.base_offset)
+            self.index_positions.append(position)
+        if not self.term_starts or self.term_starts[-1][0] != header.term:
+            self.term_starts.append((header.term, header.base_offset))
+        self.last_offset = header.last_offset
+        self.size_bytes = position + header.total_bytes
+        if header.timestamp_ms > self.max_timestamp_ms:
+            self.max_timestamp_ms = header.timestamp_ms
+
+    # Scanning
+
+    def scan(self, min_term: int = 0, check_payloads: bool = True) -> ScanFailure | None:
+        """Read batches from where this view ends to the end of the file, checking each one
+        (offsets dense, terms at least `min_term` and never decreasing).
+
+        Stops at the first batch that is damaged, incomplete or out of sequence and returns
+        where; everything before it is accounted for.
+        """
+        file_bytes = self.file.size()
+        position = self.size_bytes
+        expected_offset = self.last_offset + 1
+        expected_term = max(min_term, self.last_term or 0)
+        while position < file_bytes:
+            chunk = self.file.read_at(position, max(SCAN_CHUNK_BYTES, HEADER_BYTES))
+            view = memoryview(chunk)
+            at = 0
+            while at < len(view):
+                try:
+                    header = parse_header(view, at)
+                except BatchError as exc:
+                    if len(view) - at < HEADER_BYTES and position + len(view) < file_bytes:
+                        break  # the header continues in the next chunk
+                    return ScanFailure(position + at, expected_offset, str(exc))
+                if at + header.total_bytes > len(view):
+                    if position + at + header.total_bytes > file_bytes:
+                        return ScanFailure(position + at, expected_offset, "incomplete batch")
+                    if at == 0:  # a batch larger than a chunk: read exactly it
+                        view = memoryview(self.file.read_at(position, header.total_bytes))
+                        continue
+                    break
+                if check_payloads:
+                    try:
+                        parse_batch(view, at)
+                    except BatchError as exc:
+                        return ScanFailure(position + at, expected_offset, str(exc))
+                if header.base_offset != expected_offset:
+                    return ScanFailure(
+                        position + at,
+                        expected_offset,
+                        f"batch at offset {header.base_offset} where {expected_offset} was expected",
+                    )
+                if header.term < expected_term:
+                    return ScanFailure(
+                        position + at,
+                        expected_offset,
+                        f"term {header.term} after term {expected_term}",
+                    )
+                self.note_batch(header, position + at)
+                expected_offset = header.last_offset + 1
+                expected_term = header.term
+                at += header.total_bytes
+            position += at
+        return None
+
+    def valid_batch_after(self, position: int) -> int | None:
+        """Position of a whole, valid batch after `position`, if any (damage or torn tail?)."""
+        file_bytes = self.file.size()
+        search_from = position + 1
+        while search_from < file_bytes:
+            chunk = self.file.read_at(search_from, SCAN_CHUNK_BYTES + len(MAGIC))
+            hit = chunk.find(MAGIC)
+            if hit < 0:
+                search_from += SCAN_CHUNK_BYTES
+                continue
+            candidate = search_from + hit
+            try:
+                header = parse_header(self.file.read_at(candidate, HEADER_BYTES))
+                if candidate + header.total_bytes <= file_bytes:
+                    parse_batch(self.file.read_at(candidate, header.total_bytes))
+                    return candidate
+            except BatchError:
+                pass
+            search_from = candidate + 1
+        return None
+
+    # Reading
+
+    def position_of(self, offset: int) -> tuple[int, BatchHeader]:
+        """File position and header of the batch that holds `offset` (which it must hold)."""
+        i = bisect.bisect_right(self.index_offsets, offset) - 1
+        position = self.index_positions[i]
+        while True:
+            try:
+                header = parse_header(self.file.read_at(position, HEADER_BYTES))
+            except BatchError as exc:
+                raise CorruptionError(self.path, position, str(exc), offset) from None
+            if header.last_offset >= offset:
+                return position, header
+            position += header.total_bytes
+
+    def read(self, from_offset: int, bytes_max: int, upto_offset: int) -> bytes:
+        """Whole batches from the one holding `from_offset`, at most `bytes_max` bytes (but
+        at least one batch), none past `upto_offset`. Every batch's checksums are checked."""
+        start, first = self.position_of(from_offset)
+        if first.last_offset > upto_offset:
+            return b""
+        data = self.file.read_at(start, max(bytes_max, first.total_bytes))
+        view = memoryview(data)
+        end = 0
+        try:
+            while end + HEADER_BYTES <= len(view):
+                header = parse_header(view, end)
+                if end + header.total_bytes > len(view) or header.last_offset > upto_offset:
+                    break
+                parse_batch(view, end)
+                end += header.total_bytes
+        except BatchError as exc:
+            raise CorruptionError(self.path, start + end, str(exc), from_offset) from None
+        return data[:end] if end < len(data) else data
+
+    def term_at(self, offset: int) -> int:
+        i = bisect.bisect_right(self.term_starts, offset, key=lambda ts: ts[1]) - 1
+        return self.term_starts[i][0]
+
+    # Truncation
+
+    def truncate_from(self, offset: int) -> None:
+        """Drop the batch starting at `offset` and everything after it."""
+        position, header = self.position_of(offset)
+        if header.base_offset != offset:
+            raise ValueError(f"offset {offset} is inside the batch at {header.base_offset}")
+        self.truncate_at_position(position, offset)
+
+    def truncate_at_position(self, position: int, offset: int) -> None:
+        self.file.truncate(position)
+        self.size_bytes = position
+        self.last_offset = offset - 1
+        keep = bisect.bisect_left(self.index_offsets, offset)
+        del self.index_offsets[keep:]
+        del self.index_positions[keep:]
+        self.term_starts = [ts for ts in self.term_starts if ts[1] < offset]
+
+    # The index file
+
+    def index_file_bytes(self) -> bytes:
+        body = bytearray(
+            _INDEX_HEAD.pack(
+                _INDEX_MAGIC,
+                len(self.index_offsets),
+                len(self.term_starts),
+                self.size_bytes,
+                self.last_offset,
+                self.max_timestamp_ms,
+            )
+        )
+        body += self.index_offsets.tobytes()
+        body += self.index_positions.tobytes()
+        body += array("q", [v for ts in self.term_starts for v in ts]).tobytes()
+        body += _CRC.pack(crc32c(body))
+        return bytes(body)
+
+    def load_index_file(self, data: bytes) -> bool:
+        """Adopt an index file if it is intact and matches the segment file; else False."""
+        if len(data) < _INDEX_HEAD.size + _CRC.size:
+            return False
+        if crc32c(data[: -_CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
+            return False
+        magic, n_index, n_terms, size_bytes, last_offset, max_ts = _INDEX_HEAD.unpack_from(data)
+        expected_len = _INDEX_HEAD.size + 16 * n_index + 16 * n_terms + _CRC.size
+        if magic != _INDEX_MAGIC or len(data) != expected_len or size_bytes != self.file.size():
+            return False
+        if n_index == 0 or n_terms == 0 or last_offset < self.base_offset:
+            return False
+        at = _INDEX_HEAD.size
+        offsets = array("q", data[at : at + 8 * n_index])
+        positions = array("q", data[at + 8 * n_index : at + 16 * n_index])
+        flat = array("q", data[at + 16 * n_index : at + 16 * n_index + 16 * n_terms])
+        terms = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        if offsets[0] != self.base_offset or positions[0] != 0 or terms[0][1] != self.base_offset:
+            return False
+        self.index_offsets, self.index_positions, self.term_starts = offsets, positions, terms
+        self.size_bytes, self.last_offset, self.max_timestamp_ms = size_bytes, last_offset, max_ts
+        return True

@@ -1,0 +1,444 @@
+"""The segmented write-ahead log: append, flush, read, truncate, retain, term lookups.
+
+Three offsets describe it: `log_start_offset` (first retained), `dirty_offset` (last
+appended) and `flushed_offset` (last fsynced); -1 / start-1 when empty. Appends write to the
+page cache on the caller's thread; `flush()` runs fsync in a worker thread and coalesces
+everything appended meanwhile into the next one (group commit is the flusher's loop).
+
+Invariants (checked on open, kept by every operation):
+- segments are contiguous: each starts at the offset after the last of the one before;
+- batch offsets are dense and terms never decrease along the log;
+- log_start_offset <= flushed_offset + 1 and flushed_offset <= dirty_offset.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from log.batch import BatchHeader, parse_header, split_batches, with_offset_and_term
+from log.files import CorruptionError, File, FileSystem, read_whole_file, write_file_atomically
+from log.segment import Segment, parse_segment_file_name, segment_file_name
+
+logger = structlog.get_logger("quorumlog.log")
+
+RunSync = Callable[..., Awaitable[Any]]
+
+
+async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking call on the event loop: for the in-memory disk in simulations."""
+    return fn(*args)
+
+
+async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    import trio
+
+    return await trio.to_thread.run_sync(fn, *args)
+
+
+class OffsetOutOfRangeError(LookupError):
+    """An offset before the log start (or otherwise not held by this log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes_max: int = 128 * 1024 * 1024
+    index_interval_bytes: int = 16 * 1024
+    # Retention: None keeps everything.
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    # Check every batch of every segment on open (about 1 s per GiB), not only the newest.
+    verify_on_open: bool = True
+
+
+class Log:
+    """One node's log. Not thread-safe: one owner calls it; only fsync leaves the loop."""
+
+    def __init__(self, fs: FileSystem, directory: str, config: LogConfig, run_sync: RunSync):
+        self._fs = fs
+        self._dir = directory
+        self._config = config
+        self._run_sync = run_sync
+        self._segments: list[Segment] = []
+        self._flushed_offset = -1
+        self._unsynced: set[Segment] = set()  # segments with writes not yet fsynced
+        self._unindexed: list[Segment] = []  # sealed segments whose index file is not written
+        self._dir_dirty = False
+        self._truncations = 0  # bumped by every suffix truncation (storage rule 3)
+        self._flushing = False
+        self._retired: list[File] = []  # files of removed segments, closed after a flush
+
+    # Opening
+
+    @classmethod
+    def open(
+        cls,
+        fs: FileSystem,
+        directory: str,
+        config: LogConfig | None = None,
+        run_sync: RunSync = run_in_worker_thread,
+        repair: bool = False,
+    ) -> Log:
+        """Open (or create) the log in `directory`, recovering a torn tail.
+
+        A damaged batch with valid data after it, a missing segment, or damage in a sealed
+        segment raises CorruptionError naming the file and position, and deletes nothing.
+        With `repair=True` the log is cut at the damage instead (dangerous: data after it
+        is lost on this node).
+        """
+        log = cls(fs, directory, config or LogConfig(), run_sync)
+        fs.makedirs(directory)
+        log._load_segments(repair)
+        # What a previous process wrote may still be only in the page cache: make it
+        # durable now, so that flushed_offset can start at dirty_offset.
+        for segment in log._segments:
+            segment.file.fsync()
+        fs.fsync_dir(directory)
+        log._flushed_offset = log.dirty_offset
+        return log
+
+    def _load_segments(self, repair: bool) -> None:
+        names = self._fs.listdir(self._dir)
+        for name in names:
+            if name.endswith(".tmp"):
+                self._fs.remove(os.path.join(self._dir, name))
+        bases = sorted(b for b in map(parse_segment_file_name, names) if b is not None)
+        if not bases:
+            self._segments.append(self._create_segment(0))
+            return
+        for i, base in enumerate(bases):
+            segment = self._open_segment(base)
+            previous = self._segments[-1] if self._segments else None
+            if previous is not None and base != previous.last_offset + 1:
+                segment.file.close()
+                raise CorruptionError(
+                    segment.path,
+                    0,
+                    f"segment starts at {base}, expected {previous.last_offset + 1}"
+                    " (a segment is missing or damaged)",
+                    offset=previous.last_offset + 1,
+                )
+            self._segments.append(segment)
+            newest = i == len(bases) - 1
+            if not newest and not self._config.verify_on_open and self._load_index(segment):
+                continue
+            failure = segment.scan(min_term=self.last_term)
+            if failure is None:
+                if not newest:
+                    if segment.is_empty:
+                        raise CorruptionError(
+                            segment.path, 0, "empty segment before the newest one"
+                        )
+                    if self._read_index_file(segment) != segment.index_file_bytes():
+                        self._unindexed.append(segment)  # rebuilt: rewritten by the next flush
+                continue
+            if newest and segment.valid_batch_after(failure.position) is None:
+                self._cut_torn_tail(segment, failure.position, failure.offset, failure.reason)
+                continue
+            if not repair:
+                raise CorruptionError(
+                    segment.path, failure.position, failure.reason, failure.offset
+                )
+            self._repair_from(i, failure.position, failure.offset, failure.reason)
+            return
+
+    def _open_segment(self, base: int) -> Segment:
+        path = os.path.join(self._dir, segment_file_name(base))
+        return Segment(self._fs, path, base, self._fs.open(path), self._config.index_interval_bytes)
+
+    def _load_index(self, segment: Segment) -> bool:
+        data = self._read_index_file(segment)
+        return data is not None and segment.load_index_file(data)
+
+    def _read_index_file(self, segment: Segment) -> bytes | None:
+        if not self._fs.exists(segment.index_path):
+            return None
+        return read_whole_file(self._fs, segment.index_path)
+
+    def _cut_torn_tail(self, segment: Segment, position: int, offset: int, reason: str) -> None:
+        cut_bytes = segment.file.size() - position
+        segment.truncate_at_position(position, offset)
+        logger.warning(
+            "torn_tail_cut",
+            file=segment.path,
+            position=position,
+            offset=offset,
+            bytes=cut_bytes,
+            reason=reason,
+        )
+
+    def _repair_from(self, index: int, position: int, offset: int, reason: str) -> None:
+        segment = self._segments[index]
+        logger.error(
+            "log_repaired_by_truncation",
+            file=segment.path,
+            position=position,
+            offset=offset,
+            reason=reason,
+            warning="records from this offset on are deleted on this node",
+        )
+        segment.truncate_at_position(position, offset)
+        for name in self._fs.listdir(self._dir):
+            base = parse_segment_file_name(name)
+            if base is not None and base > segment.base_offset:
+                self._fs.remove(os.path.join(self._dir, name))
+        self._remove_index_file(segment)
+
+    # Offsets and terms
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def dirty_offset(self) -> int:
+        return self._segments[-1].last_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self._flushed_offset
+
+    @property
+    def last_term(self) -> int:
+        for segment in reversed(self._segments):
+            if segment.last_term is not None:
+                return segment.last_term
+        return 0
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    def term_at(self, offset: int) -> int:
+        """Term of the batch holding `offset`."""
+        return self._segment_holding(offset).term_at(offset)
+
+    def last_offset_of_term(self, term: int) -> int | None:
+        """Last offset whose term is at most `term` (Raft's fast back-off), or None."""
+        for i in range(len(self._segments) - 1, -1, -1):
+            segment = self._segments[i]
+            starts = segment.term_starts
+            j = bisect.bisect_right(starts, term, key=lambda ts: ts[0])
+            if j == 0:
+                continue
+            if j < len(starts):
+                return starts[j][1] - 1
+            return segment.last_offset
+        return None
+
+    def _segment_holding(self, offset: int) -> Segment:
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is before the log start {self.log_start_offset}"
+            )
+        if offset > self.dirty_offset:
+            raise OffsetOutOfRangeError(f"offset {offset} is past the log end {self.dirty_offset}")
+        i = bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1
+        return self._segments[i]
+
+    # Appending
+
+    def append(self, batches: Sequence[bytes | memoryview], term: int) -> int:
+        """Leader path: place whole batches at the next offsets in `term`; returns dirty."""
+        if term < self.last_term:
+            raise ValueError(f"append in term {term} after term {self.last_term}")
+        placed = []
+        next_offset = self.dirty_offset + 1
+        for batch in batches:
+            header = parse_header(batch)
+            patched = with_offset_and_term(batch, next_offset, term)
+            placed.append((parse_header(patched), patched))
+            next_offset += header.record_count
+        self._write(placed)
+        return self.dirty_offset
+
+    def append_replicated(self, data: bytes | memoryview) -> int:
+        """Follower path: whole batches that already carry their offsets and terms, which
+        must continue this log exactly. Every checksum is checked. Returns dirty."""
+        placed = []
+        expected_offset = self.dirty_offset + 1
+        expected_term = self.last_term
+        for header, batch in split_batches(data):
+            if header.base_offset != expected_offset:
+                raise ValueError(
+                    f"batch at offset {header.base_offset}, expected {expected_offset}"
+                )
+            if header.term < expected_term:
+                raise ValueError(f"batch of term {header.term} after term {expected_term}")
+            placed.append((header, batch))
+            expected_offset = header.last_offset + 1
+            expected_term = header.term
+        self._write(placed)
+        return self.dirty_offset
+
+    def _write(self, placed: list[tuple[BatchHeader, bytes | memoryview]]) -> None:
+        active = self._segments[-1]
+        pending: list[bytes | memoryview] = []
+        position = active.size_bytes
+        for header, batch in placed:
+            if position + header.total_bytes > self._config.segment_bytes_max and position > 0:
+                self._append_to(active, pending)
+                active = self._roll(header.base_offset)
+                pending, position = [], 0
+            pending.append(batch)
+            active.note_batch(header, position)
+            position += header.total_bytes
+        self._append_to(active, pending)
+
+    def _append_to(self, segment: Segment, pending: list[bytes | memoryview]) -> None:
+        if pending:
+            segment.file.append(b"".join(pending))
+            self._unsynced.add(segment)
+
+    def _roll(self, base_offset: int) -> Segment:
+        self._unindexed.append(self._segments[-1])
+        segment = self._create_segment(base_offset)
+        self._segments.append(segment)
+        return segment
+
+    def _create_segment(self, base_offset: int) -> Segment:
+        # Created empty under its final name: it holds nothing durable until the next flush
+        # fsyncs it and the directory, so a crash before that loses only unflushed data.
+        path = os.path.join(self._dir, segment_file_name(base_offset))
+        segment = Segment(
+            self._fs,
+            path,
+            base_offset,
+            self._fs.open(path, create=True),
+            self._config.index_interval_bytes,
+        )
+        self._dir_dirty = True
+        self._unsynced.add(segment)
+        return segment
+
+    # Flushing
+
+    async def flush(self) -> int:
+        """fsync everything appended so far (in a worker thread); returns flushed_offset.
+
+        A truncation while the fsync runs makes its result void (storage rule 3).
+        """
+        assert not self._flushing, "one flush at a time: the flusher owns it"
+        target = self.dirty_offset
+        truncations = self._truncations
+        files = [s.file for s in self._unsynced]
+        self._unsynced.clear()
+        indexes = [(s.index_path, s.index_file_bytes()) for s in self._unindexed]
+        self._unindexed.clear()
+        sync_dir = self._dir_dirty or bool(indexes)
+        self._dir_dirty = False
+        self._flushing = True
+        try:
+            await self._run_sync(self._sync, files, indexes, sync_dir)
+        finally:
+            self._flushing = False
+            for f in self._retired:
+                f.close()
+            self._retired.clear()
+        if truncations == self._truncations and target > self._flushed_offset:
+            self._flushed_offset = target
+        return self._flushed_offset
+
+    def _sync(self, files: list[File], indexes: list[tuple[str, bytes]], sync_dir: bool) -> None:
+        for f in files:
+            f.fsync()
+        if sync_dir:
+            self._fs.fsync_dir(self._dir)
+        for path, data in indexes:
+            write_file_atomically(self._fs, path, data)
+
+    # Reading
+
+    def read(self, from_offset: int, bytes_max: int, upto_offset: int | None = None) -> bytes:
+        """Whole batches from the one holding `from_offset`: at most `bytes_max` bytes but at
+        least one batch, none past `upto_offset` (default: the dirty offset). Empty when
+        `from_offset` is past the end; OffsetOutOfRangeError before the log start."""
+        if from_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {from_offset} is before the log start {self.log_start_offset}"
+            )
+        upto = self.dirty_offset if upto_offset is None else min(upto_offset, self.dirty_offset)
+        if from_offset > upto:
+            return b""
+        return self._segment_holding(from_offset).read(from_offset, bytes_max, upto)
+
+    # Truncation and retention
+
+    def truncate_suffix(self, from_offset: int) -> None:
+        """Remove the batch starting at `from_offset` and all after it (a Raft conflict)."""
+        if from_offset > self.dirty_offset:
+            return
+        if from_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"cannot truncate from {from_offset}: before the log start {self.log_start_offset}"
+            )
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= from_offset:
+            self._remove_segment(self._segments.pop())
+        segment = self._segments[-1]
+        if from_offset <= segment.last_offset:
+            segment.truncate_from(from_offset)
+        self._unsynced.add(segment)
+        self._remove_index_file(segment)
+        self._truncations += 1
+        self._flushed_offset = min(self._flushed_offset, from_offset - 1)
+        logger.info("log_truncated", from_offset=from_offset, dirty_offset=self.dirty_offset)
+
+    def truncate_prefix(self, offset: int) -> int:
+        """Drop whole segments that lie entirely before `offset`; returns log_start_offset."""
+        while len(self._segments) > 1 and self._segments[0].last_offset < offset:
+            self._remove_segment(self._segments.pop(0))
+        return self.log_start_offset
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Drop the oldest sealed segments beyond the byte and age limits; returns log start."""
+        config = self._config
+        while len(self._segments) > 1:
+            oldest = self._segments[0]
+            too_big = (
+                config.retention_bytes is not None and self.size_bytes > config.retention_bytes
+            )
+            too_old = (
+                config.retention_ms is not None
+                and oldest.max_timestamp_ms < now_ms - config.retention_ms
+            )
+            if not (too_big or too_old):
+                break
+            self._remove_segment(self._segments.pop(0))
+        return self.log_start_offset
+
+    def reset(self, next_offset: int) -> None:
+        """Drop everything and continue at `next_offset` (a follower whose log is behind the
+        leader's retained start)."""
+        self.truncate_suffix(self.log_start_offset)
+        old = self._segments.pop()
+        self._remove_segment(old)
+        self._segments.append(self._create_segment(next_offset))
+        self._truncations += 1
+        self._flushed_offset = min(self._flushed_offset, next_offset - 1)
+
+    def _remove_segment(self, segment: Segment) -> None:
+        self._fs.remove(segment.path)
+        self._remove_index_file(segment)
+        self._unsynced.discard(segment)
+        if segment in self._unindexed:
+            self._unindexed.remove(segment)
+        self._dir_dirty = True
+        if self._flushing:
+            self._retired.append(segment.file)  # a worker thread may be fsyncing it
+        else:
+            segment.file.close()
+
+    def _remove_index_file(self, segment: Segment) -> None:
+        if self._fs.exists(segment.index_path):
+            self._fs.remove(segment.index_path)
+            self._dir_dirty = True
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.file.close()
+        self._segments.clear()
