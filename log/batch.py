@@ -59,6 +59,10 @@ class Compression(enum.IntEnum):
     ZSTD = 1
 
 
+_BATCH_TYPES = {t.value: t for t in BatchType}
+_COMPRESSIONS = {c.value: c for c in Compression}
+
+
 class BatchError(ValueError):
     """A byte string is not a valid batch (bad magic, checksum or length)."""
 
@@ -137,11 +141,10 @@ def parse_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
         raise BatchError("bad batch magic")
     if crc32c(memoryview(data)[pos + _CRC_FROM : pos + HEADER_BYTES]) != fields[1]:
         raise BatchError("batch header checksum mismatch")
-    try:
-        batch_type = BatchType(fields[8])
-        compression = Compression(fields[9])
-    except ValueError as exc:
-        raise BatchError(str(exc)) from None
+    batch_type = _BATCH_TYPES.get(fields[8])
+    compression = _COMPRESSIONS.get(fields[9])
+    if batch_type is None or compression is None:
+        raise BatchError(f"unknown batch type {fields[8]} or compression {fields[9]}")
     record_count = fields[6]
     payload_bytes = fields[11]
     if not 1 <= record_count <= RECORD_COUNT_MAX:

@@ -14,12 +14,17 @@ Invariants (checked on open, kept by every operation):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
+import queue
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
+import trio
+from outcome import capture as outcome_capture
 
 from log.batch import BatchHeader, parse_header, split_batches, with_offset_and_term
 from log.files import CorruptionError, File, FileSystem, read_whole_file, write_file_atomically
@@ -35,10 +40,48 @@ async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    import trio
+class WorkerThread:
+    """Runs blocking calls (fsync) on one long-lived thread, in order.
 
-    return await trio.to_thread.run_sync(fn, *args)
+    A hop to a dedicated thread costs a fraction of one through trio's thread pool, which
+    matters when every quorum append waits for an fsync.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="log-fsync", daemon=True)
+            self._thread.start()
+        done = trio.Event()
+        outcome: list = []
+        self._queue.put((fn, args, trio.lowlevel.current_trio_token(), done, outcome))
+        # Shielded: the call runs to its end anyway, and the log must not move on (close
+        # files, say) while the thread still works on them.
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        return outcome[0].unwrap()
+
+    def _serve(self) -> None:
+        while (job := self._queue.get()) is not None:
+            fn, args, token, done, outcome = job
+            outcome.append(outcome_capture(fn, *args))
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(done.set)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread = None
+
+
+class LogChunk(NamedTuple):
+    """Whole batches read from the log, and the offset of the last record they hold."""
+
+    data: bytes
+    last_offset: int
 
 
 class OffsetOutOfRangeError(LookupError):
@@ -81,7 +124,7 @@ class Log:
         fs: FileSystem,
         directory: str,
         config: LogConfig | None = None,
-        run_sync: RunSync = run_in_worker_thread,
+        run_sync: RunSync | None = None,
         repair: bool = False,
     ) -> Log:
         """Open (or create) the log in `directory`, recovering a torn tail.
@@ -91,7 +134,7 @@ class Log:
         With `repair=True` the log is cut at the damage instead (dangerous: data after it
         is lost on this node).
         """
-        log = cls(fs, directory, config or LogConfig(), run_sync)
+        log = cls(fs, directory, config or LogConfig(), run_sync or WorkerThread())
         fs.makedirs(directory)
         log._load_segments(repair)
         # What a previous process wrote may still be only in the page cache: make it
@@ -354,7 +397,7 @@ class Log:
 
     # Reading
 
-    def read(self, from_offset: int, bytes_max: int, upto_offset: int | None = None) -> bytes:
+    def read(self, from_offset: int, bytes_max: int, upto_offset: int | None = None) -> LogChunk:
         """Whole batches from the one holding `from_offset`: at most `bytes_max` bytes but at
         least one batch, none past `upto_offset` (default: the dirty offset). Empty when
         `from_offset` is past the end; OffsetOutOfRangeError before the log start."""
@@ -364,8 +407,8 @@ class Log:
             )
         upto = self.dirty_offset if upto_offset is None else min(upto_offset, self.dirty_offset)
         if from_offset > upto:
-            return b""
-        return self._segment_holding(from_offset).read(from_offset, bytes_max, upto)
+            return LogChunk(b"", from_offset - 1)
+        return LogChunk(*self._segment_holding(from_offset).read(from_offset, bytes_max, upto))
 
     # Truncation and retention
 
@@ -439,6 +482,8 @@ class Log:
             self._dir_dirty = True
 
     def close(self) -> None:
+        if isinstance(self._run_sync, WorkerThread):
+            self._run_sync.stop()
         for segment in self._segments:
             segment.file.close()
         self._segments.clear()

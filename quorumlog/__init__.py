@@ -1,1 +1,1 @@
-
+"""quorumlog: a replicated log service."""

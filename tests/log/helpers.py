@@ -28,7 +28,7 @@ def read_all(log: Log, from_offset: int | None = None) -> list[tuple[int, bytes]
     offset = log.log_start_offset if from_offset is None else from_offset
     out = []
     while offset <= log.dirty_offset:
-        chunk = values_in(log.read(offset, 4096))
+        chunk = values_in(log.read(offset, 4096).data)
         out.extend(r for r in chunk if r[0] >= offset)
         offset = chunk[-1][0] + 1
     return out

@@ -31,7 +31,7 @@ async def test_empty_log(disk):
     log = open_log(*disk)
     assert (log.log_start_offset, log.dirty_offset, log.flushed_offset) == (0, -1, -1)
     assert log.last_term == 0
-    assert log.read(0, 1000) == b""
+    assert log.read(0, 1000).data == b""
     assert log.last_offset_of_term(3) is None
     assert await log.flush() == -1
     with pytest.raises(OffsetOutOfRangeError):
@@ -43,9 +43,9 @@ async def test_one_batch_round_trip(disk):
     assert log.append([batch_of(b"a", b"b", b"c")], term=2) == 2
     assert log.flushed_offset == -1
     assert await log.flush() == 2
-    assert values_in(log.read(0, 10)) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert values_in(log.read(0, 10).data) == [(0, b"a"), (1, b"b"), (2, b"c")]
     assert log.term_at(1) == 2
-    header = parse_batch(log.read(1, 10))
+    header = parse_batch(log.read(1, 10).data)
     assert (header.base_offset, header.term) == (0, 2)
 
 
@@ -61,18 +61,18 @@ async def test_offsets_are_dense_across_appends_and_segments(disk):
 async def test_read_respects_byte_budget_and_upto(disk):
     log = open_log(*disk)
     fill(log, 10)
-    one = log.read(0, 1)
+    one = log.read(0, 1).data
     assert len(split_batches(one)) == 1, "at least one whole batch even over budget"
-    upto = log.read(0, 10_000, upto_offset=5)
+    upto = log.read(0, 10_000, upto_offset=5).data
     assert values_in(upto)[-1][0] == 5
-    assert values_in(log.read(0, 10_000, upto_offset=4))[-1][0] == 2, "no batch past upto"
-    assert log.read(log.dirty_offset + 1, 100) == b""
+    assert values_in(log.read(0, 10_000, upto_offset=4).data)[-1][0] == 2, "no batch past upto"
+    assert log.read(log.dirty_offset + 1, 100).data == b""
 
 
 async def test_read_from_inside_a_batch_starts_at_that_batch(disk):
     log = open_log(*disk)
     fill(log, 5)
-    assert values_in(log.read(4, 1))[0][0] == 3
+    assert values_in(log.read(4, 1).data)[0][0] == 3
 
 
 async def test_reopen_keeps_everything(disk):
@@ -196,7 +196,7 @@ async def test_prefix_truncation_and_retention(disk):
     start = log.truncate_prefix(30)
     assert 0 < start <= 30
     with pytest.raises(OffsetOutOfRangeError):
-        log.read(start - 1, 100)
+        log.read(start - 1, 100).data
     assert [v for _, v in read_all(log)] == values[start:]
     log.apply_retention(now_ms=0)
     assert log.size_bytes <= 5_000 + config.segment_bytes_max
@@ -226,7 +226,7 @@ async def test_reset_continues_at_a_later_offset(disk):
     await log.flush()
     log.close()
     log = open_log(fs, d)
-    assert values_in(log.read(1000, 100)) == [(1000, b"a")]
+    assert values_in(log.read(1000, 100).data) == [(1000, b"a")]
 
 
 async def test_append_replicated_checks_continuity(disk):
@@ -234,7 +234,7 @@ async def test_append_replicated_checks_continuity(disk):
     fill(leader, 4, term=2)
     follower_fs = MemoryFileSystem()
     follower = open_log(follower_fs, "/f/log")
-    data = leader.read(0, 10_000)
+    data = leader.read(0, 10_000).data
     assert follower.append_replicated(data) == leader.dirty_offset
     with pytest.raises(ValueError):
         follower.append_replicated(data)  # offsets no longer continue the log

@@ -1,0 +1,16 @@
+"""The scenarios of `quorumlog bench`, by name."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+# name -> module with `run(quick: bool) -> list[dict]`
+SCENARIOS = {
+    "storage": "bench.storage",
+    "transport": "bench.transport",
+}
+
+
+def scenario(name: str) -> Callable[..., list[dict]]:
+    return importlib.import_module(SCENARIOS[name]).run
