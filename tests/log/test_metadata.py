@@ -21,7 +21,8 @@ def test_round_trip_and_missing(tmp_path):
 def test_damaged_file_is_corruption(tmp_path, damage):
     store = MetadataStore(OsFileSystem(), str(tmp_path))
     store.save(ConsensusMetadata(incarnation="abc", current_term=3))
-    data = bytearray(open(store.path, "rb").read())
+    with open(store.path, "rb") as f:
+        data = bytearray(f.read())
     if damage == "flip":
         data[-2] ^= 1
     elif damage == "truncate":
@@ -30,7 +31,8 @@ def test_damaged_file_is_corruption(tmp_path, damage):
         data.clear()
     else:
         data[0:4] = b"XXXX"
-    open(store.path, "wb").write(bytes(data))
+    with open(store.path, "wb") as f:
+        f.write(bytes(data))
     with pytest.raises(CorruptionError) as err:
         store.load()
     assert store.path in str(err.value)

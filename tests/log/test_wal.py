@@ -196,7 +196,7 @@ async def test_prefix_truncation_and_retention(disk):
     start = log.truncate_prefix(30)
     assert 0 < start <= 30
     with pytest.raises(OffsetOutOfRangeError):
-        log.read(start - 1, 100).data
+        log.read(start - 1, 100)
     assert [v for _, v in read_all(log)] == values[start:]
     log.apply_retention(now_ms=0)
     assert log.size_bytes <= 5_000 + config.segment_bytes_max
