@@ -1,0 +1,209 @@
+"""Connection over in-memory streams: pipelining, one-way order, limits, endings."""
+
+import random
+
+import pytest
+import trio
+import trio.testing
+
+from transport.codec import LENGTH_PREFIX, encode_frame
+from transport.connection import Connection
+from transport.errors import ConnectionClosed, ProtocolError
+from transport.framing import FrameDecoder
+from transport.messages import (
+    ErrorCode,
+    ErrorReply,
+    Heartbeat,
+    ReadReply,
+    ReadRequest,
+    Role,
+    StatusReply,
+    StatusRequest,
+    VoteReply,
+)
+from transport.network import DEFAULT_LIMITS, ConnectionInfo, Limits
+
+CLIENT = ConnectionInfo(role=Role.CLIENT, node_id=None, remote="test:client")
+SERVER = ConnectionInfo(role=Role.PEER, node_id=1, remote="test:server")
+
+
+def pair(handler, *, limits=DEFAULT_LIMITS, lockstep=False):
+    make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
+    client_stream, server_stream = make()
+    client = Connection(client_stream, SERVER, decoder=FrameDecoder(), limits=limits)
+    server = Connection(
+        server_stream, CLIENT, decoder=FrameDecoder(), limits=limits, handler=handler
+    )
+    return client, server
+
+
+async def test_pipelined_requests_get_their_own_replies(autojump_clock):
+    rng = random.Random(7)
+
+    async def handler(peer, message):
+        await trio.sleep(rng.random())  # replies come back in a different order
+        return ReadReply(b"%d" % message.offset, message.offset, 0)
+
+    client, server = pair(handler)
+    answers = {}
+
+    async def ask(offset):
+        answers[offset] = await client.request(ReadRequest(offset, 100))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        async with trio.open_nursery() as requests:
+            for offset in range(20):
+                requests.start_soon(ask, offset)
+        nursery.cancel_scope.cancel()
+    assert answers == {offset: ReadReply(b"%d" % offset, offset, 0) for offset in range(20)}
+
+
+async def test_one_way_messages_arrive_in_order_and_get_no_reply(autojump_clock):
+    received = []
+
+    async def handler(peer, message):
+        assert peer == CLIENT
+        await trio.sleep(0.01)
+        received.append(message.term)
+        return VoteReply(1, 1, 1, True, False)  # discarded: nobody asked
+
+    client, server = pair(handler)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        for term in range(50):
+            assert client.send_nowait(Heartbeat(1, term, 1, 0, 0, 0))
+        await trio.sleep(5)
+        nursery.cancel_scope.cancel()
+    assert received == list(range(50))
+
+
+async def test_inflight_max_bounds_concurrent_requests(autojump_clock):
+    running = 0
+    peak = 0
+
+    async def handler(peer, message):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await trio.sleep(1)
+        running -= 1
+        return StatusReply({})
+
+    client, server = pair(handler, limits=Limits(inflight_max=3))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        start = trio.current_time()
+        async with trio.open_nursery() as requests:
+            for _ in range(9):
+                requests.start_soon(client.request, StatusRequest())
+        assert trio.current_time() - start == pytest.approx(3, abs=0.1)
+        nursery.cancel_scope.cancel()
+    assert peak == 3
+
+
+async def test_full_send_queue_drops_instead_of_blocking(autojump_clock):
+    async def handler(peer, message):
+        await trio.sleep_forever()  # the server stops reading after the first message
+
+    client, server = pair(handler, limits=Limits(send_queue_max=4), lockstep=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        await trio.sleep(1)
+        accepted = [client.send_nowait(Heartbeat(1, n, 1, 0, 0, 0)) for n in range(20)]
+        await trio.sleep(1)
+        accepted += [client.send_nowait(Heartbeat(1, n, 1, 0, 0, 0)) for n in range(20)]
+        nursery.cancel_scope.cancel()
+    assert accepted.count(True) < 15 and accepted[:4] == [True] * 4 and not accepted[-1]
+
+
+async def test_ending_fails_pending_requests(autojump_clock):
+    async def handler(peer, message):
+        await trio.sleep_forever()
+
+    client, server = pair(handler)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        server_scope = trio.CancelScope()
+
+        async def run_server():
+            with server_scope:
+                await server.run()
+
+        nursery.start_soon(run_server)
+        await trio.sleep(0.1)
+
+        async def stop_server_later():
+            await trio.sleep(1)
+            server_scope.cancel()
+
+        nursery.start_soon(stop_server_later)
+        with pytest.raises(ConnectionClosed, match="closed by the remote"):
+            await client.request(StatusRequest())
+        with pytest.raises(ConnectionClosed):
+            await client.request(StatusRequest())
+        assert not client.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+        nursery.cancel_scope.cancel()
+
+
+async def run_server_against(raw: bytes, handler=None):
+    """Run a server connection fed `raw`; returns why it ended."""
+
+    async def echo(peer, message):
+        return StatusReply({})
+
+    client_stream, server_stream = trio.testing.memory_stream_pair()
+    server = Connection(
+        server_stream, CLIENT, decoder=FrameDecoder(), limits=Limits(), handler=handler or echo
+    )
+    await client_stream.send_all(raw)
+    await client_stream.send_eof()
+    with trio.fail_after(5):
+        return await server.run()
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"\x00\x00\x00\x03abc", ProtocolError),
+        (LENGTH_PREFIX.pack(2**31), ProtocolError),
+        (
+            encode_frame(7, VoteReply(1, 1, 1, True, False)),
+            ProtocolError,
+        ),  # a reply nobody asked for
+        (encode_frame(0, StatusRequest())[:-1] + b"", ConnectionClosed),
+        (encode_frame(0, StatusRequest()) + b"\x00\x00", ConnectionClosed),  # cut in a frame
+    ],
+)
+async def test_bad_input_ends_the_connection_with_its_reason(autojump_clock, raw, reason):
+    assert isinstance(await run_server_against(raw), reason)
+
+
+async def test_handshake_messages_after_the_handshake_are_protocol_errors(autojump_clock):
+    from transport.messages import Accepted
+
+    reason = await run_server_against(encode_frame(0, Accepted()))
+    assert isinstance(reason, ProtocolError)
+
+
+async def test_clean_close_by_the_remote_has_no_reason(autojump_clock):
+    assert await run_server_against(encode_frame(0, StatusRequest())) is None
+
+
+async def test_reply_too_large_for_a_frame_becomes_an_error_reply(autojump_clock):
+    limits = Limits(frame_bytes_max=10_000)
+
+    async def handler(peer, message):
+        return ReadReply(b"x" * 20_000, 0, 0)
+
+    client, server = pair(handler, limits=limits)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        reply = await client.request(ReadRequest(0, 1 << 20))
+        nursery.cancel_scope.cancel()
+    assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.TOO_LARGE

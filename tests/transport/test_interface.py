@@ -1,0 +1,110 @@
+"""The same scenario over TCP and over the memory network: the two are interchangeable."""
+
+import random
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from transport.errors import ConnectionClosed
+from transport.memory import MemoryNetwork
+from transport.messages import (
+    ErrorCode,
+    ErrorReply,
+    Heartbeat,
+    Role,
+    StatusRequest,
+    VoteReply,
+    VoteRequest,
+)
+from transport.network import ClientConnection, NodeTransport
+from transport.tcp import open_connection, open_tcp_transport
+
+SECRET = b"s"
+
+
+@asynccontextmanager
+async def tcp_cluster(handlers):
+    async with (
+        open_tcp_transport(
+            1, "127.0.0.1:0", handlers[1], rng=random.Random(1), secret=SECRET
+        ) as one,
+        open_tcp_transport(
+            2, "127.0.0.1:0", handlers[2], rng=random.Random(2), secret=SECRET
+        ) as two,
+    ):
+        peers = {1: one.listen_addresses[0], 2: two.listen_addresses[0]}
+        one.set_peers(peers)
+        two.set_peers(peers)
+
+        @asynccontextmanager
+        async def connect(node_id):
+            async with open_connection(peers[node_id], secret=SECRET) as connection:
+                yield connection
+
+        yield {1: one, 2: two}, connect
+
+
+@asynccontextmanager
+async def memory_cluster(handlers):
+    network = MemoryNetwork(random.Random(1))
+    peers = {1: "memory", 2: "memory"}
+    async with (
+        network.open_node(1, handlers[1], peers=peers) as one,
+        network.open_node(2, handlers[2], peers=peers) as two,
+    ):
+        yield {1: one, 2: two}, network.connect
+
+
+@pytest.mark.parametrize("cluster", [tcp_cluster, memory_cluster], ids=["tcp", "memory"])
+async def test_raft_and_client_traffic(cluster):
+    inbox = {1: [], 2: []}
+
+    def handler_of(node_id):
+        async def handler(peer, message):
+            match message:
+                case VoteRequest():
+                    return VoteReply(message.group, node_id, message.term, True, message.pre_vote)
+                case StatusRequest():
+                    return ErrorReply(
+                        ErrorCode.NOT_LEADER, "ask 1", leader_id=1, leader_address="h:1"
+                    )
+            inbox[node_id].append((peer, message))
+            return None
+
+        return handler
+
+    with trio.fail_after(10):
+        async with cluster({1: handler_of(1), 2: handler_of(2)}) as (nodes, connect):
+            one: NodeTransport = nodes[1]
+            two: NodeTransport = nodes[2]
+            # One-way: may be refused until the link is up (TCP), never blocks, then arrives.
+            while not inbox[2]:
+                one.send_nowait(2, Heartbeat(1, 3, 1, 10, 2, 9))
+                await trio.sleep(0.01)
+            peer, message = inbox[2][0]
+            assert message == Heartbeat(1, 3, 1, 10, 2, 9)
+            assert (peer.role, peer.node_id) == (Role.PEER, 1)
+            # Raft replies travel one-way on the reverse link.
+            while not inbox[1]:
+                two.send_nowait(1, VoteReply(1, 2, 3, True, False))
+                await trio.sleep(0.01)
+            assert inbox[1][0][1] == VoteReply(1, 2, 3, True, False)
+            # Pipelined request / reply between nodes.
+            async with trio.open_nursery() as nursery:
+                for term in range(5):
+                    nursery.start_soon(ask_vote, one, term)
+            # Clients.
+            async with connect(2) as client:
+                client: ClientConnection
+                reply = await client.request(StatusRequest())
+                assert reply == ErrorReply(ErrorCode.NOT_LEADER, "ask 1", 1, "h:1")
+            # Not members.
+            assert not one.send_nowait(7, Heartbeat(1, 1, 1, 0, 0, 0))
+            with pytest.raises(ConnectionClosed):
+                await one.request(7, StatusRequest())
+
+
+async def ask_vote(transport, term):
+    request = VoteRequest(1, term, 1, 10, 2, pre_vote=term % 2 == 0, transfer=False)
+    assert await transport.request(2, request) == VoteReply(1, 2, term, True, term % 2 == 0)

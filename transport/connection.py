@@ -1,0 +1,225 @@
+"""One established connection: a bounded queue of frames out, replies matched to requests by
+correlation id, and inbound messages handed to the handler.
+
+Several requests may be in flight each way (pipelining). The reader hands one-way messages
+to the handler in order and waits for it, and stops reading while `inflight_max` requests
+are being served: a busy handler slows this connection down, it never grows a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from transport.codec import Frame, encode_frame
+from transport.errors import ConnectionClosed, ProtocolError, TransportError
+from transport.framing import FrameDecoder
+from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message
+from transport.network import ConnectionInfo, Handler, Limits
+
+# Small frames queued together are written in one call, up to this many bytes.
+COALESCE_BYTES_MAX = 64 * 1024
+
+
+class _Pending:
+    """A request waiting for its reply."""
+
+    __slots__ = ("done", "error", "reply")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.reply: Message | None = None
+        self.error: ConnectionClosed | None = None
+
+
+class Connection:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        info: ConnectionInfo,
+        *,
+        decoder: FrameDecoder,
+        limits: Limits,
+        handler: Handler | None = None,  # None: this side only sends and takes replies
+    ) -> None:
+        self.info = info
+        self._stream = stream
+        self._decoder = decoder
+        self._limits = limits
+        self._handler = handler
+        self._outgoing_send, self._outgoing_receive = trio.open_memory_channel[bytes](
+            limits.send_queue_max
+        )
+        self._pending: dict[int, _Pending] = {}
+        self._next_correlation_id = 1
+        self._request_slots = trio.Semaphore(limits.inflight_max)
+        self._serving_slots = trio.Semaphore(limits.inflight_max)
+        self._nursery: trio.Nursery | None = None
+        self._ended = False
+        self._end_reason: TransportError | None = None
+
+    # --- sending ----------------------------------------------------------------------
+
+    def send_nowait(self, message: Message) -> bool:
+        """Queue a one-way message; False if the queue is full or the connection is gone."""
+        frame = self._encode(0, message)
+        if self._ended:
+            return False
+        try:
+            self._outgoing_send.send_nowait(frame)
+        except (trio.WouldBlock, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def send(self, message: Message) -> None:
+        """Queue a one-way message, waiting for room in the queue."""
+        await self._enqueue(self._encode(0, message))
+
+    async def request(self, message: Message) -> Message:
+        """Send a request and wait for its reply; raises ConnectionClosed if the connection ends."""
+        async with self._request_slots:
+            correlation_id = self._next_correlation_id
+            self._next_correlation_id += 1
+            frame = self._encode(correlation_id, message)
+            pending = _Pending()
+            self._pending[correlation_id] = pending
+            try:
+                await self._enqueue(frame)
+                await pending.done.wait()
+            finally:
+                del self._pending[correlation_id]
+        if pending.error is not None:
+            raise pending.error
+        assert pending.reply is not None
+        return pending.reply
+
+    def _encode(self, correlation_id: int, message: Message) -> bytes:
+        assert type(message) not in HANDSHAKE_TYPES, "handshake messages are the transport's own"
+        return encode_frame(correlation_id, message, self._limits.frame_bytes_max)
+
+    async def _enqueue(self, frame: bytes) -> None:
+        if self._ended:
+            raise self._closed_error()
+        try:
+            await self._outgoing_send.send(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise self._closed_error() from None
+
+    def _closed_error(self) -> ConnectionClosed:
+        why = "closed by the remote" if self._end_reason is None else str(self._end_reason)
+        return ConnectionClosed(f"connection to {self.info.remote} ended: {why}")
+
+    # --- running ------------------------------------------------------------------------
+
+    async def run(self) -> TransportError | None:
+        """Carry frames until the connection ends; returns why (None: the remote closed it).
+
+        Pending requests then fail with ConnectionClosed. Only a bug (an exception from the
+        handler, a reply that is not a reply type) escapes from here.
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._until_ended, self._write_loop)
+                nursery.start_soon(self._until_ended, self._read_loop)
+        finally:
+            self._ended = True
+            error = self._closed_error()
+            for pending in self._pending.values():
+                pending.error = error
+                pending.done.set()
+            self._outgoing_receive.close()  # wakes senders waiting for room
+            await trio.aclose_forcefully(self._stream)
+        return self._end_reason
+
+    async def _until_ended(self, loop: Callable[[], Awaitable[None]]) -> None:
+        reason: TransportError | None = None
+        try:
+            await loop()
+        except TransportError as exc:
+            reason = exc
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            reason = ConnectionClosed(str(exc) or type(exc).__name__)
+        if not self._ended:
+            self._ended = True
+            self._end_reason = reason
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+    async def _write_loop(self) -> None:
+        receive = self._outgoing_receive
+        held: bytes | None = None
+        while True:
+            frame = held if held is not None else await receive.receive()
+            held = None
+            parts = [frame]
+            size = len(frame)
+            while size < COALESCE_BYTES_MAX:
+                try:
+                    frame = receive.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                if len(frame) >= COALESCE_BYTES_MAX:
+                    held = frame  # large frames go out alone, never copied into a join
+                    break
+                parts.append(frame)
+                size += len(frame)
+            await self._stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+
+    async def _read_loop(self) -> None:
+        decoder = self._decoder
+        while True:
+            for frame in decoder:
+                await self._dispatch(frame)
+            data = await self._stream.receive_some(decoder.receive_bytes_hint)
+            if not data:
+                if decoder.buffered_bytes:
+                    raise ConnectionClosed("closed by the remote in the middle of a frame")
+                return
+            decoder.feed(data)
+
+    async def _dispatch(self, frame: Frame) -> None:
+        message = frame.message
+        kind = type(message)
+        if kind in HANDSHAKE_TYPES:
+            raise ProtocolError(f"{kind.__name__} after the handshake")
+        if frame.correlation_id != 0 and kind in REPLY_TYPES:
+            self._resolve(frame)
+            return
+        handler = self._handler
+        if handler is None:
+            raise ProtocolError(f"unexpected {kind.__name__}: this side only takes replies")
+        if frame.correlation_id == 0:
+            await handler(self.info, message)
+        else:
+            await self._serving_slots.acquire()
+            assert self._nursery is not None
+            self._nursery.start_soon(self._serve, handler, frame)
+
+    def _resolve(self, frame: Frame) -> None:
+        pending = self._pending.get(frame.correlation_id)
+        if pending is not None:
+            pending.reply = frame.message
+            pending.done.set()
+        elif frame.correlation_id >= self._next_correlation_id:
+            raise ProtocolError(f"reply to request {frame.correlation_id}, never sent")
+        # else the requester stopped waiting (its deadline passed): a late reply is harmless.
+
+    async def _serve(self, handler: Handler, frame: Frame) -> None:
+        try:
+            reply = await handler(self.info, frame.message)
+            if reply is None:
+                return
+            if type(reply) not in REPLY_TYPES:
+                raise TypeError(f"handler answered a request with {type(reply).__name__}")
+            try:
+                data = self._encode(frame.correlation_id, reply)
+            except ValueError as exc:
+                data = self._encode(frame.correlation_id, ErrorReply(ErrorCode.TOO_LARGE, str(exc)))
+            # If the connection is gone, the reply goes with it.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._outgoing_send.send(data)
+        finally:
+            self._serving_slots.release()

@@ -1,0 +1,22 @@
+"""The errors the transport raises; each says whose fault it is."""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """Base of every error the transport raises on purpose."""
+
+
+class ProtocolError(TransportError):
+    """The remote side broke the wire protocol: a bad frame, body, message type or field.
+
+    Decoding raises this and nothing else, whatever bytes it is fed.
+    """
+
+
+class AuthError(TransportError):
+    """A handshake failed authentication: a wrong or missing proof of the cluster secret."""
+
+
+class ConnectionClosed(TransportError):
+    """There is no connection: it could not be made, or it ended before a reply came."""

@@ -1,0 +1,161 @@
+"""The handshake that opens every TCP connection, before any handler sees a message.
+
+    dialler  -> Hello(version, role, node_id, nonce)
+    listener -> Challenge(node_id, nonce, listener proof)   or ErrorReply
+    dialler  -> Proof(dialler proof)                        or ErrorReply(AUTH) if the
+                                                               listener's proof is wrong
+    listener -> Accepted()                                  or ErrorReply(AUTH)
+
+Whichever side finds a fault tells the other in an ErrorReply before it closes, so both
+ends log the same clear reason; the dialler raises AuthError for an authentication fault.
+Bytes read past the last handshake frame stay in the decoder for the connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import NoReturn
+
+import trio
+
+from transport import auth
+from transport.codec import encode_frame
+from transport.errors import AuthError, ConnectionClosed, ProtocolError
+from transport.framing import FrameDecoder
+from transport.messages import (
+    Accepted,
+    Challenge,
+    ErrorCode,
+    ErrorReply,
+    Hello,
+    Message,
+    Proof,
+    Role,
+)
+from transport.network import ConnectionInfo
+
+PROTOCOL_VERSION = 1
+
+
+async def dial_handshake(
+    stream: trio.abc.Stream,
+    decoder: FrameDecoder,
+    *,
+    role: Role,
+    node_id: int | None,
+    secret: bytes | None,
+    remote: str,
+) -> ConnectionInfo:
+    """Run the dialler's side; returns who the listener is."""
+    hello = Hello(PROTOCOL_VERSION, role, node_id, auth.new_nonce())
+    await _send(stream, hello)
+    challenge = await _receive(stream, decoder)
+    match challenge:
+        case Challenge():
+            _check_nonce(challenge.nonce)
+        case _:
+            _raise_unexpected(challenge, "Challenge")
+    problem = auth.listener_proof_problem(secret, hello, challenge)
+    if problem is not None:
+        await _send_quietly(stream, ErrorReply(ErrorCode.AUTH, f"dialler refused: {problem}"))
+        raise AuthError(f"{remote}: {problem}")
+    await _send(stream, Proof(auth.dialler_proof(secret, hello, challenge)))
+    verdict = await _receive(stream, decoder)
+    match verdict:
+        case Accepted():
+            return ConnectionInfo(role=Role.PEER, node_id=challenge.node_id, remote=remote)
+        case _:
+            _raise_unexpected(verdict, "Accepted")
+
+
+async def listen_handshake(
+    stream: trio.abc.Stream,
+    decoder: FrameDecoder,
+    *,
+    node_id: int,
+    secret: bytes | None,
+    remote: str,
+) -> ConnectionInfo:
+    """Run the listener's side; returns who dialled."""
+    try:
+        hello = await _receive(stream, decoder)
+        match hello:
+            case Hello():
+                if hello.protocol_version != PROTOCOL_VERSION:
+                    raise ProtocolError(f"unsupported protocol version {hello.protocol_version}")
+                _check_nonce(hello.nonce)
+            case _:
+                _raise_unexpected(hello, "Hello")
+        if (hello.role is Role.PEER) != (hello.node_id is not None):
+            raise ProtocolError("a peer must give its node id and a client must not")
+        nonce = auth.new_nonce()
+        proof = auth.listener_proof(secret, hello, node_id, nonce)
+        challenge = Challenge(node_id, nonce, proof)
+        await _send(stream, challenge)
+        answer = await _receive(stream, decoder)
+        match answer:
+            case Proof():
+                pass
+            case _:
+                _raise_unexpected(answer, "Proof")
+    except ProtocolError as exc:
+        await _send_quietly(stream, ErrorReply(ErrorCode.PROTOCOL, str(exc)))
+        raise
+    problem = auth.dialler_proof_problem(secret, hello, challenge, answer.proof)
+    if problem is not None:
+        await _send_quietly(stream, ErrorReply(ErrorCode.AUTH, problem))
+        raise AuthError(problem)
+    await _send(stream, Accepted())
+    return ConnectionInfo(role=hello.role, node_id=hello.node_id, remote=remote)
+
+
+async def refuse(stream: trio.abc.Stream, reason: str) -> None:
+    """Tell a dialler it will not be served (before any handshake), then let it go."""
+    await _send_quietly(stream, ErrorReply(ErrorCode.REFUSED, reason))
+
+
+def _check_nonce(nonce: bytes) -> None:
+    # A short nonce would let a replayed proof pass.
+    if len(nonce) != auth.NONCE_BYTES:
+        raise ProtocolError(f"nonce of {len(nonce)} bytes, not {auth.NONCE_BYTES}")
+
+
+def _raise_unexpected(message: Message, expected: str) -> NoReturn:
+    match message:
+        case ErrorReply(code=ErrorCode.AUTH):
+            raise AuthError(message.message)
+        case ErrorReply():
+            raise ConnectionClosed(f"refused ({message.code.name.lower()}): {message.message}")
+        case _:
+            raise ProtocolError(f"expected {expected}, got {type(message).__name__}")
+
+
+async def _send(stream: trio.abc.Stream, message: Message) -> None:
+    try:
+        await stream.send_all(encode_frame(0, message))
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise ConnectionClosed(f"closed during the handshake: {_why(exc)}") from None
+
+
+async def _send_quietly(stream: trio.abc.Stream, message: Message) -> None:
+    # Telling the other side why is a courtesy: the connection closes either way.
+    with contextlib.suppress(ConnectionClosed):
+        await _send(stream, message)
+
+
+async def _receive(stream: trio.abc.Stream, decoder: FrameDecoder) -> Message:
+    while (frame := decoder.next_frame()) is None:
+        try:
+            data = await stream.receive_some()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise ConnectionClosed(f"closed during the handshake: {_why(exc)}") from None
+        if not data:
+            raise ConnectionClosed("closed during the handshake")
+        decoder.feed(data)
+    return frame.message
+
+
+def _why(exc: BaseException) -> str:
+    # trio raises BrokenResourceError from the OSError or SSLError that says what happened.
+    cause = exc.__cause__ or exc
+    return str(cause) or type(cause).__name__

@@ -1,0 +1,322 @@
+"""Every message on the wire: one frozen slotted dataclass per type.
+
+A frame body is the msgpack array `[type_tag, correlation_id, *fields]`, the fields in the
+order they are declared here (see codec.py). Tags are part of the wire format: never reuse
+or renumber one. Offsets are record offsets, -1 where there is none (an empty log).
+
+Batches travel as one `bytes` of whole batches concatenated, exactly as they sit on disk
+(log/batch.py); the transport never looks inside them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class Role(enum.IntEnum):
+    """What the remote end of a connection is: another node, or a client."""
+
+    PEER = 1
+    CLIENT = 2
+
+
+class AppendResult(enum.IntEnum):
+    SUCCESS = 0
+    FAILURE = 1
+    # The node does not (yet, or any more) serve the group named in the request.
+    GROUP_UNAVAILABLE = 2
+
+
+class Acks(enum.IntEnum):
+    """When an append is answered (seed 004): once committed, once on the leader, on receipt."""
+
+    QUORUM = 0
+    LEADER = 1
+    NONE = 2
+
+
+class ErrorCode(enum.IntEnum):
+    NOT_LEADER = 1
+    OFFSET_OUT_OF_RANGE = 2
+    TIMEOUT = 3
+    PROTOCOL = 4
+    AUTH = 5
+    REFUSED = 6
+    TOO_LARGE = 7
+    STEPPING_DOWN = 8
+    UNKNOWN = 9
+
+
+# --- handshake (transport/handshake.py); never seen by handlers -------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """First frame of a connection, from the side that dialled."""
+
+    TAG = 1
+    protocol_version: int
+    role: Role
+    node_id: int | None  # None for a client
+    nonce: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """The listener's answer to Hello: who it is, its nonce, and its proof (b"" without secret)."""
+
+    TAG = 2
+    node_id: int
+    nonce: bytes
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Proof:
+    """The dialler's proof of the secret (b"" without secret)."""
+
+    TAG = 3
+    proof: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The listener accepted the proof; the connection now carries messages."""
+
+    TAG = 4
+
+
+# --- Raft, between nodes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEntries:
+    TAG = 10
+    group: int
+    term: int
+    leader_id: int
+    prev_offset: int
+    prev_term: int
+    leader_commit: int
+    batches: bytes  # whole batches, concatenated; b"" carries only offsets
+    flush: bool  # ask the follower to fsync before it replies (recovery sends False)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEntriesReply:
+    """A follower's answer; on FAILURE the conflict hints let the leader skip back fast.
+
+    `conflict_term` is the term of the follower's entry at the leader's `prev_offset`
+    (-1 if the follower's log ends before it) and `conflict_offset` the first offset the
+    follower holds in that term (its `last_dirty + 1` when its log is too short): the
+    leader resumes at the end of `conflict_term` in its own log, or at `conflict_offset`
+    if it has no entry of that term (Raft paper, end of section 5.3).
+    """
+
+    TAG = 11
+    group: int
+    node_id: int
+    term: int
+    last_flushed: int
+    last_dirty: int
+    result: AppendResult
+    conflict_offset: int
+    conflict_term: int
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    TAG = 12
+    group: int
+    term: int  # with pre_vote, the term the candidate would take; its own is not raised
+    candidate_id: int
+    last_offset: int
+    last_term: int
+    pre_vote: bool
+    transfer: bool  # a leadership transfer: granted even by nodes that heard from a leader
+
+
+@dataclass(frozen=True, slots=True)
+class VoteReply:
+    TAG = 13
+    group: int
+    node_id: int
+    term: int
+    granted: bool
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the target starts an election at once."""
+
+    TAG = 14
+    group: int
+    term: int
+    leader_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """An AppendEntries without batches; it still proves leadership and carries the commit."""
+
+    TAG = 15
+    group: int
+    term: int
+    leader_id: int
+    prev_offset: int
+    prev_term: int
+    leader_commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    """Same fields as AppendEntriesReply: flushed offsets reach the leader by heartbeats too."""
+
+    TAG = 16
+    group: int
+    node_id: int
+    term: int
+    last_flushed: int
+    last_dirty: int
+    result: AppendResult
+    conflict_offset: int
+    conflict_term: int
+
+
+# --- clients ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    TAG = 30
+    batches: bytes
+    acks: Acks
+    producer_id: int  # -1 without an idempotent producer
+    producer_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendReply:
+    """Where the batches landed and the durability reached when the leader answered."""
+
+    TAG = 31
+    first_offset: int | None  # None with acks=none: answered before offsets were assigned
+    last_offset: int | None
+    commit_offset: int
+    majority_flushed_offset: int
+    majority_dirty_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    TAG = 32
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadReply:
+    TAG = 33
+    batches: bytes  # whole batches from `offset`'s batch on, b"" at the committed end
+    commit_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndOffsetRequest:
+    TAG = 34
+    linearizable: bool  # confirm leadership with a quorum before answering
+
+
+@dataclass(frozen=True, slots=True)
+class EndOffsetReply:
+    TAG = 35
+    commit_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    TAG = 36
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """The `status --json` object of one node (CONTRACT.md); string keys only."""
+
+    TAG = 37
+    status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminRequest:
+    TAG = 38
+    op: str  # "add_member", "remove_member", "transfer_leader", ...
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AdminReply:
+    TAG = 39
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """A definite refusal; `leader_id`/`leader_address` are the hint for NOT_LEADER."""
+
+    TAG = 40
+    code: ErrorCode
+    message: str
+    leader_id: int | None = None
+    leader_address: str | None = None
+
+
+Message = (
+    Hello
+    | Challenge
+    | Proof
+    | Accepted
+    | AppendEntries
+    | AppendEntriesReply
+    | VoteRequest
+    | VoteReply
+    | TimeoutNow
+    | Heartbeat
+    | HeartbeatReply
+    | AppendRequest
+    | AppendReply
+    | ReadRequest
+    | ReadReply
+    | EndOffsetRequest
+    | EndOffsetReply
+    | StatusRequest
+    | StatusReply
+    | AdminRequest
+    | AdminReply
+    | ErrorReply
+)
+
+MESSAGE_TYPES: tuple[type, ...] = Message.__args__
+
+HANDSHAKE_TYPES = frozenset({Hello, Challenge, Proof, Accepted})
+
+# A reply-type frame with a correlation id answers a request of ours; any other type with a
+# correlation id is a request for our handler. Reply types may also travel one-way (id 0),
+# as Raft's replies do.
+REPLY_TYPES = frozenset(
+    {
+        AppendEntriesReply,
+        VoteReply,
+        HeartbeatReply,
+        AppendReply,
+        ReadReply,
+        EndOffsetReply,
+        StatusReply,
+        AdminReply,
+        ErrorReply,
+    }
+)

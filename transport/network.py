@@ -1,0 +1,96 @@
+"""The interface between the consensus code and the network; TCP and memory both provide it.
+
+A node's actors see three things, whatever the network underneath:
+
+1. A handler they give when the node's transport opens:
+
+       async def handler(peer: ConnectionInfo, message: Message) -> Message | None
+
+   It receives every message sent to the node, from peers and clients alike; `peer` says
+   who sent it. One-way messages (Raft traffic) are handed over in order, one at a time
+   per sending connection, and the handler is awaited before the next one is read: a slow
+   handler holds back that one sender, nobody else. Its return value is discarded. Requests
+   run concurrently (up to `Limits.inflight_max` per connection); the handler's return
+   value, which must be a reply type (messages.REPLY_TYPES), is the reply, and None sends
+   none (the requester's own deadline then ends its wait).
+
+2. A `NodeTransport` to reach the other nodes by id:
+   - `send_nowait(peer_id, message) -> bool` one-way, never blocks. False means it was
+     dropped here (no connection to that peer yet, or its bounded send queue is full);
+     True means it left, which on any real network still does not mean it arrived.
+     Raft resends what matters, so callers just carry on.
+   - `await request(peer_id, message) -> reply` pipelined over the same link; raises
+     ConnectionClosed if there is no connection or it breaks before the reply. It has no
+     timeout of its own: wrap it in `trio.move_on_after` / `fail_after`.
+   - `set_peers({peer_id: "host:port"})` the current members; links to others are closed.
+
+3. For clients, a `ClientConnection` to one node: `await request(message) -> reply` and
+   `send_nowait(message) -> bool`, with the same meaning as above.
+
+Open them with, for TCP (transport/tcp.py):
+
+    async with open_tcp_transport(node_id, "127.0.0.1:7001", handler, peers=..., rng=rng,
+                                  secret=secret) as transport: ...
+    async with open_connection("127.0.0.1:7001", secret=secret) as connection: ...
+
+and in a simulation (transport/memory.py), where addresses are ignored:
+
+    network = MemoryNetwork(random.Random(seed))
+    async with network.open_node(node_id, handler, peers=...) as transport: ...
+    async with network.connect(node_id) as connection: ...
+
+Both kinds carry every message through the real codec. What differs is only what a real
+network adds: TCP authenticates and reconnects; the memory network drops, delays,
+duplicates, reorders and partitions on command, from its seeded generator and trio's clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from transport.codec import FRAME_BYTES_MAX
+from transport.messages import Message, Role
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """Who is at the other end of a connection, as its handshake established."""
+
+    role: Role
+    node_id: int | None  # the remote node's id; None for a client
+    remote: str  # "host:port", or "memory:<id>" in simulation
+
+
+Handler = Callable[[ConnectionInfo, Message], Awaitable[Message | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Named maxima of the transport; the defaults suit a node."""
+
+    frame_bytes_max: int = FRAME_BYTES_MAX
+    inflight_max: int = 64  # requests in flight per connection, each way
+    send_queue_max: int = 256  # frames waiting to be written, per connection (or link)
+    connections_max: int = 1024  # open connections per listener
+    handshake_timeout_s: float = 5.0  # connect + TLS + handshake, so silence cannot hold a slot
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class NodeTransport(Protocol):
+    node_id: int
+
+    def send_nowait(self, peer_id: int, message: Message) -> bool: ...
+
+    async def request(self, peer_id: int, message: Message) -> Message: ...
+
+    def set_peers(self, peers: Mapping[int, str]) -> None: ...
+
+
+class ClientConnection(Protocol):
+    def send_nowait(self, message: Message) -> bool: ...
+
+    async def request(self, message: Message) -> Message: ...

@@ -1,0 +1,190 @@
+"""The TCP network: a node's transport (listener + peer links) and client connections."""
+
+from __future__ import annotations
+
+import random
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+
+import trio
+
+from transport.addresses import parse_address
+from transport.backoff import DEFAULT_BACKOFF, Backoff
+from transport.connection import Connection
+from transport.errors import ConnectionClosed
+from transport.framing import FrameDecoder
+from transport.handshake import dial_handshake
+from transport.listener import Listener
+from transport.messages import Message, Role
+from transport.network import DEFAULT_LIMITS, Handler, Limits
+from transport.peer_link import PeerLink
+
+
+async def dial(
+    address: str,
+    *,
+    role: Role,
+    node_id: int | None,
+    secret: bytes | None,
+    ssl_context: ssl.SSLContext | None,
+    limits: Limits,
+) -> Connection:
+    """Connect and handshake; the Connection is returned before it runs (call its run()).
+
+    Raises AuthError on an authentication fault, ConnectionClosed if the node cannot be
+    reached, refuses, or does not finish the handshake within `handshake_timeout_s`.
+    """
+    host, port = parse_address(address)
+    try:
+        with trio.fail_after(limits.handshake_timeout_s):
+            stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+            try:
+                if ssl_context is not None:
+                    stream = trio.SSLStream(stream, ssl_context, server_hostname=host)
+                decoder = FrameDecoder(limits.frame_bytes_max)
+                info = await dial_handshake(
+                    stream, decoder, role=role, node_id=node_id, secret=secret, remote=address
+                )
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+    except trio.TooSlowError:
+        raise ConnectionClosed(
+            f"{address}: no handshake within {limits.handshake_timeout_s} s"
+        ) from None
+    except OSError as exc:
+        raise ConnectionClosed(f"cannot connect to {address}: {exc}") from None
+    return Connection(stream, info, decoder=decoder, limits=limits)
+
+
+@asynccontextmanager
+async def open_connection(
+    address: str,
+    *,
+    secret: bytes | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> AsyncIterator[Connection]:
+    """A client's connection to one node, closed when the block ends."""
+    connection = await dial(
+        address,
+        role=Role.CLIENT,
+        node_id=None,
+        secret=secret,
+        ssl_context=ssl_context,
+        limits=limits,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        try:
+            yield connection
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+class TcpTransport:
+    """A node's TCP transport (the NodeTransport of network.py): one PeerLink per peer."""
+
+    def __init__(
+        self,
+        node_id: int,
+        nursery: trio.Nursery,
+        *,
+        listen_addresses: list[str],
+        dial_peer: partial[Connection],
+        rng: random.Random,
+        backoff: Backoff,
+    ) -> None:
+        self.node_id = node_id
+        self.listen_addresses = listen_addresses
+        self._nursery = nursery
+        self._dial_peer = dial_peer
+        self._rng = rng
+        self._backoff = backoff
+        self._links: dict[int, tuple[PeerLink, trio.CancelScope]] = {}
+
+    def send_nowait(self, peer_id: int, message: Message) -> bool:
+        entry = self._links.get(peer_id)
+        return entry is not None and entry[0].send_nowait(message)
+
+    async def request(self, peer_id: int, message: Message) -> Message:
+        entry = self._links.get(peer_id)
+        if entry is None:
+            raise ConnectionClosed(f"peer {peer_id} is not a member")
+        return await entry[0].request(message)
+
+    def set_peers(self, peers: Mapping[int, str]) -> None:
+        for peer_id, (link, scope) in list(self._links.items()):
+            if peers.get(peer_id) != link.address:
+                del self._links[peer_id]
+                scope.cancel()
+        for peer_id, address in peers.items():
+            if peer_id == self.node_id or peer_id in self._links:
+                continue
+            link = PeerLink(
+                self.node_id,
+                peer_id,
+                address,
+                dial=self._dial_peer,
+                rng=self._rng,
+                backoff=self._backoff,
+            )
+            scope = trio.CancelScope()
+            self._links[peer_id] = (link, scope)
+            self._nursery.start_soon(self._run_link, link, scope)
+
+    def connected(self, peer_id: int) -> bool:
+        entry = self._links.get(peer_id)
+        return entry is not None and entry[0].connected
+
+    @staticmethod
+    async def _run_link(link: PeerLink, scope: trio.CancelScope) -> None:
+        with scope:
+            await link.run()
+
+
+@asynccontextmanager
+async def open_tcp_transport(
+    node_id: int,
+    listen: str,
+    handler: Handler,
+    *,
+    rng: random.Random,
+    peers: Mapping[int, str] | None = None,
+    secret: bytes | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    peer_ssl_context: ssl.SSLContext | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    backoff: Backoff = DEFAULT_BACKOFF,
+) -> AsyncIterator[TcpTransport]:
+    """Listen on `listen` ("host:port", port 0 for any) and keep links to `peers`.
+
+    `ssl_context` serves TLS on the listener, `peer_ssl_context` dials peers with TLS.
+    """
+    host, port = parse_address(listen)
+    listener = Listener(node_id, handler, secret=secret, ssl_context=ssl_context, limits=limits)
+    async with trio.open_nursery() as nursery:
+        addresses = await nursery.start(listener.serve, host, port)
+        dial_peer = partial(
+            dial,
+            role=Role.PEER,
+            node_id=node_id,
+            secret=secret,
+            ssl_context=peer_ssl_context,
+            limits=limits,
+        )
+        transport = TcpTransport(
+            node_id,
+            nursery,
+            listen_addresses=addresses,
+            dial_peer=dial_peer,
+            rng=rng,
+            backoff=backoff,
+        )
+        transport.set_peers(peers or {})
+        try:
+            yield transport
+        finally:
+            nursery.cancel_scope.cancel()
