@@ -261,6 +261,10 @@ class Log:
         """Term of the batch holding `offset`."""
         return self._segment_holding(offset).term_at(offset)
 
+    def batch_start(self, offset: int) -> int:
+        """Base offset of the batch holding `offset`."""
+        return self._segment_holding(offset).position_of(offset)[1].base_offset
+
     def last_offset_of_term(self, term: int) -> int | None:
         """Last offset whose term is at most `term` (Raft's fast back-off), or None."""
         for i in range(len(self._segments) - 1, -1, -1):

@@ -1,0 +1,612 @@
+"""The rules of Raft, as plain synchronous code on plain state (etcd's raft.Step style).
+
+`RaftCore` takes inputs (a peer message, a tick, "flushed up to N", a client proposal) with
+the current time, changes its state, writes to the log's page cache, and leaves what must be
+done in its outputs: `outbox` (messages to send) and `metadata_dirty` (term or vote changed:
+persist before sending anything, storage rule 1). The node actor around it performs them.
+No trio, no sockets, no clock here: every time is passed in, all randomness comes from the
+`random.Random` the node is given.
+
+Modifications to textbook Raft, from the seeds:
+- pre-vote, and vote requests ignored within the minimum election timeout of hearing from a
+  leader, except for a leadership transfer (seed 000, 001, 002);
+- a leader that has not heard from a majority for an election timeout steps down;
+- a new leader appends a barrier batch of its term; older entries commit through it (002);
+- commit = largest offset at most min(match, flushed) on a majority, of the current term,
+  and never above the node's own flushed offset (seed 004, RELIABILITY I4);
+- followers report flushed and dirty offsets; lagging followers get 32 KiB chunks without
+  forced flushes (seed 004's recovery).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+
+import structlog
+
+from actors.progress import Progress
+from actors.settings import RaftSettings
+from log.batch import BatchError, BatchType, build_batch, split_batches
+from log.metadata import ConsensusMetadata
+from log.wal import Log, LogChunk
+from membership.config import Configuration
+from membership.quorum import VoteResult, committed_offset, has_quorum, vote_result
+from transport.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    Heartbeat,
+    HeartbeatReply,
+    Message,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
+
+logger = structlog.get_logger("quorumlog.raft")
+
+GROUP = 0  # one Raft group per cluster for now; every message carries it
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre_candidate"  # asking for pre-votes
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+    LEARNER = "learner"
+
+    @property
+    def label(self) -> str:
+        """The role as `status` shows it (CONTRACT.md): a pre-candidate is a candidate."""
+        return "candidate" if self is Role.PRE_CANDIDATE else self.value
+
+
+class NotLeaderError(Exception):
+    def __init__(self, leader_id: int | None):
+        super().__init__(f"not the leader (leader: {leader_id})")
+        self.leader_id = leader_id
+
+
+def barrier_batch() -> bytes:
+    """The empty batch a new leader appends so that older entries commit through it."""
+    return build_batch(b"", record_count=1, batch_type=BatchType.BARRIER)
+
+
+class RaftCore:
+    def __init__(
+        self,
+        node_id: int,
+        log: Log,
+        meta: ConsensusMetadata,
+        config: Configuration,
+        settings: RaftSettings,
+        rng: random.Random,
+        now: float,
+    ):
+        self.id = node_id
+        self.log = log
+        self.meta = meta
+        self.config = config
+        self.settings = settings
+        self.rng = rng
+        self.role = Role.FOLLOWER if config.is_voter(node_id) else Role.LEARNER
+        self.leader_id: int | None = None
+        # Highest offset known committed; never above our flushed offset (I4).
+        self.commit_offset = -1
+        # Follower: highest offset known to match the current leader's log, and the last
+        # commit offset that leader announced (re-applied when a flush completes, rule 2).
+        self.verified_offset = -1
+        self.leader_commit = -1
+        self.last_leader_contact_s = -math.inf
+        self.election_deadline_s = 0.0
+        self.heartbeat_deadline_s = math.inf
+        self.leader_since_s = 0.0
+        self.votes: dict[int, bool] = {}
+        self.progress: dict[int, Progress] = {}
+        # Follower replies waiting for a flush: (offset that must be flushed, leader id).
+        self.pending_replies: list[tuple[int, int]] = []
+        self.reported_flushed = -1
+        # Outputs for the node actor.
+        self.outbox: list[tuple[int, Message]] = []
+        self.metadata_dirty = False
+        self.flush_urgent = False
+        self._reset_election_deadline(now)
+
+    # ----------------------------------------------------------------- state and outputs
+
+    @property
+    def term(self) -> int:
+        return self.meta.current_term
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    def take_outbox(self) -> list[tuple[int, Message]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def next_deadline(self) -> float:
+        if self.role is Role.LEADER:
+            return self.heartbeat_deadline_s
+        if self.role is Role.LEARNER:
+            return math.inf
+        return self.election_deadline_s
+
+    def term_at(self, offset: int) -> int:
+        if offset < self.log.log_start_offset:
+            return 0  # before the retained log (or -1): only ever compared as committed
+        return self.log.term_at(offset)
+
+    def _send(self, to: int, message: Message) -> None:
+        self.outbox.append((to, message))
+
+    def _set_term(self, term: int, voted_for: int | None) -> None:
+        self.meta = self.meta.with_vote(term, voted_for)
+        self.metadata_dirty = True
+
+    def _reset_election_deadline(self, now: float) -> None:
+        s = self.settings
+        self.election_deadline_s = now + self.rng.uniform(
+            s.election_timeout_min_s, s.election_timeout_max_s
+        )
+
+    def _in_lease(self, now: float) -> bool:
+        """Heard from a live leader within the minimum election timeout (or we lead)."""
+        if self.role is Role.LEADER:
+            return True
+        recent = now - self.last_leader_contact_s < self.settings.election_timeout_min_s
+        return self.leader_id is not None and recent
+
+    # ----------------------------------------------------------------------- roles
+
+    def become_follower(self, term: int, leader_id: int | None, now: float) -> None:
+        was = self.role
+        if term > self.term:
+            self._set_term(term, None)
+        self.role = Role.FOLLOWER if self.config.is_voter(self.id) else Role.LEARNER
+        if leader_id != self.leader_id:
+            self.verified_offset = -1
+        self.leader_id = leader_id
+        self.progress.clear()
+        self.votes.clear()
+        self.heartbeat_deadline_s = math.inf
+        self._reset_election_deadline(now)
+        if was is Role.LEADER:
+            logger.info("stepped_down", node_id=self.id, term=self.term)
+
+    def _start_pre_vote(self, now: float) -> None:
+        self.role = Role.PRE_CANDIDATE
+        self.leader_id = None
+        self.votes = {self.id: True}
+        self._reset_election_deadline(now)
+        self._request_votes(self.term + 1, pre_vote=True, transfer=False)
+        self._count_votes(now)
+
+    def _campaign(self, now: float, transfer: bool = False) -> None:
+        self._set_term(self.term + 1, self.id)
+        self.role = Role.CANDIDATE
+        self.leader_id = None
+        self.votes = {self.id: True}
+        self._reset_election_deadline(now)
+        logger.info("election_started", node_id=self.id, term=self.term, transfer=transfer)
+        self._request_votes(self.term, pre_vote=False, transfer=transfer)
+        self._count_votes(now)
+
+    def _request_votes(self, term: int, pre_vote: bool, transfer: bool) -> None:
+        request = VoteRequest(
+            GROUP, term, self.id, self.log.dirty_offset, self.log.last_term, pre_vote, transfer
+        )
+        for voter in self.config.voters - {self.id}:
+            self._send(voter, request)
+
+    def _count_votes(self, now: float) -> None:
+        result = vote_result(self.config, self.votes)
+        if result is VoteResult.WON:
+            if self.role is Role.PRE_CANDIDATE:
+                self._campaign(now)
+            else:
+                self._become_leader(now)
+        elif result is VoteResult.LOST:
+            self.become_follower(self.term, None, now)
+
+    def _become_leader(self, now: float) -> None:
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self.leader_since_s = now
+        self.votes.clear()
+        next_offset = self.log.dirty_offset + 1
+        self.progress = {
+            peer: Progress(peer, next_offset, last_contact_s=now, last_reply_s=now)
+            for peer in self.config.members - {self.id}
+        }
+        self.log.append([barrier_batch()], self.term)
+        self.flush_urgent = True
+        logger.info(
+            "became_leader",
+            node_id=self.id,
+            term=self.term,
+            dirty_offset=self.log.dirty_offset,
+            commit_offset=self.commit_offset,
+        )
+        self._broadcast_heartbeat(now)
+        self.pump()
+        self._maybe_commit()
+
+    # ----------------------------------------------------------------------- inputs
+
+    def tick(self, now: float) -> None:
+        """Time passed: heartbeats, elections, lost-message recovery, leader step-down."""
+        if self.role is Role.LEADER:
+            if now >= self.heartbeat_deadline_s:
+                self._broadcast_heartbeat(now)
+            self._check_quorum(now)
+            if self.role is Role.LEADER:
+                self._retransmit_stalled(now)
+                self.pump()
+        elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
+            self._start_pre_vote(now)
+
+    def step(self, sender: int, message: Message, now: float) -> None:
+        """A message from a peer. The term check happens once, here (etcd's Step)."""
+        term = message.term
+        if term > self.term:
+            match message:
+                case VoteRequest(pre_vote=True):
+                    pass  # a pre-vote does not raise anyone's term
+                case VoteReply(pre_vote=True, granted=True):
+                    pass  # granted pre-votes carry the term we would take
+                case VoteRequest(transfer=transfer) if self._in_lease(now) and not transfer:
+                    return  # a live leader exists: do not let this node disrupt it
+                case AppendEntries() | Heartbeat() | TimeoutNow():
+                    self.become_follower(term, message.leader_id, now)
+                case _:
+                    self.become_follower(term, None, now)
+        elif term < self.term:
+            match message:
+                case AppendEntries() | Heartbeat():
+                    # Tell the stale leader about the newer term so that it steps down.
+                    self._send(sender, self._append_reply(AppendResult.FAILURE))
+                case VoteRequest():
+                    self._send(
+                        sender,
+                        VoteReply(GROUP, self.id, self.term, False, message.pre_vote),
+                    )
+            return
+        match message:
+            case VoteRequest():
+                self._on_vote_request(sender, message, now)
+            case VoteReply():
+                self._on_vote_reply(sender, message, now)
+            case AppendEntries():
+                self._on_append_entries(sender, message, now)
+            case Heartbeat():
+                self._on_heartbeat(sender, message, now)
+            case AppendEntriesReply() | HeartbeatReply():
+                self._on_append_reply(sender, message, now)
+            case TimeoutNow():
+                if self.config.is_voter(self.id) and self.role is not Role.LEADER:
+                    self._campaign(now, transfer=True)
+            case _:
+                raise AssertionError(f"not a Raft message: {message!r}")
+
+    def on_flushed(self, now: float) -> None:
+        """The log's flushed offset moved: commit may advance; waiting replies can go."""
+        flushed = self.log.flushed_offset
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+            return
+        self._follow_commit()
+        if self.leader_id is None:
+            return
+        ready = [p for p in self.pending_replies if p[0] <= flushed]
+        self.pending_replies = [p for p in self.pending_replies if p[0] > flushed]
+        for _, leader in ready:
+            self._send(leader, self._append_reply(AppendResult.SUCCESS))
+        if not ready and min(flushed, self.verified_offset) > self.reported_flushed:
+            # A background flush ended: report it now rather than at the next heartbeat.
+            self._send(self.leader_id, self.heartbeat_reply())
+
+    def propose(self, batches: list[bytes], now: float) -> tuple[int, int]:
+        """Append client batches on the leader; returns (first, last) offset."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        first = self.log.dirty_offset + 1
+        last = self.log.append(batches, self.term)
+        return first, last
+
+    # ----------------------------------------------------------------------- votes
+
+    def _on_vote_request(self, sender: int, req: VoteRequest, now: float) -> None:
+        up_to_date = (req.last_term, req.last_offset) >= (self.log.last_term, self.log.dirty_offset)
+        # Storage rule 6: a repaired node votes again only once it has caught up.
+        may_vote = (
+            self.config.is_voter(self.id) and self.log.dirty_offset >= self.meta.vote_after_offset
+        )
+        if req.pre_vote:
+            granted = (
+                may_vote
+                and up_to_date
+                and req.term > self.term
+                and (req.transfer or not self._in_lease(now))
+            )
+            reply_term = req.term if granted else self.term
+            self._send(sender, VoteReply(GROUP, self.id, reply_term, granted, True))
+            return
+        granted = may_vote and up_to_date and self.meta.voted_for in (None, req.candidate_id)
+        if granted and self.meta.voted_for is None:
+            self._set_term(self.term, req.candidate_id)
+        if granted:
+            self._reset_election_deadline(now)
+        self._send(sender, VoteReply(GROUP, self.id, self.term, granted, False))
+
+    def _on_vote_reply(self, sender: int, reply: VoteReply, now: float) -> None:
+        if reply.pre_vote != (self.role is Role.PRE_CANDIDATE):
+            return
+        if self.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            return
+        self.votes[sender] = reply.granted
+        self._count_votes(now)
+
+    # ----------------------------------------------------------------------- follower
+
+    def _heard_from_leader(self, leader_id: int, now: float) -> None:
+        if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) or self.leader_id != leader_id:
+            self.become_follower(self.term, leader_id, now)
+        self.last_leader_contact_s = now
+        self._reset_election_deadline(now)
+
+    def _on_append_entries(self, sender: int, req: AppendEntries, now: float) -> None:
+        self._heard_from_leader(req.leader_id, now)
+        log = self.log
+        prev = req.prev_offset
+        if prev > log.dirty_offset:
+            self._reject(sender, log.dirty_offset, log.last_term)
+            return
+        if prev >= log.log_start_offset and log.term_at(prev) != req.prev_term:
+            # Skip back to the last entry that can match (etcd's findConflictByTerm).
+            last_of_term = log.last_offset_of_term(req.prev_term)
+            hint = min(prev, -1 if last_of_term is None else last_of_term)
+            hint = max(hint, log.log_start_offset - 1)
+            self._reject(sender, hint, self.term_at(hint) if hint >= 0 else 0)
+            return
+        try:
+            batches = split_batches(req.batches)
+        except BatchError as exc:
+            logger.error("bad_batch_from_leader", node_id=self.id, leader=sender, error=str(exc))
+            self._reject(sender, prev, self.term_at(prev) if prev >= 0 else 0)
+            return
+        last_new = batches[-1][0].last_offset if batches else prev
+        position = 0
+        for header, batch in batches:
+            if header.base_offset > log.dirty_offset:
+                break
+            if log.term_at(header.base_offset) != header.term:
+                # A conflict: drop our entry and all after it (Raft paper 5.3).
+                assert header.base_offset > self.commit_offset, "would truncate committed entries"
+                log.truncate_suffix(header.base_offset)
+                self.verified_offset = min(self.verified_offset, header.base_offset - 1)
+                break
+            position += len(batch)  # already have this very batch (same offset and term)
+        if position < len(req.batches):
+            log.append_replicated(memoryview(req.batches)[position:])
+        self.verified_offset = max(self.verified_offset, last_new)
+        self.leader_commit = max(self.leader_commit, req.leader_commit)
+        self._follow_commit()
+        if req.flush and log.flushed_offset < last_new:
+            self.pending_replies.append((last_new, sender))
+            self.flush_urgent = True
+        else:
+            self._send(sender, self._append_reply(AppendResult.SUCCESS))
+
+    def _on_heartbeat(self, sender: int, hb: Heartbeat, now: float) -> None:
+        self._heard_from_leader(hb.leader_id, now)
+        self.leader_commit = max(self.leader_commit, hb.leader_commit)
+        self._follow_commit()
+        self._send(sender, self.heartbeat_reply())
+
+    def _follow_commit(self) -> None:
+        """Commit what the leader committed, as far as we verifiably hold and flushed it."""
+        target = min(self.leader_commit, self.verified_offset, self.log.flushed_offset)
+        if target > self.commit_offset:
+            self.commit_offset = target
+
+    def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
+        self._send(
+            leader,
+            AppendEntriesReply(
+                GROUP,
+                self.id,
+                self.term,
+                self._reported_flushed(),
+                self.verified_offset,
+                AppendResult.FAILURE,
+                hint_offset,
+                hint_term,
+            ),
+        )
+
+    def _reported_flushed(self) -> int:
+        flushed = min(self.log.flushed_offset, self.verified_offset)
+        self.reported_flushed = max(self.reported_flushed, flushed)
+        return flushed
+
+    def _append_reply(self, result: AppendResult) -> AppendEntriesReply:
+        return AppendEntriesReply(
+            GROUP,
+            self.id,
+            self.term,
+            self._reported_flushed(),
+            self.verified_offset,
+            result,
+            -1,
+            -1,
+        )
+
+    def heartbeat_reply(self) -> HeartbeatReply:
+        return HeartbeatReply(
+            GROUP,
+            self.id,
+            self.term,
+            self._reported_flushed(),
+            self.verified_offset,
+            AppendResult.SUCCESS,
+            -1,
+            -1,
+        )
+
+    # ----------------------------------------------------------------------- leader
+
+    def _broadcast_heartbeat(self, now: float) -> None:
+        # Seeded jitter: equal deadlines would be ordered by object identity (not replayable).
+        interval = self.settings.heartbeat_interval_s
+        self.heartbeat_deadline_s = now + interval * (1 + 0.01 * self.rng.random())
+        for peer in self.progress:
+            self._send(peer, self.heartbeat_message())
+
+    def heartbeat_message(self) -> Heartbeat:
+        return Heartbeat(GROUP, self.term, self.id, -1, 0, self.commit_offset)
+
+    def _check_quorum(self, now: float) -> None:
+        """Step down if a majority has not answered within an election timeout."""
+        window = self.settings.election_timeout_max_s
+        if now - self.leader_since_s < window:
+            return
+        recent = {self.id} | {
+            p.node_id for p in self.progress.values() if now - p.last_contact_s < window
+        }
+        if not has_quorum(self.config, recent):
+            logger.warning("lost_quorum_contact", node_id=self.id, term=self.term)
+            self.become_follower(self.term, None, now)
+
+    def _retransmit_stalled(self, now: float) -> None:
+        for p in self.progress.values():
+            if p.inflight and now - p.last_reply_s >= self.settings.retransmit_timeout_s:
+                # Requests or replies were lost: probe again; the reply's hint repositions us.
+                p.inflight = 0
+                p.probing = True
+                p.last_reply_s = now
+
+    def pump(self) -> None:
+        """Send every follower what its window allows (called after each round of inputs)."""
+        if self.role is not Role.LEADER:
+            return
+        for p in self.progress.values():
+            self._send_appends(p)
+
+    def _send_appends(self, p: Progress) -> None:
+        log = self.log
+        s = self.settings
+        while p.inflight < (1 if p.probing else s.inflight_max):
+            if p.next_offset > log.dirty_offset and not p.probing:
+                return  # caught up; heartbeats carry the commit offset
+            prev = p.next_offset - 1
+            if prev < log.log_start_offset - 1:
+                logger.error("follower_behind_log_start", node_id=self.id, peer=p.node_id)
+                return
+            if p.next_offset <= log.dirty_offset:
+                chunk = log.read(p.next_offset, s.chunk_bytes_max)
+            else:
+                chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
+            # More than this chunk to send: the follower is recovering (seed 004).
+            p.recovering = chunk.last_offset < log.dirty_offset
+            flush = s.follower_inline_flush and not p.recovering
+            self._send(
+                p.node_id,
+                AppendEntries(
+                    GROUP,
+                    self.term,
+                    self.id,
+                    prev,
+                    self.term_at(prev),
+                    self.commit_offset,
+                    chunk.data,
+                    flush,
+                ),
+            )
+            p.inflight += 1
+            if p.probing:
+                return  # wait for the answer before sending more
+            p.next_offset = chunk.last_offset + 1
+
+    def _on_append_reply(
+        self, sender: int, reply: AppendEntriesReply | HeartbeatReply, now: float
+    ) -> None:
+        p = self.progress.get(sender)
+        if self.role is not Role.LEADER or p is None:
+            return
+        p.last_contact_s = now
+        is_append = isinstance(reply, AppendEntriesReply)
+        if is_append:
+            p.last_reply_s = now
+            p.inflight = max(0, p.inflight - 1)
+        if reply.last_dirty < p.match_offset:
+            # The follower knows less than we thought: it restarted (and may have lost its
+            # unflushed tail), or this reply is older than one already seen. Flushed entries
+            # survive a crash, so match falls back no further than them; probe from there.
+            p.match_offset = max(reply.last_dirty, p.flushed_offset)
+            p.probing = True
+            p.inflight = 0
+        if reply.result is AppendResult.SUCCESS:
+            p.match_offset = max(p.match_offset, reply.last_dirty)
+            p.flushed_offset = max(p.flushed_offset, min(reply.last_flushed, p.match_offset))
+            p.dirty_offset = reply.last_dirty
+            if p.probing and is_append:
+                p.probing = False
+                p.inflight = 0
+            p.next_offset = max(p.next_offset, p.match_offset + 1)
+            if p.match_offset >= self.log.dirty_offset:
+                p.recovering = False
+            self._maybe_commit()
+        elif reply.result is AppendResult.FAILURE and is_append:
+            p.probing = True
+            p.inflight = 0
+            p.next_offset = self._next_after_hint(reply.conflict_offset, reply.conflict_term, p)
+
+    def _next_after_hint(self, hint_offset: int, hint_term: int, p: Progress) -> int:
+        """Where to resume after a rejection: just past the last entry of ours that can
+        match the follower's hint, at a batch start, never before the known match."""
+        log = self.log
+        candidate = min(hint_offset, log.dirty_offset)
+        last_of_term = log.last_offset_of_term(hint_term)
+        candidate = min(candidate, last_of_term if last_of_term is not None else -1)
+        next_offset = max(candidate + 1, p.match_offset + 1, log.log_start_offset)
+        if next_offset <= log.dirty_offset:
+            next_offset = log.batch_start(next_offset)
+        return next_offset
+
+    def _maybe_commit(self) -> None:
+        acked = {p.node_id: p.acked_offset for p in self.progress.values()}
+        acked[self.id] = self.log.flushed_offset
+        candidate = min(committed_offset(self.config, acked), self.log.flushed_offset)
+        if candidate > self.commit_offset and self.term_at(candidate) == self.term:
+            self.commit_offset = candidate
+
+    # ----------------------------------------------------------------------- reporting
+
+    def majority_offsets(self) -> tuple[int, int]:
+        """(flushed, dirty) offsets reached by a majority, as the leader sees them now."""
+        flushed = {p.node_id: p.flushed_offset for p in self.progress.values()}
+        dirty = {p.node_id: p.match_offset for p in self.progress.values()}
+        flushed[self.id] = self.log.flushed_offset
+        dirty[self.id] = self.log.dirty_offset
+        return committed_offset(self.config, flushed), committed_offset(self.config, dirty)
+
+    def status(self) -> dict:
+        log = self.log
+        out = {
+            "node_id": self.id,
+            "role": self.role.label,
+            "term": self.term,
+            "leader_id": self.leader_id,
+            "commit_offset": self.commit_offset,
+            "dirty_offset": log.dirty_offset,
+            "flushed_offset": log.flushed_offset,
+            "log_start_offset": log.log_start_offset,
+            "config": self.config.to_json(),
+        }
+        if self.role is Role.LEADER:
+            out["followers"] = {str(p.node_id): p.to_json() for p in self.progress.values()}
+        return out

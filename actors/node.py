@@ -1,0 +1,371 @@
+"""The node: the actor around RaftCore, its mailbox, and the client handler.
+
+One task (the main loop) owns the core and reads the mailbox: peer messages, client appends,
+"flushed". After each round of inputs it persists term and vote if they changed (before
+anything is sent: storage rule 1), sends the core's outbox, answers the appends whose
+durability was reached, and asks the flusher for a flush. Timers are the core's deadlines,
+waited for on trio's clock. The node's nursery supervises it all: a storage error anywhere
+stops the whole node (fail-stop).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+import structlog
+import trio
+
+from actors.core import NotLeaderError, RaftCore
+from actors.flusher import Flushed, Flusher
+from actors.settings import RaftSettings
+from actors.storage import NodeStorage
+from log.batch import BatchError, BatchType, split_batches
+from log.wal import OffsetOutOfRangeError, RunSync, run_inline
+from membership.quorum import has_quorum
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    Acks,
+    AppendEntries,
+    AppendEntriesReply,
+    AppendReply,
+    AppendRequest,
+    EndOffsetReply,
+    EndOffsetRequest,
+    ErrorCode,
+    ErrorReply,
+    Heartbeat,
+    HeartbeatReply,
+    Message,
+    ReadReply,
+    ReadRequest,
+    StatusReply,
+    StatusRequest,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
+from transport.messages import (
+    Role as ConnectionRole,
+)
+from transport.network import ConnectionInfo, Handler, NodeTransport
+
+logger = structlog.get_logger("quorumlog.node")
+
+MAILBOX_MAX = 1024
+# Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
+ROUND_INPUTS_MAX = 256
+READ_BYTES_MAX = 4 * 1024 * 1024
+
+RAFT_TYPES = (
+    AppendEntries,
+    AppendEntriesReply,
+    VoteRequest,
+    VoteReply,
+    TimeoutNow,
+    Heartbeat,
+    HeartbeatReply,
+)
+
+OpenTransport = Callable[[Handler], AbstractAsyncContextManager[NodeTransport]]
+
+
+class Pending:
+    """A reply that the main loop fills in for a waiting handler."""
+
+    __slots__ = ("_done", "value")
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self.value: Message | None = None
+
+    def resolve(self, value: Message) -> None:
+        if not self._done.is_set():
+            self.value = value
+            self._done.set()
+
+    async def wait(self) -> Message:
+        await self._done.wait()
+        assert self.value is not None
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class PeerInput:
+    sender: int
+    message: Message
+    processed: trio.Event | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAppend:
+    batches: bytes
+    acks: Acks
+    reply: Pending | None
+
+
+@dataclass(slots=True)
+class QuorumWaiter:
+    term: int
+    first_offset: int
+    last_offset: int
+    reply: Pending
+
+
+class Node:
+    def __init__(
+        self,
+        node_id: int,
+        storage: NodeStorage,
+        *,
+        settings: RaftSettings,
+        rng: random.Random,
+        run_sync: RunSync = run_inline,
+    ):
+        self.id = node_id
+        self.storage = storage
+        self.settings = settings
+        self._run_sync = run_sync
+        self.log = storage.log
+        self.core = RaftCore(
+            node_id, storage.log, storage.meta, storage.config, settings, rng, trio.current_time()
+        )
+        self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
+        self._flusher = Flusher(storage.log, self._inbox.clone(), settings.leader_flush_interval_s)
+        self._waiters: deque[QuorumWaiter] = deque()
+        self._transport: NodeTransport | None = None
+        self._logger = logger.bind(node_id=node_id)
+
+    # ------------------------------------------------------------------- running
+
+    async def run(
+        self, open_transport: OpenTransport, *, task_status=trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run until cancelled; raises StorageError on a disk fault (fail-stop)."""
+        self._logger.info(
+            "node_started",
+            term=self.core.term,
+            dirty_offset=self.log.dirty_offset,
+            config=self.core.config.to_json(),
+        )
+        async with open_transport(self.handle) as transport, trio.open_nursery() as nursery:
+            self._transport = transport
+            transport.set_peers(self._peer_addresses())
+            nursery.start_soon(self._flusher.run)
+            task_status.started(self)
+            await self._main_loop()
+
+    def _peer_addresses(self) -> dict[int, str]:
+        config = self.core.config
+        return {m: config.addresses[m] for m in config.members if m != self.id}
+
+    async def _main_loop(self) -> None:
+        core = self.core
+        while True:
+            with trio.move_on_at(core.next_deadline()):
+                self._handle_input(await self._mailbox.receive())
+                for _ in range(ROUND_INPUTS_MAX - 1):
+                    try:
+                        self._handle_input(self._mailbox.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+            now = trio.current_time()
+            if now >= core.next_deadline():
+                core.tick(now)
+            core.pump()
+            await self._perform()
+
+    def _handle_input(self, item: object) -> None:
+        core = self.core
+        now = trio.current_time()
+        match item:
+            case PeerInput(sender, message, processed):
+                core.step(sender, message, now)
+                if processed is not None:
+                    processed.set()
+            case ClientAppend(batches, acks, reply):
+                self._append(batches, acks, reply, now)
+            case Flushed():
+                core.on_flushed(now)
+            case _:
+                raise AssertionError(f"unknown mailbox item {item!r}")
+
+    def _append(self, batches: bytes, acks: Acks, reply: Pending | None, now: float) -> None:
+        try:
+            first, last = self.core.propose([b for _, b in split_batches(batches)], now)
+        except NotLeaderError as exc:
+            if reply is not None:
+                reply.resolve(self._not_leader(exc.leader_id))
+            return
+        if acks is Acks.QUORUM:
+            assert reply is not None
+            self._waiters.append(QuorumWaiter(self.core.term, first, last, reply))
+        elif reply is not None:
+            reply.resolve(self._append_reply(first, last))
+
+    async def _perform(self) -> None:
+        core = self.core
+        if core.metadata_dirty:
+            core.metadata_dirty = False
+            await self._run_sync(self.storage.store.save, core.meta)
+        transport = self._transport
+        assert transport is not None
+        for to, message in core.take_outbox():
+            transport.send_nowait(to, message)
+        self._answer_waiters()
+        log = self.log
+        if log.dirty_offset > log.flushed_offset:
+            urgent = (
+                not core.is_leader
+                or bool(self._waiters)
+                or core.flush_urgent
+                or bool(core.pending_replies)
+            )
+            core.flush_urgent = False
+            self._flusher.request(urgent)
+
+    def _answer_waiters(self) -> None:
+        core = self.core
+        waiters = self._waiters
+        while waiters and waiters[0].last_offset <= core.commit_offset:
+            w = waiters.popleft()
+            w.reply.resolve(self._append_reply(w.first_offset, w.last_offset))
+        if waiters and (not core.is_leader or waiters[0].term != core.term):
+            # Leadership moved: the outcome of these appends is unknown to us now.
+            while waiters:
+                waiters.popleft().reply.resolve(
+                    ErrorReply(
+                        ErrorCode.NOT_LEADER,
+                        "leadership changed before the append was committed; retry",
+                        core.leader_id,
+                        self._address_of(core.leader_id),
+                    )
+                )
+
+    def _append_reply(self, first: int, last: int) -> AppendReply:
+        flushed, dirty = self.core.majority_offsets()
+        return AppendReply(first, last, self.core.commit_offset, flushed, dirty)
+
+    def _address_of(self, node_id: int | None) -> str | None:
+        return None if node_id is None else self.core.config.addresses.get(node_id)
+
+    def _not_leader(self, leader_id: int | None) -> ErrorReply:
+        return ErrorReply(
+            ErrorCode.NOT_LEADER,
+            f"node {self.id} is not the leader",
+            leader_id,
+            self._address_of(leader_id),
+        )
+
+    # ------------------------------------------------------------------- the handler
+
+    async def handle(self, peer: ConnectionInfo, message: Message) -> Message | None:
+        """Everything sent to this node, from peers and clients (transport/network.py)."""
+        if isinstance(message, RAFT_TYPES):
+            if peer.role is not ConnectionRole.PEER or peer.node_id is None:
+                return ErrorReply(ErrorCode.PROTOCOL, "Raft messages come from peers only")
+            if isinstance(message, Heartbeat):
+                # Answered directly too, so that a leader can confirm its leadership with
+                # a round of heartbeat requests (ReadIndex).
+                processed = trio.Event()
+                await self._inbox.send(PeerInput(peer.node_id, message, processed))
+                await processed.wait()
+                return self.core.heartbeat_reply()
+            await self._inbox.send(PeerInput(peer.node_id, message))
+            return None
+        match message:
+            case AppendRequest():
+                return await self._on_append_request(message)
+            case ReadRequest(offset, bytes_max):
+                return self._on_read(offset, bytes_max)
+            case EndOffsetRequest(linearizable):
+                return await self._on_end_offset(linearizable)
+            case StatusRequest():
+                return StatusReply(self.status())
+            case _:
+                return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
+
+    async def _on_append_request(self, request: AppendRequest) -> Message:
+        if len(request.batches) > self.settings.append_bytes_max:
+            return ErrorReply(
+                ErrorCode.TOO_LARGE,
+                f"append of {len(request.batches)} bytes exceeds {self.settings.append_bytes_max}",
+            )
+        if not self.core.is_leader:
+            return self._not_leader(self.core.leader_id)
+        try:
+            headers = [h for h, _ in split_batches(request.batches)]
+        except BatchError as exc:
+            return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
+        if not headers or any(h.batch_type is not BatchType.DATA for h in headers):
+            return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
+        if request.acks is Acks.NONE:
+            await self._inbox.send(ClientAppend(request.batches, request.acks, None))
+            flushed, dirty = self.core.majority_offsets()
+            return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+        reply = Pending()
+        await self._inbox.send(ClientAppend(request.batches, request.acks, reply))
+        return await reply.wait()
+
+    def _on_read(self, offset: int, bytes_max: int) -> Message:
+        """Committed records only (I5), from any node, up to the commit offset it knows."""
+        log = self.log
+        commit = self.core.commit_offset
+        try:
+            chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
+        except OffsetOutOfRangeError as exc:
+            return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
+        return ReadReply(chunk.data, commit, log.log_start_offset)
+
+    async def _on_end_offset(self, linearizable: bool) -> Message:
+        core = self.core
+        if not linearizable:
+            return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
+        if not core.is_leader:
+            return self._not_leader(core.leader_id)
+        commit = await self._read_index()
+        if commit is None:
+            return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
+        return EndOffsetReply(commit, self.log.log_start_offset)
+
+    async def _read_index(self) -> int | None:
+        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
+        the commit offset, then confirm with a quorum that we still lead."""
+        core = self.core
+        term = core.term
+        with trio.move_on_after(self.settings.election_timeout_max_s):
+            while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
+                await trio.sleep(self.settings.heartbeat_interval_s / 5)
+        if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
+            return None
+        commit = core.commit_offset
+        confirmed = {self.id}
+        transport = self._transport
+        assert transport is not None
+
+        async def ask(peer: int) -> None:
+            try:
+                reply = await transport.request(peer, core.heartbeat_message())
+            except ConnectionClosed:
+                return
+            if isinstance(reply, HeartbeatReply) and reply.term == term:
+                confirmed.add(peer)
+                if has_quorum(core.config, confirmed):
+                    nursery.cancel_scope.cancel()
+
+        if has_quorum(core.config, confirmed):
+            return commit
+        with trio.move_on_after(self.settings.election_timeout_min_s):
+            async with trio.open_nursery() as nursery:
+                for peer in core.config.voters - {self.id}:
+                    nursery.start_soon(ask, peer)
+        ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
+        return commit if ok else None
+
+    def status(self) -> dict:
+        out = self.core.status()
+        out["members"] = {str(m): a for m, a in sorted(self.core.config.addresses.items())}
+        return out

@@ -1,0 +1,32 @@
+"""Timing and size settings of a node, with their defaults (CONTRACT.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RaftSettings:
+    heartbeat_interval_s: float = 0.05
+    # Each election timeout is drawn uniformly from [min, max] (Raft paper 5.2).
+    election_timeout_min_s: float = 0.3
+    election_timeout_max_s: float = 0.6
+    # Whole batches of about this many bytes per AppendEntries (seed 004's recovery chunks).
+    chunk_bytes_max: int = 32 * 1024
+    # AppendEntries in flight per follower once its match point is known.
+    inflight_max: int = 8
+    # Steady state: ask followers to fsync before replying (True), or let them reply at
+    # once and report their flushed offset when their background flush ends (False).
+    follower_inline_flush: bool = False
+    # The leader flushes at once when quorum appends wait, otherwise after this long or
+    # this many unflushed bytes.
+    leader_flush_interval_s: float = 0.02
+    # A follower with no reply for this long gets its in-flight window reset (lost messages).
+    retransmit_timeout_s: float = 0.2
+    # Batches a client append request may carry.
+    append_bytes_max: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
+        assert self.election_timeout_min_s <= self.election_timeout_max_s
+        assert self.chunk_bytes_max > 0 and self.inflight_max > 0

@@ -1,0 +1,346 @@
+"""Deterministic simulation of whole clusters (../shared/RELIABILITY.md, "simulation recipe").
+
+A cluster runs inside one `trio.run` with `MockClock(autojump_threshold=0)`, the in-memory
+network of transport/memory.py and one in-memory disk per node. A seeded schedule crashes
+and restarts nodes (losing or tearing what was not flushed), partitions and heals links,
+and makes them lossy; clients append with all three acks levels. After the faults heal the
+checker verifies the invariants. Trio's scheduler is seeded too, so a seed replays exactly:
+`run_seed(seed)` twice gives the same trace hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+import trio
+import trio.testing
+
+from actors.node import Node
+from actors.settings import RaftSettings
+from actors.storage import open_storage
+from log.batch import BatchType, split_batches
+from log.files import StorageError
+from log.memdisk import MemoryFileSystem
+from log.records import batch_records, make_data_batch
+from log.wal import run_inline
+from transport.errors import ConnectionClosed
+from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
+from transport.messages import Acks, AppendReply, AppendRequest, ErrorReply
+
+DATA_DIR = "/data"
+SETTINGS = RaftSettings()
+ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
+
+
+@dataclass
+class SimNode:
+    node_id: int
+    fs: MemoryFileSystem = field(default_factory=MemoryFileSystem)
+    node: Node | None = None
+    scope: trio.CancelScope | None = None
+    stopped: trio.Event | None = None
+    last_commit: int = -1
+
+
+@dataclass
+class Outcome:
+    value: bytes
+    acks: Acks
+    offset: int | None  # the offset the cluster acknowledged, None if not acknowledged
+
+
+class Violation(AssertionError):
+    pass
+
+
+class Cluster:
+    def __init__(self, seed: int, size: int, settings: RaftSettings = SETTINGS):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.settings = settings
+        self.network = MemoryNetwork(random.Random(self.rng.getrandbits(64)))
+        self.addresses = {i: f"127.0.0.1:{7000 + i}" for i in range(1, size + 1)}
+        self.nodes = {i: SimNode(i) for i in self.addresses}
+        self.outcomes: list[Outcome] = []
+        self.leaders: dict[int, set[int]] = {}  # term -> nodes seen leading it
+        self.trace: list[str] = []
+        self.failures: list[str] = []
+        self.leader_hint: int | None = None
+
+    # ---------------------------------------------------------------- node lifecycle
+
+    def running(self) -> list[int]:
+        return [i for i, n in self.nodes.items() if n.node is not None]
+
+    async def start(self, nursery: trio.Nursery, node_id: int) -> None:
+        sim = self.nodes[node_id]
+        assert sim.node is None
+        node_rng = random.Random(self.rng.getrandbits(64))
+        storage = open_storage(
+            sim.fs, DATA_DIR, peers=self.addresses, rng=node_rng, run_sync=run_inline
+        )
+        node = Node(node_id, storage, settings=self.settings, rng=node_rng)
+        sim.node, sim.scope, sim.stopped = node, trio.CancelScope(), trio.Event()
+        sim.last_commit = -1
+        peers = {p: a for p, a in self.addresses.items() if p != node_id}
+        self.trace.append(f"start {node_id}")
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with sim.scope:
+                    await node.run(
+                        lambda handler: self.network.open_node(node_id, handler, peers=peers),
+                        task_status=task_status,
+                    )
+            except StorageError as exc:
+                self.failures.append(f"node {node_id} storage error: {exc}")
+            finally:
+                sim.node = None
+                sim.stopped.set()
+
+        await nursery.start(run)
+
+    async def crash(self, node_id: int) -> None:
+        sim = self.nodes[node_id]
+        if sim.node is None:
+            return
+        sim.scope.cancel()
+        await sim.stopped.wait()
+        sim.fs.crash(self.rng)
+        self.trace.append(f"crash {node_id}")
+
+    # ---------------------------------------------------------------- observation
+
+    async def observe(self) -> None:
+        """Every few ms of simulated time: leaders per term, commit monotonic, I4."""
+        while True:
+            for i, sim in self.nodes.items():
+                node = sim.node
+                if node is None:
+                    continue
+                core = node.core
+                if core.is_leader:
+                    self.leaders.setdefault(core.term, set()).add(i)
+                if core.commit_offset < sim.last_commit:
+                    self.failures.append(
+                        f"node {i} commit went back {sim.last_commit}->{core.commit_offset}"
+                    )
+                if core.commit_offset > node.log.flushed_offset:
+                    self.failures.append(f"node {i} commit {core.commit_offset} above flushed")
+                sim.last_commit = core.commit_offset
+            await trio.sleep(0.005)
+
+    # ---------------------------------------------------------------- clients
+
+    async def append(self, value: bytes, acks: Acks, timeout_s: float) -> int | None:
+        """One append, no retries once it may have been written (no idempotence yet)."""
+        batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0)
+        request = AppendRequest(batch, acks, -1, -1)
+        with trio.move_on_after(timeout_s):
+            for _ in range(10):
+                target = self.leader_hint or self.rng.choice(list(self.addresses))
+                reply = await self._request(target, request)
+                if reply is None:
+                    self.leader_hint = None
+                    await trio.sleep(0.05)
+                    continue
+                if isinstance(reply, AppendReply):
+                    self.leader_hint = target
+                    return reply.first_offset
+                assert isinstance(reply, ErrorReply)
+                if "is not the leader" not in reply.message:
+                    return None  # outcome unknown: never retried
+                self.leader_hint = reply.leader_id
+                await trio.sleep(0.02)
+        return None
+
+    async def _request(self, target: int, request: AppendRequest):
+        """The reply, or None if the node was unreachable or went away."""
+        reply = None
+        try:
+            async with self.network.connect(target) as conn:
+                reply = await conn.request(request)
+        except* ConnectionClosed:
+            pass
+        return reply
+
+    async def client(self, client_id: int, count: int) -> None:
+        rng = random.Random(self.rng.getrandbits(64))
+        for k in range(count):
+            acks = rng.choice(ACKS)
+            value = b"c%d-%d" % (client_id, k)
+            offset = await self.append(value, acks, timeout_s=1.0)
+            self.outcomes.append(Outcome(value, acks, offset))
+            self.trace.append(f"ack {value!r} {acks.name} {offset}")
+            await trio.sleep(rng.uniform(0, 0.03))
+
+    # ---------------------------------------------------------------- faults
+
+    async def chaos(self, nursery: trio.Nursery, duration_s: float) -> None:
+        rng = self.rng
+        size = len(self.nodes)
+        end = trio.current_time() + duration_s
+        while trio.current_time() < end:
+            await trio.sleep(rng.uniform(0.05, 0.6))
+            action = rng.random()
+            down = [i for i in self.nodes if self.nodes[i].node is None]
+            if action < 0.25 and self.running():
+                # Mostly a minority, sometimes a majority or everyone: safety must hold anyway.
+                if len(down) < (size - 1) // 2 or rng.random() < 0.2:
+                    await self.crash(rng.choice(self.running()))
+            elif action < 0.45 and down:
+                await self.start(nursery, rng.choice(down))
+            elif action < 0.6:
+                ids = list(self.nodes)
+                rng.shuffle(ids)
+                cut = rng.randint(1, size - 1)
+                self.network.partition(ids[:cut], ids[cut:], one_way=rng.random() < 0.2)
+                self.trace.append(f"partition {ids[:cut]} {ids[cut:]}")
+            elif action < 0.75:
+                self.network.heal()
+                self.trace.append("heal")
+            elif action < 0.85:
+                faults = LinkFaults(
+                    drop_probability=rng.uniform(0, 0.2),
+                    delay_s_min=0.0,
+                    delay_s_max=rng.uniform(0, 0.05),
+                    duplicate_probability=rng.uniform(0, 0.1),
+                    reorder_probability=rng.uniform(0, 0.2),
+                )
+                self._set_peer_faults(faults)
+                self.trace.append("lossy")
+            else:
+                self._set_peer_faults(PERFECT_LINK)
+                self.trace.append("perfect")
+
+    def _set_peer_faults(self, faults: LinkFaults) -> None:
+        # Between nodes only: a duplicated client request is a client retry, which only an
+        # idempotent producer makes safe.
+        for a in self.nodes:
+            for b in self.nodes:
+                if a != b:
+                    self.network.set_faults(faults, src=a, dst=b)
+
+    async def heal_all(self, nursery: trio.Nursery) -> None:
+        self.network.heal()
+        self._set_peer_faults(PERFECT_LINK)
+        for i, sim in self.nodes.items():
+            if sim.node is None:
+                await self.start(nursery, i)
+
+    async def wait_converged(self, timeout_s: float) -> bool:
+        """I7: a leader exists and every node holds and commits the leader's log."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                nodes = [s.node for s in self.nodes.values() if s.node is not None]
+                leaders = [n for n in nodes if n.core.is_leader]
+                if len(nodes) == len(self.nodes) and len(leaders) == 1:
+                    leader = leaders[0]
+                    target = leader.log.dirty_offset
+                    if leader.core.commit_offset == target and all(
+                        n.core.commit_offset == target and n.log.dirty_offset == target
+                        for n in nodes
+                    ):
+                        return True
+                await trio.sleep(0.05)
+        return False
+
+    # ---------------------------------------------------------------- checking
+
+    def committed_log(self, node: Node) -> list[tuple[int, int, bytes]]:
+        """(offset, term, batch bytes) of every batch up to the node's commit offset."""
+        out = []
+        log = node.log
+        offset = log.log_start_offset
+        while offset <= node.core.commit_offset:
+            chunk = log.read(offset, 1 << 20, upto_offset=node.core.commit_offset)
+            for header, batch in split_batches(chunk.data):
+                out.append((header.base_offset, header.term, bytes(batch)))
+            offset = chunk.last_offset + 1
+        return out
+
+    def check(self, converged: bool) -> None:
+        problems = list(self.failures)
+        if not converged:
+            states = [s.node.status() for s in self.nodes.values() if s.node]
+            problems.append(f"I7: the cluster did not converge after the faults healed: {states}")
+        for term, who in self.leaders.items():
+            if len(who) > 1:
+                problems.append(f"I6: term {term} had leaders {sorted(who)}")
+        logs = {i: self.committed_log(s.node) for i, s in self.nodes.items() if s.node}
+        longest = max(logs.values(), key=len, default=[])
+        for i, entries in logs.items():
+            if entries != longest[: len(entries)]:
+                problems.append(f"I2: node {i}'s committed prefix differs from the longest")
+        where: dict[bytes, list[int]] = {}
+        for base, _term, batch in longest:
+            header = split_batches(batch)[0][0]
+            if header.batch_type is not BatchType.DATA:
+                continue
+            for k, record in enumerate(batch_records(batch, header)):
+                where.setdefault(record.value, []).append(base + k)
+        for value, offsets in where.items():
+            if len(offsets) > 1:
+                problems.append(f"I3: {value!r} at offsets {offsets}")
+        for outcome in self.outcomes:
+            acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
+            if acked and where.get(outcome.value) != [outcome.offset]:
+                problems.append(
+                    f"I1: quorum-acked {outcome.value!r} at {outcome.offset} found at "
+                    f"{where.get(outcome.value)}"
+                )
+        if problems:
+            raise Violation(f"seed {self.seed}: " + "; ".join(problems[:10]))
+
+    def trace_hash(self) -> str:
+        logs = [self.committed_log(s.node) for s in self.nodes.values() if s.node]
+        digest = hashlib.sha256()
+        for line in self.trace:
+            digest.update(line.encode() + b"\n")
+        digest.update(repr(sorted(self.leaders.items())).encode())
+        digest.update(repr(logs).encode())
+        return digest.hexdigest()
+
+
+async def _scenario(seed: int, size: int, clients: int, appends: int, chaos_s: float) -> str:
+    cluster = Cluster(seed, size)
+    async with trio.open_nursery() as nursery:
+        for i in cluster.nodes:
+            await cluster.start(nursery, i)
+        nursery.start_soon(cluster.observe)
+        async with trio.open_nursery() as work:
+            work.start_soon(cluster.chaos, nursery, chaos_s)
+            for c in range(clients):
+                work.start_soon(cluster.client, c, appends)
+        await cluster.heal_all(nursery)
+        converged = await cluster.wait_converged(timeout_s=10.0)
+        cluster.check(converged)
+        digest = cluster.trace_hash()
+        nursery.cancel_scope.cancel()
+    return digest
+
+
+def run_seed(
+    seed: int, size: int = 3, clients: int = 2, appends: int = 30, chaos_s: float = 5.0
+) -> str:
+    """Run one seed; returns its trace hash. Raises Violation with the seed in the message."""
+    run_module = trio._core._run
+    state = run_module._r.getstate()
+    old = run_module._ALLOW_DETERMINISTIC_SCHEDULING
+    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_module._r.seed(seed)
+    try:
+        return trio.run(
+            _scenario,
+            seed,
+            size,
+            clients,
+            appends,
+            chaos_s,
+            clock=trio.testing.MockClock(autojump_threshold=0),
+        )
+    finally:
+        run_module._ALLOW_DETERMINISTIC_SCHEDULING = old
+        run_module._r.setstate(state)
