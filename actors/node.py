@@ -238,8 +238,9 @@ class Node:
             while waiters:
                 waiters.popleft().reply.resolve(
                     ErrorReply(
-                        ErrorCode.NOT_LEADER,
-                        "leadership changed before the append was committed; retry",
+                        ErrorCode.UNKNOWN,
+                        "leadership changed before the append was committed: its outcome "
+                        "is unknown",
                         core.leader_id,
                         self._address_of(core.leader_id),
                     )

@@ -10,6 +10,8 @@ import click
 
 from bench.report import print_table, write_jsonl
 from bench.scenarios import SCENARIOS, scenario
+from quorumlog import server
+from quorumlog.logs import configure_logging
 
 EXIT_OPERATIONAL = 1
 EXIT_USAGE = 2
@@ -18,6 +20,86 @@ EXIT_USAGE = 2
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """quorumlog: a replicated log service (Raft, trio, msgpack over TCP)."""
+
+
+def read_secret(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read the secret file {path}: {exc}") from None
+    if not secret:
+        raise click.UsageError(f"the secret file {path} is empty")
+    return secret
+
+
+@main.command(
+    epilog="Settings of --config (TOML), with their defaults:\n\n"
+    + server.settings_help().replace("\n", "\n\n")
+)
+@click.option("--id", "node_id", type=click.IntRange(min=1), required=True, help="This node's id.")
+@click.option(
+    "--data", "data_dir", type=click.Path(file_okay=False), required=True, help="Data directory."
+)
+@click.option("--listen", required=True, help="HOST:PORT to serve peers and clients on.")
+@click.option(
+    "--peers",
+    default=None,
+    help="ID=HOST:PORT,... of every voter, this node included (first start).",
+)
+@click.option("--join", is_flag=True, help="Start with no configuration and wait to be added.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML file of settings.",
+)
+@click.option(
+    "--secret-file",
+    envvar="QUORUMLOG_SECRET_FILE",
+    default=None,
+    help="File holding the cluster secret.",
+)
+@click.option("--metrics", default=None, help="HOST:PORT to serve Prometheus metrics on.")
+@click.option("--log-format", type=click.Choice(["console", "json"]), default="console")
+@click.option(
+    "--repair", is_flag=True, help="DANGEROUS: cut the log at damage instead of refusing to start."
+)
+def serve(
+    node_id, data_dir, listen, peers, join, config_file, secret_file, metrics, log_format, repair
+):
+    """Run one node of a cluster.
+
+    \b
+    Example (a new 3-node cluster; start all three the same way):
+      quorumlog serve --id 1 --data /var/lib/ql/1 --listen 127.0.0.1:7001 \\
+          --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
+    A restart needs only --id, --data and --listen.
+    """
+    configure_logging(log_format)
+    if join:
+        raise click.UsageError("--join is not supported yet: membership changes are not built")
+    if metrics:
+        raise click.UsageError("--metrics is not supported yet")
+    try:
+        settings, log_config = server.load_config_file(config_file)
+        options = server.ServeOptions(
+            node_id=node_id,
+            data_dir=data_dir,
+            listen=listen,
+            peers=server.parse_peers(peers),
+            secret=read_secret(secret_file),
+            settings=settings,
+            log_config=log_config,
+            repair=repair,
+        )
+        code = server.serve(options)
+    except (server.UsageError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    sys.exit(code)
 
 
 @main.command()

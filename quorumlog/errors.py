@@ -1,0 +1,42 @@
+"""The errors a client call can end with; all are QuorumLogError."""
+
+from __future__ import annotations
+
+
+class QuorumLogError(Exception):
+    """A call failed definitely; the message says why in one line."""
+
+
+class UnreachableError(QuorumLogError):
+    """No broker could be reached before the deadline."""
+
+
+class CallTimeoutError(QuorumLogError):
+    """The call did not finish before its timeout."""
+
+
+class NotLeaderError(QuorumLogError):
+    """The node is not the leader (raised only with direct=True; otherwise redirected)."""
+
+    def __init__(
+        self, message: str, leader_id: int | None = None, leader_address: str | None = None
+    ):
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class OffsetOutOfRangeError(QuorumLogError):
+    """The offset is before the log start."""
+
+
+class AuthError(QuorumLogError):
+    """Wrong or missing cluster secret."""
+
+
+class TooLargeError(QuorumLogError):
+    """A record or an append exceeds the size limits."""
+
+
+class OutcomeUnknownError(QuorumLogError):
+    """The append may or may not have been written (connection lost after sending)."""

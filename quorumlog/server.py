@@ -1,0 +1,151 @@
+"""`quorumlog serve`: one node process on the real disk and real TCP.
+
+Exit codes (CONTRACT.md): 0 after SIGTERM/SIGINT (flushed and closed), 1 on a fatal
+runtime error (a failed fsync: fail-stop), 2 on bad usage, 3 when the storage is damaged
+(not a torn tail) - the message names the file and offset, nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import sys
+import tomllib
+from dataclasses import dataclass, fields
+from typing import Any
+
+import structlog
+import trio
+
+from actors.node import Node
+from actors.settings import RaftSettings
+from actors.storage import BootstrapError, open_storage
+from log.files import CorruptionError, OsFileSystem, StorageError
+from log.wal import LogConfig, WorkerThread
+from transport.addresses import is_loopback, parse_address
+from transport.tcp import open_tcp_transport
+
+logger = structlog.get_logger("quorumlog.serve")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DAMAGED = 3
+
+
+class UsageError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    node_id: int
+    data_dir: str
+    listen: str
+    peers: dict[int, str] | None
+    secret: bytes | None
+    settings: RaftSettings
+    log_config: LogConfig
+    repair: bool = False
+
+
+def settings_help() -> str:
+    """Every setting of a --config file, with its default."""
+    lines = []
+    for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
+        lines.append(f"[{section}]")
+        defaults = cls()
+        for f in fields(cls):
+            lines.append(f"{f.name} = {getattr(defaults, f.name)!r}")
+    return "\n".join(lines)
+
+
+def load_config_file(path: str | None) -> tuple[RaftSettings, LogConfig]:
+    """Settings from a TOML file with [raft] and [log] tables; unknown keys are errors."""
+    if path is None:
+        return RaftSettings(), LogConfig()
+    try:
+        with open(path, "rb") as f:
+            document: dict[str, Any] = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read config file {path}: {exc}") from None
+    unknown_tables = set(document) - {"raft", "log"}
+    if unknown_tables:
+        raise UsageError(f"{path}: unknown tables {sorted(unknown_tables)} (expected raft, log)")
+    try:
+        return RaftSettings(**document.get("raft", {})), LogConfig(**document.get("log", {}))
+    except (TypeError, AssertionError) as exc:
+        raise UsageError(f"{path}: invalid setting: {exc}") from None
+
+
+def parse_peers(text: str | None) -> dict[int, str] | None:
+    if not text:
+        return None
+    peers = {}
+    for item in text.split(","):
+        node, sep, address = item.strip().partition("=")
+        if not sep or not node.isdigit():
+            raise UsageError(f"--peers wants ID=HOST:PORT items, not {item!r}")
+        parse_address(address)
+        peers[int(node)] = address
+    return peers
+
+
+def serve(options: ServeOptions) -> int:
+    host, _ = parse_address(options.listen)
+    if options.secret is None and not is_loopback(host):
+        logger.warning(
+            "no_secret_on_open_network",
+            listen=options.listen,
+            warning="anyone who can reach this address can read and write the log: "
+            "set --secret-file",
+        )
+    if options.peers is not None and options.node_id not in options.peers:
+        raise UsageError(f"--peers must include this node ({options.node_id})")
+    rng = random.Random()
+    try:
+        storage = open_storage(
+            OsFileSystem(),
+            options.data_dir,
+            peers=options.peers,
+            rng=rng,
+            log_config=options.log_config,
+            repair=options.repair,
+        )
+    except CorruptionError as exc:
+        logger.error("damaged_storage", error=str(exc))
+        print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_DAMAGED
+    except BootstrapError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        trio.run(_run, options, storage, rng)
+    except StorageError as exc:
+        logger.critical("fail_stop", error=str(exc))
+        print(f"quorumlog serve: stopped on a storage error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def _run(options: ServeOptions, storage, rng: random.Random) -> None:
+    node = Node(
+        options.node_id, storage, settings=options.settings, rng=rng, run_sync=WorkerThread()
+    )
+    peers = {m: a for m, a in storage.config.addresses.items() if m != options.node_id}
+
+    def open_transport(handler):
+        return open_tcp_transport(
+            options.node_id, options.listen, handler, rng=rng, peers=peers, secret=options.secret
+        )
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run, open_transport)
+            logger.info("serving", node_id=options.node_id, listen=options.listen)
+            async for signum in signals:
+                logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+    await storage.log.flush()
+    storage.log.close()
+    logger.info("stopped", node_id=options.node_id, flushed_offset=storage.log.flushed_offset)
