@@ -563,6 +563,11 @@ class RaftCore:
         elif reply.result is AppendResult.FAILURE and is_append:
             p.probing = True
             p.inflight = 0
+            if reply.conflict_offset < p.match_offset:
+                # Its log is shorter than we believed matched: it lost entries it had
+                # reported (a damaged or lying disk). Trust what it says now.
+                p.match_offset = reply.conflict_offset
+                p.flushed_offset = min(p.flushed_offset, p.match_offset)
             p.next_offset = self._next_after_hint(reply.conflict_offset, reply.conflict_term, p)
 
     def _next_after_hint(self, hint_offset: int, hint_term: int, p: Progress) -> int:

@@ -1,0 +1,130 @@
+"""Real `quorumlog serve` processes on 127.0.0.1, for benchmarks and process tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from quorumlog.client import Client
+from quorumlog.errors import QuorumLogError
+
+QUORUMLOG = [sys.executable, "-m", "quorumlog.cli"]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    for _ in range(count):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        sockets.append(s)
+        ports.append(s.getsockname()[1])
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@dataclass
+class ProcessCluster:
+    root: str
+    size: int = 3
+    config_file: str | None = None
+    ports: list[int] = field(default_factory=list)
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ports = free_ports(self.size)
+
+    @property
+    def ids(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    def address(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.ports[node_id - 1]}"
+
+    @property
+    def brokers(self) -> str:
+        return ",".join(self.address(i) for i in self.ids)
+
+    def data_dir(self, node_id: int) -> str:
+        return os.path.join(self.root, f"node{node_id}")
+
+    def start(self, node_id: int, extra: list[str] | None = None) -> subprocess.Popen:
+        peers = ",".join(f"{i}={self.address(i)}" for i in self.ids)
+        args = [*QUORUMLOG, "serve", "--id", str(node_id), "--data", self.data_dir(node_id)]
+        args += ["--listen", self.address(node_id), "--peers", peers]
+        if self.config_file:
+            args += ["--config", self.config_file]
+        log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
+        proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log)
+        self.procs[node_id] = proc
+        return proc
+
+    def start_all(self) -> None:
+        for i in self.ids:
+            self.start(i)
+
+    def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(node_id)
+        proc.send_signal(sig)
+        proc.wait(timeout=20)
+
+    def stop_all(self) -> None:
+        for node_id in list(self.procs):
+            proc = self.procs[node_id]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    def client(self, timeout: float = 10.0, node_id: int | None = None) -> Client:
+        if node_id is not None:
+            return Client(self.address(node_id), timeout=timeout, direct=True)
+        return Client(self.brokers, timeout=timeout)
+
+    def node_status(self, node_id: int) -> dict | None:
+        try:
+            with self.client(timeout=1.0, node_id=node_id) as c:
+                statuses = c.status()
+        except QuorumLogError:
+            return None
+        return next((s for s in statuses if s.get("node_id") == node_id), None)
+
+    def wait_for_leader(self, timeout_s: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in list(self.procs):
+                status = self.node_status(i)
+                if status and status.get("role") == "leader":
+                    return i
+            time.sleep(0.1)
+        raise AssertionError(f"no leader within {timeout_s} s")
+
+    def wait_converged(self, timeout_s: float = 60.0) -> dict[int, dict]:
+        """Every running node holds and commits the same log."""
+        deadline = time.monotonic() + timeout_s
+        statuses: dict[int, dict | None] = {}
+        while time.monotonic() < deadline:
+            statuses = {i: self.node_status(i) for i in self.procs}
+            ok = (
+                all(statuses.values())
+                and len({(s["dirty_offset"], s["commit_offset"]) for s in statuses.values()}) == 1
+            )
+            if (
+                ok
+                and list(statuses.values())[0]["commit_offset"]
+                == list(statuses.values())[0]["dirty_offset"]
+            ):
+                return statuses
+            time.sleep(0.2)
+        raise AssertionError(f"nodes did not converge within {timeout_s} s: {statuses}")

@@ -1,0 +1,87 @@
+"""Real processes: a leader killed with SIGKILL under a stream of quorum appends."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+from bench.cluster import ProcessCluster
+from quorumlog.errors import QuorumLogError
+from transport.messages import ReadReply, ReadRequest
+
+
+def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:
+    """(commit offset, sha256 of every committed batch) as one node serves them."""
+    digest = hashlib.sha256()
+    with cluster.client(node_id=node_id) as c:
+        commit = c.end_offset()
+        offset = 0
+        while offset <= commit:
+            reply = c._call(ReadRequest(offset, 1 << 20), time.monotonic() + 10, leader=False)
+            assert isinstance(reply, ReadReply)
+            if not reply.batches:
+                break
+            digest.update(reply.batches)
+            from log.batch import split_batches
+
+            offset = split_batches(reply.batches)[-1][0].last_offset + 1
+    return commit, digest.hexdigest()
+
+
+class Producer(threading.Thread):
+    def __init__(self, cluster: ProcessCluster, value_bytes: int = 100, per_append: int = 1):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.value_bytes = value_bytes
+        self.per_append = per_append
+        self.acked: dict[int, bytes] = {}
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        with self.cluster.client(timeout=10.0) as c:
+            while not self.stop.is_set():
+                values = [
+                    b"%08d:" % (i + k) + b"x" * self.value_bytes for k in range(self.per_append)
+                ]
+                try:
+                    first = c.append(values)
+                    for k, v in enumerate(values):
+                        self.acked[first + k] = v
+                except QuorumLogError as exc:
+                    self.failures.append(str(exc))
+                i += self.per_append
+
+
+def test_leader_kill_loses_no_acknowledged_write(cluster):
+    leader = cluster.wait_for_leader()
+    producer = Producer(cluster)
+    producer.start()
+    time.sleep(1.0)
+    before_kill = len(producer.acked)
+    assert before_kill > 0, producer.failures
+    cluster.kill(leader)
+    deadline = time.monotonic() + 30
+    while len(producer.acked) < before_kill + 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(producer.acked) >= before_kill + 100, "appends resumed after the failover"
+    cluster.start(leader)
+    time.sleep(0.5)
+    producer.stop.set()
+    producer.join(timeout=20)
+    cluster.wait_converged()
+
+    with cluster.client() as c:
+        found: dict[int, bytes] = {}
+        offset = 0
+        while batch := c.read(offset, 5000):
+            for r in batch:
+                found[r.offset] = r.value
+            offset = batch[-1].offset + 1
+    for offset, value in producer.acked.items():
+        assert found.get(offset) == value, f"acknowledged record at {offset} lost or moved"
+    assert len(set(found.values())) == len(found), "a value was written twice"
+    digests = {committed_digest(cluster, i) for i in cluster.ids}
+    assert len(digests) == 1, "every node holds the same committed log"
