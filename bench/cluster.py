@@ -116,15 +116,12 @@ class ProcessCluster:
         statuses: dict[int, dict | None] = {}
         while time.monotonic() < deadline:
             statuses = {i: self.node_status(i) for i in self.procs}
-            ok = (
-                all(statuses.values())
-                and len({(s["dirty_offset"], s["commit_offset"]) for s in statuses.values()}) == 1
-            )
-            if (
-                ok
-                and list(statuses.values())[0]["commit_offset"]
-                == list(statuses.values())[0]["dirty_offset"]
-            ):
-                return statuses
+            views = {
+                (s["dirty_offset"], s["commit_offset"]) if s else None for s in statuses.values()
+            }
+            if len(views) == 1 and None not in views:
+                dirty, commit = views.pop()
+                if dirty == commit:
+                    return statuses
             time.sleep(0.2)
         raise AssertionError(f"nodes did not converge within {timeout_s} s: {statuses}")
