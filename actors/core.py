@@ -512,7 +512,7 @@ class RaftCore:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
             # More than this chunk to send: the follower is recovering (seed 004).
             p.recovering = chunk.last_offset < log.dirty_offset
-            flush = s.follower_inline_flush and not p.recovering
+            flush = s.recovery_flush_every_chunk if p.recovering else s.follower_inline_flush
             self._send(
                 p.node_id,
                 AppendEntries(
