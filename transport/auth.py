@@ -43,7 +43,9 @@ def dialler_proof(secret: bytes | None, hello: Hello, challenge: Challenge) -> b
 def listener_proof_problem(secret: bytes | None, hello: Hello, challenge: Challenge) -> str | None:
     """Why the dialler must not trust this listener, or None if it may."""
     if secret is None:
-        return "missing secret: the node requires one and none was given" if challenge.proof else None
+        return (
+            "missing secret: the node requires one and none was given" if challenge.proof else None
+        )
     if not challenge.proof:
         return "missing secret: the node has no secret configured but this side has one"
     expected = listener_proof(secret, hello, challenge.node_id, challenge.nonce)

@@ -13,14 +13,16 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from transport.codec import Frame, encode_frame
+from transport.codec import Frame, encode_frame_parts
 from transport.errors import ConnectionClosed, ProtocolError, TransportError
 from transport.framing import FrameDecoder
 from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message
 from transport.network import ConnectionInfo, Handler, Limits
 
-# Small frames queued together are written in one call, up to this many bytes.
-COALESCE_BYTES_MAX = 64 * 1024
+# Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024).
+WRITE_PARTS_MAX = 512
+# Streams without scatter-gather get small pieces joined up to this many bytes.
+JOIN_BYTES_MAX = 256 * 1024
 
 
 class _Pending:
@@ -46,10 +48,12 @@ class Connection:
     ) -> None:
         self.info = info
         self._stream = stream
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         self._decoder = decoder
         self._limits = limits
         self._handler = handler
-        self._outgoing_send, self._outgoing_receive = trio.open_memory_channel[bytes](
+        # Each item is one frame, as the pieces encode_frame_parts made.
+        self._outgoing_send, self._outgoing_receive = trio.open_memory_channel[tuple[bytes, ...]](
             limits.send_queue_max
         )
         self._pending: dict[int, _Pending] = {}
@@ -95,11 +99,11 @@ class Connection:
         assert pending.reply is not None
         return pending.reply
 
-    def _encode(self, correlation_id: int, message: Message) -> bytes:
+    def _encode(self, correlation_id: int, message: Message) -> tuple[bytes, ...]:
         assert type(message) not in HANDSHAKE_TYPES, "handshake messages are the transport's own"
-        return encode_frame(correlation_id, message, self._limits.frame_bytes_max)
+        return encode_frame_parts(correlation_id, message, self._limits.frame_bytes_max)
 
-    async def _enqueue(self, frame: bytes) -> None:
+    async def _enqueue(self, frame: tuple[bytes, ...]) -> None:
         if self._ended:
             raise self._closed_error()
         try:
@@ -150,35 +154,65 @@ class Connection:
 
     async def _write_loop(self) -> None:
         receive = self._outgoing_receive
-        held: bytes | None = None
         while True:
-            frame = held if held is not None else await receive.receive()
-            held = None
-            parts = [frame]
-            size = len(frame)
-            while size < COALESCE_BYTES_MAX:
+            parts = list(await receive.receive())
+            # Everything queued meanwhile goes out in the same write.
+            while len(parts) < WRITE_PARTS_MAX:
                 try:
-                    frame = receive.receive_nowait()
+                    parts += receive.receive_nowait()
                 except trio.WouldBlock:
                     break
-                if len(frame) >= COALESCE_BYTES_MAX:
-                    held = frame  # large frames go out alone, never copied into a join
-                    break
-                parts.append(frame)
-                size += len(frame)
-            await self._stream.send_all(parts[0] if len(parts) == 1 else b"".join(parts))
+            await self._write(parts)
+
+    async def _write(self, parts: list[bytes]) -> None:
+        if self._socket is None:
+            # No scatter-gather (TLS, test streams): join small writes, send big pieces whole.
+            if sum(map(len, parts)) <= JOIN_BYTES_MAX:
+                await self._stream.send_all(b"".join(parts))
+            else:
+                for part in parts:
+                    await self._stream.send_all(part)
+            return
+        # One sendmsg for many frames and for the pieces of a large one: no copy, and no
+        # tiny writes that would each wake the reader for a few bytes.
+        views = [memoryview(part) for part in parts if part]
+        first = 0
+        while first < len(views):
+            try:
+                sent = await self._socket.sendmsg(views[first:])
+            except OSError as exc:
+                raise trio.BrokenResourceError(str(exc)) from exc
+            while sent:
+                if sent >= len(views[first]):
+                    sent -= len(views[first])
+                    first += 1
+                else:
+                    views[first] = views[first][sent:]
+                    sent = 0
 
     async def _read_loop(self) -> None:
         decoder = self._decoder
         while True:
-            for frame in decoder:
+            while (frame := decoder.next_frame()) is not None:
                 await self._dispatch(frame)
-            data = await self._stream.receive_some(decoder.receive_bytes_hint)
-            if not data:
+            with decoder.get_buffer() as room:
+                received = await self._receive_into(room)
+            if not received:
                 if decoder.buffered_bytes:
                     raise ConnectionClosed("closed by the remote in the middle of a frame")
                 return
-            decoder.feed(data)
+            decoder.buffer_updated(received)
+
+    async def _receive_into(self, room: memoryview) -> int:
+        if self._socket is None:
+            data = await self._stream.receive_some(len(room))
+            room[: len(data)] = data
+            return len(data)
+        # A plain socket reads straight into the decoder's buffer: one copy fewer per frame.
+        try:
+            return await self._socket.recv_into(room)
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
 
     async def _dispatch(self, frame: Frame) -> None:
         message = frame.message

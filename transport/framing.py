@@ -4,6 +4,12 @@ Nothing here touches a socket or a clock, so it is tested by feeding bytes, one 
 if need be. A length over `frame_bytes_max` is refused from the prefix alone, before its
 body is buffered; once a ProtocolError is raised the stream is out of step for good and the
 decoder refuses everything after it.
+
+Bytes arrive either by `feed(data)` or, to save a copy, straight into the decoder's buffer:
+`get_buffer()` hands out room (the whole rest of a large frame when its length is known) and
+`buffer_updated(n)` says how much was written, as asyncio's BufferedProtocol does. The
+buffer is kept between frames, because allocating a fresh megabyte per frame costs more
+(page faults) than decoding it.
 """
 
 from __future__ import annotations
@@ -14,48 +20,86 @@ from transport.codec import FRAME_BYTES_MAX, LENGTH_PREFIX, Frame, decode_body
 from transport.errors import ProtocolError
 
 _PREFIX_BYTES = LENGTH_PREFIX.size
-# What to ask the stream for: enough to take a large frame in few reads, not so much that
-# every small read allocates megabytes.
-RECEIVE_BYTES_MIN = 64 * 1024
-RECEIVE_BYTES_MAX = 1024 * 1024
+# Room offered per read when no large frame is under way: it starts small, so that idle
+# connections stay small, and doubles while reads fill it.
+READ_BYTES_MIN = 64 * 1024
+READ_BYTES_MAX = 256 * 1024
+# A buffer grown past this for a large frame is let go once that frame is decoded: idle
+# connections must not each hold frame_bytes_max.
+RETAINED_BYTES_MAX = 2 * 1024 * 1024
 
 
 class FrameDecoder:
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
         self.frame_bytes_max = frame_bytes_max
-        self._buffer = bytearray()
+        self._buffer = bytearray(READ_BYTES_MIN)
+        self._start = 0  # first byte not yet decoded
+        self._end = 0  # end of what was received
+        self._read_bytes = READ_BYTES_MIN  # room offered per read, grown while reads fill it
+        self._offered = 0
+        self._offered_all = False
         self._failed: ProtocolError | None = None
+
+    # --- input ------------------------------------------------------------------------
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._raise_if_failed()
-        self._buffer += data
+        self._make_room(len(data))
+        self._buffer[self._end : self._end + len(data)] = data
+        self._end += len(data)
+
+    def get_buffer(self) -> memoryview:
+        """Room to receive into; release the view, then call `buffer_updated`."""
+        self._raise_if_failed()
+        missing = self._missing_bytes()
+        if missing > self._read_bytes:
+            # A large frame: room for exactly its rest, so that it lands in place and
+            # nothing read after it has to be moved to make room for the next one.
+            self._make_room(missing)
+            self._offered, self._offered_all = missing, False
+        else:
+            # Small frames: one read takes many of them.
+            self._make_room(self._read_bytes)
+            self._offered, self._offered_all = self._read_bytes, True
+        return memoryview(self._buffer)[self._end : self._end + self._offered]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert 0 <= nbytes <= self._offered
+        self._end += nbytes
+        if self._offered_all and nbytes == self._offered and self._read_bytes < READ_BYTES_MAX:
+            self._read_bytes *= 2  # the stream had more than we asked for: ask for more
+
+    # --- output -----------------------------------------------------------------------
 
     def next_frame(self) -> Frame | None:
-        """The next whole frame, or None until more bytes are fed."""
+        """The next whole frame, or None until more bytes arrive."""
         self._raise_if_failed()
-        buffer = self._buffer
-        if len(buffer) < _PREFIX_BYTES:
+        start = self._start
+        if self._end - start < _PREFIX_BYTES:
             return None
-        (body_bytes,) = LENGTH_PREFIX.unpack_from(buffer)
+        (body_bytes,) = LENGTH_PREFIX.unpack_from(self._buffer, start)
         if body_bytes > self.frame_bytes_max:
             raise self._fail(
                 f"frame of {body_bytes} bytes exceeds frame_bytes_max {self.frame_bytes_max}"
             )
-        end = _PREFIX_BYTES + body_bytes
-        if len(buffer) < end:
+        end = start + _PREFIX_BYTES + body_bytes
+        if self._end < end:
             return None
-        view = memoryview(buffer)
-        body = view[_PREFIX_BYTES:end]
+        view = memoryview(self._buffer)
+        body = view[start + _PREFIX_BYTES : end]
         try:
             frame = decode_body(body)
         except ProtocolError as exc:
             raise self._fail(str(exc)) from None
         finally:
-            # The bytearray cannot shrink while a view of it is alive.
+            # The bytearray cannot be resized while a view of it is alive.
             body.release()
             view.release()
-        # Deleting from the front of a bytearray moves a start pointer, not the rest.
-        del buffer[:end]
+        self._start = end
+        if end == self._end:
+            self._start = self._end = 0
+            if len(self._buffer) > RETAINED_BYTES_MAX:
+                self._buffer = bytearray(READ_BYTES_MIN)
         return frame
 
     def __iter__(self) -> Iterator[Frame]:
@@ -66,16 +110,35 @@ class FrameDecoder:
     @property
     def buffered_bytes(self) -> int:
         """Bytes of an incomplete frame held back; non-zero at end of stream means a cut frame."""
-        return len(self._buffer)
+        return self._end - self._start
 
-    @property
-    def receive_bytes_hint(self) -> int:
-        """How many bytes to ask the stream for next: the rest of the current frame, bounded."""
-        missing = RECEIVE_BYTES_MIN
-        if len(self._buffer) >= _PREFIX_BYTES:
-            (body_bytes,) = LENGTH_PREFIX.unpack_from(self._buffer)
-            missing = _PREFIX_BYTES + body_bytes - len(self._buffer)
-        return min(max(missing, RECEIVE_BYTES_MIN), RECEIVE_BYTES_MAX)
+    # --- the buffer -------------------------------------------------------------------
+
+    def _missing_bytes(self) -> int:
+        """What the frame under way still lacks, 0 while its length is unknown or bad."""
+        held = self._end - self._start
+        if held < _PREFIX_BYTES:
+            return 0
+        (body_bytes,) = LENGTH_PREFIX.unpack_from(self._buffer, self._start)
+        if body_bytes > self.frame_bytes_max:
+            return 0  # next_frame will say so
+        return max(0, _PREFIX_BYTES + body_bytes - held)
+
+    def _make_room(self, nbytes: int) -> None:
+        """At least `nbytes` free after `_end`, moving or growing the buffer if need be."""
+        if len(self._buffer) - self._end >= nbytes:
+            return
+        held = self._end - self._start
+        if held + nbytes <= len(self._buffer):
+            # Slide the unfinished frame to the front (a copy, as the ranges may overlap).
+            self._buffer[:held] = self._buffer[self._start : self._end]
+        else:
+            # Doubling keeps byte-at-a-time feeding linear; past the retained size only
+            # what this frame needs, or the buffer would be let go after every frame.
+            grown = bytearray(max(held + nbytes, min(2 * len(self._buffer), RETAINED_BYTES_MAX)))
+            grown[:held] = memoryview(self._buffer)[self._start : self._end]
+            self._buffer = grown
+        self._start, self._end = 0, held
 
     def _fail(self, reason: str) -> ProtocolError:
         self._failed = ProtocolError(reason)

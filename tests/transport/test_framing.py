@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from tests.transport.strategies import any_message, correlation_ids
 from transport.codec import LENGTH_PREFIX, encode_frame
 from transport.errors import ProtocolError
-from transport.framing import RECEIVE_BYTES_MAX, RECEIVE_BYTES_MIN, FrameDecoder, decode_frame
+from transport.framing import (
+    READ_BYTES_MAX,
+    READ_BYTES_MIN,
+    RETAINED_BYTES_MAX,
+    FrameDecoder,
+    decode_frame,
+)
 from transport.messages import AppendEntries, Heartbeat, StatusRequest
 
 frames_of_messages = st.lists(st.tuples(correlation_ids, any_message), min_size=1, max_size=6)
@@ -68,14 +74,52 @@ def test_half_frame_waits_and_reports_what_it_holds():
     assert decoder.next_frame().correlation_id == 3
 
 
-def test_receive_hint_asks_for_the_rest_of_a_large_frame_within_bounds():
+def receive(decoder: FrameDecoder, data: bytes) -> int:
+    """Write into the decoder's own buffer, as a socket's recv_into does; returns the room."""
+    with decoder.get_buffer() as room:
+        size = len(room)
+        room[: len(data)] = data
+    decoder.buffer_updated(len(data))
+    return size
+
+
+def test_a_large_frame_gets_room_for_exactly_its_rest():
+    message = AppendEntries(1, 1, 1, 1, 1, 1, bytes(range(256)) * 1200, False)
+    frame = encode_frame(9, message)
     decoder = FrameDecoder()
-    assert decoder.receive_bytes_hint == RECEIVE_BYTES_MIN
-    decoder.feed(LENGTH_PREFIX.pack(300_000) + b"\x00" * 1000)
-    assert decoder.receive_bytes_hint == 300_000 + 4 - 1004
+    assert receive(decoder, frame[:1000]) == READ_BYTES_MIN
+    assert receive(decoder, frame[1000:200_000]) == len(frame) - 1000
+    assert decoder.next_frame() is None
+    assert receive(decoder, frame[200_000:]) == len(frame) - 200_000
+    assert decoder.next_frame().message == message
+    assert decoder.buffered_bytes == 0
+
+
+def test_reads_that_fill_the_room_get_more_room_up_to_a_maximum():
+    frame = encode_frame(1, Heartbeat(1, 2, 3, 4, 5, 6))
+    stream = frame * (2 * READ_BYTES_MAX // len(frame))
     decoder = FrameDecoder()
-    decoder.feed(LENGTH_PREFIX.pack(10_000_000))
-    assert decoder.receive_bytes_hint == RECEIVE_BYTES_MAX
+    offered = []
+    position = 0
+    while position < len(stream):
+        with decoder.get_buffer() as room:
+            chunk = stream[position : position + len(room)]
+            room[: len(chunk)] = chunk
+            offered.append(len(room))
+        decoder.buffer_updated(len(chunk))
+        position += len(chunk)
+        assert all(f.message == Heartbeat(1, 2, 3, 4, 5, 6) for f in decoder)
+    assert offered[0] == READ_BYTES_MIN and max(offered) == READ_BYTES_MAX
+    assert offered == sorted(offered)
+
+
+def test_buffer_grown_for_a_huge_frame_is_let_go():
+    frame = encode_frame(1, AppendEntries(1, 1, 1, 1, 1, 1, b"x" * (3 * RETAINED_BYTES_MAX), False))
+    decoder = FrameDecoder()
+    receive(decoder, frame[:100])
+    assert receive(decoder, frame[100:]) == len(frame) - 100
+    assert decoder.next_frame() is not None
+    assert len(decoder._buffer) <= RETAINED_BYTES_MAX
 
 
 def test_decode_frame_takes_exactly_one_frame():
