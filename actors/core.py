@@ -23,12 +23,14 @@ from __future__ import annotations
 import enum
 import math
 import random
+from dataclasses import replace
 
 import structlog
 
+from actors.producers import ProducerAppend, ProducerTable
 from actors.progress import Progress
 from actors.settings import RaftSettings
-from log.batch import BatchError, BatchType, build_batch, split_batches
+from log.batch import BatchError, BatchType, build_batch, parse_header, split_batches
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogChunk
 from membership.config import Configuration
@@ -48,6 +50,8 @@ from transport.messages import (
 logger = structlog.get_logger("quorumlog.raft")
 
 GROUP = 0  # one Raft group per cluster for now; every message carries it
+# How much of the log's tail a starting node reads to learn recent producer sequences.
+PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
 
 
 class Role(enum.Enum):
@@ -108,6 +112,8 @@ class RaftCore:
         # Follower replies waiting for a flush: (offset that must be flushed, leader id).
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
+        self.producers = ProducerTable()
+        self._load_producers()
         # Outputs for the node actor.
         self.outbox: list[tuple[int, Message]] = []
         self.metadata_dirty = False
@@ -315,7 +321,30 @@ class RaftCore:
             raise NotLeaderError(self.leader_id)
         first = self.log.dirty_offset + 1
         last = self.log.append(batches, self.term)
+        offset = first
+        for batch in batches:
+            header = parse_header(batch)
+            if header.producer_id >= 0:
+                self.producers.note_batch(replace(header, base_offset=offset, term=self.term))
+            offset += header.record_count
         return first, last
+
+    def find_duplicate(self, batch: bytes) -> ProducerAppend | None:
+        """An earlier append of this idempotent batch (raises StaleSequenceError if too old)."""
+        header = parse_header(batch)
+        if header.producer_id < 0:
+            return None
+        return self.producers.find(header.producer_id, header.producer_seq)
+
+    def _load_producers(self) -> None:
+        """Learn recent producer sequences from the tail of the log."""
+        log = self.log
+        offset = log.recent_start_offset(PRODUCER_SCAN_BYTES)
+        while offset <= log.dirty_offset:
+            chunk = log.read(offset, 1 << 20)
+            for header, _ in split_batches(chunk.data):
+                self.producers.note_batch(header)
+            offset = chunk.last_offset + 1
 
     # ----------------------------------------------------------------------- votes
 
@@ -387,11 +416,16 @@ class RaftCore:
                 # A conflict: drop our entry and all after it (Raft paper 5.3).
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
                 log.truncate_suffix(header.base_offset)
+                self.producers.truncate(header.base_offset)
                 self.verified_offset = min(self.verified_offset, header.base_offset - 1)
                 break
             position += len(batch)  # already have this very batch (same offset and term)
         if position < len(req.batches):
+            appended_from = log.dirty_offset + 1
             log.append_replicated(memoryview(req.batches)[position:])
+            for header, _ in batches:
+                if header.base_offset >= appended_from:
+                    self.producers.note_batch(header)
         self.verified_offset = max(self.verified_offset, last_new)
         self.leader_commit = max(self.leader_commit, req.leader_commit)
         self._follow_commit()

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import structlog
 import trio
 
-from actors.core import NotLeaderError, RaftCore
+from actors.core import RaftCore
 from actors.flusher import Flushed, Flusher
+from actors.producers import StaleSequenceError
 from actors.settings import RaftSettings
 from actors.storage import NodeStorage
 from log.batch import BatchError, BatchType, split_batches
@@ -194,16 +195,28 @@ class Node:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
     def _append(self, batches: bytes, acks: Acks, reply: Pending | None, now: float) -> None:
-        try:
-            first, last = self.core.propose([b for _, b in split_batches(batches)], now)
-        except NotLeaderError as exc:
+        core = self.core
+        if not core.is_leader:
             if reply is not None:
-                reply.resolve(self._not_leader(exc.leader_id))
+                reply.resolve(self._not_leader(core.leader_id))
             return
-        if acks is Acks.QUORUM:
-            assert reply is not None
-            self._waiters.append(QuorumWaiter(self.core.term, first, last, reply))
-        elif reply is not None:
+        split = [b for _, b in split_batches(batches)]
+        try:
+            earlier = core.find_duplicate(split[0]) if len(split) == 1 else None
+        except StaleSequenceError as exc:
+            if reply is not None:
+                reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
+            return
+        if earlier is not None:
+            # A retry of an append already in the log: answer with its offsets.
+            first, last = earlier.first_offset, earlier.last_offset
+        else:
+            first, last = core.propose(split, now)
+        if reply is None:
+            return
+        if acks is Acks.QUORUM and last > core.commit_offset:
+            self._waiters.append(QuorumWaiter(core.term, first, last, reply))
+        else:
             reply.resolve(self._append_reply(first, last))
 
     async def _perform(self) -> None:
@@ -303,6 +316,15 @@ class Node:
             return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
         if not headers or any(h.batch_type is not BatchType.DATA for h in headers):
             return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
+        if request.producer_id >= 0 and (
+            len(headers) != 1
+            or (headers[0].producer_id, headers[0].producer_seq)
+            != (request.producer_id, request.producer_seq)
+        ):
+            return ErrorReply(
+                ErrorCode.PROTOCOL,
+                "an idempotent append is one batch stamped with its producer id and sequence",
+            )
         if request.acks is Acks.NONE:
             await self._inbox.send(ClientAppend(request.batches, request.acks, None))
             flushed, dirty = self.core.majority_offsets()

@@ -261,6 +261,15 @@ class Log:
         """Term of the batch holding `offset`."""
         return self._segment_holding(offset).term_at(offset)
 
+    def recent_start_offset(self, bytes_min: int) -> int:
+        """Base offset of the oldest of the newest segments that hold `bytes_min` bytes."""
+        held = 0
+        for segment in reversed(self._segments):
+            held += segment.size_bytes
+            if held >= bytes_min:
+                return segment.base_offset
+        return self.log_start_offset
+
     def batch_start(self, offset: int) -> int:
         """Base offset of the batch holding `offset`."""
         return self._segment_holding(offset).position_of(offset)[1].base_offset

@@ -43,7 +43,6 @@ from transport.messages import (
 
 ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
 BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
-APPEND_BYTES_MAX = 8 * 1024 * 1024  # the node's append_bytes_max
 RECORD_BYTES_MAX = 4 * 1024 * 1024
 READ_BYTES_MAX = 1024 * 1024
 BACKOFF_S_MIN = 0.02
@@ -94,6 +93,9 @@ class Client:
         self._connections: dict[str, SyncConnection] = {}
         self._leader: str | None = None
         self._rng = random.Random()
+        # Idempotent producer: a random id per client, a sequence per append request.
+        self._producer_id = self._rng.getrandbits(62)
+        self._seq = -1
 
     def __enter__(self) -> Client:
         return self
@@ -123,7 +125,7 @@ class Client:
         first: AppendReply | None = None
         last: AppendReply | None = None
         for request in requests:
-            reply = self._call(request, deadline, leader=True, retry_unknown=False)
+            reply = self._call(request, deadline, leader=True)
             assert isinstance(reply, AppendReply)
             first = first or reply
             last = reply
@@ -202,25 +204,27 @@ class Client:
     # ------------------------------------------------------------------- plumbing
 
     def _append_requests(self, records: list[bytes | Record], acks: Acks) -> list[AppendRequest]:
+        """One request per batch, each stamped with this client's producer id and the next
+        sequence, so that a retry is recognised and never written twice."""
         if not records:
             raise QuorumLogError("nothing to append")
         now_ms = int(time.time() * 1000)
         requests: list[AppendRequest] = []
-        batches: list[bytes] = []
         pending: list[tuple] = []
-        pending_bytes = request_bytes = 0
+        pending_bytes = 0
 
         def close_batch() -> None:
-            nonlocal pending, pending_bytes, request_bytes, batches
-            if not pending:
-                return
-            batch = make_data_batch(pending, timestamp_ms=now_ms)
-            if request_bytes + len(batch) > APPEND_BYTES_MAX and batches:
-                requests.append(AppendRequest(b"".join(batches), acks, -1, -1))
-                batches, request_bytes = [], 0
-            batches.append(batch)
-            request_bytes += len(batch)
-            pending, pending_bytes = [], 0
+            nonlocal pending, pending_bytes
+            if pending:
+                self._seq += 1
+                batch = make_data_batch(
+                    pending,
+                    timestamp_ms=now_ms,
+                    producer_id=self._producer_id,
+                    producer_seq=self._seq,
+                )
+                requests.append(AppendRequest(batch, acks, self._producer_id, self._seq))
+                pending, pending_bytes = [], 0
 
         for record in records:
             if isinstance(record, bytes | bytearray | memoryview):
@@ -236,13 +240,9 @@ class Client:
             pending.append((record.key, record.value, ts, record.headers))
             pending_bytes += size + 16
         close_batch()
-        if batches:
-            requests.append(AppendRequest(b"".join(batches), acks, -1, -1))
         return requests
 
-    def _call(
-        self, message: Message, deadline: float, *, leader: bool, retry_unknown: bool = True
-    ) -> Message:
+    def _call(self, message: Message, deadline: float, *, leader: bool) -> Message:
         """Send to the leader (or any broker), following hints, until the deadline."""
         with self._lock:
             attempt = 0
@@ -254,11 +254,7 @@ class Client:
                 try:
                     reply = self._call_once(address, message, deadline)
                 except ConnectionLost as exc:
-                    if not retry_unknown:
-                        raise OutcomeUnknownError(
-                            f"connection lost after sending the append: {exc}; it may or may "
-                            "not have been written"
-                        ) from None
+                    # Safe to retry: appends are idempotent, everything else only reads.
                     last_problem = str(exc)
                     self._leader = None
                 except UnreachableError as exc:
@@ -271,7 +267,8 @@ class Client:
                         if leader:
                             self._leader = address
                         return reply
-                    if reply.code is not ErrorCode.NOT_LEADER or self.direct:
+                    retriable = reply.code in (ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN)
+                    if not retriable or self.direct:
                         raise _error_from(reply)
                     last_problem = reply.message
                     self._leader = reply.leader_address

@@ -27,7 +27,7 @@ from log.records import batch_records, make_data_batch
 from log.wal import run_inline
 from transport.errors import ConnectionClosed
 from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
-from transport.messages import Acks, AppendReply, AppendRequest, ErrorReply
+from transport.messages import Acks, AppendReply, AppendRequest, ErrorCode, ErrorReply
 
 DATA_DIR = "/data"
 SETTINGS = RaftSettings()
@@ -134,25 +134,25 @@ class Cluster:
 
     # ---------------------------------------------------------------- clients
 
-    async def append(self, value: bytes, acks: Acks, timeout_s: float) -> int | None:
-        """One append, no retries once it may have been written (no idempotence yet)."""
-        batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0)
-        request = AppendRequest(batch, acks, -1, -1)
+    async def append(
+        self, value: bytes, acks: Acks, producer: tuple[int, int], timeout_s: float
+    ) -> int | None:
+        """One idempotent append, retried (same producer sequence) until the deadline."""
+        producer_id, seq = producer
+        batch = make_data_batch(
+            [(None, value, 0, None)], timestamp_ms=0, producer_id=producer_id, producer_seq=seq
+        )
+        request = AppendRequest(batch, acks, producer_id, seq)
         with trio.move_on_after(timeout_s):
-            for _ in range(10):
+            while True:
                 target = self.leader_hint or self.rng.choice(list(self.addresses))
                 reply = await self._request(target, request)
-                if reply is None:
-                    self.leader_hint = None
-                    await trio.sleep(0.05)
-                    continue
                 if isinstance(reply, AppendReply):
                     self.leader_hint = target
                     return reply.first_offset
-                assert isinstance(reply, ErrorReply)
-                if "is not the leader" not in reply.message:
-                    return None  # outcome unknown: never retried
-                self.leader_hint = reply.leader_id
+                if isinstance(reply, ErrorReply) and reply.code is ErrorCode.REFUSED:
+                    return None
+                self.leader_hint = reply.leader_id if isinstance(reply, ErrorReply) else None
                 await trio.sleep(0.02)
         return None
 
@@ -171,7 +171,7 @@ class Cluster:
         for k in range(count):
             acks = rng.choice(ACKS)
             value = b"c%d-%d" % (client_id, k)
-            offset = await self.append(value, acks, timeout_s=1.0)
+            offset = await self.append(value, acks, (client_id, k), timeout_s=1.0)
             self.outcomes.append(Outcome(value, acks, offset))
             self.trace.append(f"ack {value!r} {acks.name} {offset}")
             await trio.sleep(rng.uniform(0, 0.03))
@@ -209,23 +209,19 @@ class Cluster:
                     duplicate_probability=rng.uniform(0, 0.1),
                     reorder_probability=rng.uniform(0, 0.2),
                 )
-                self._set_peer_faults(faults)
+                self._set_faults(faults)
                 self.trace.append("lossy")
             else:
-                self._set_peer_faults(PERFECT_LINK)
+                self._set_faults(PERFECT_LINK)
                 self.trace.append("perfect")
 
-    def _set_peer_faults(self, faults: LinkFaults) -> None:
-        # Between nodes only: a duplicated client request is a client retry, which only an
-        # idempotent producer makes safe.
-        for a in self.nodes:
-            for b in self.nodes:
-                if a != b:
-                    self.network.set_faults(faults, src=a, dst=b)
+    def _set_faults(self, faults: LinkFaults) -> None:
+        # Client links too: a duplicated append is a retry, which idempotence must absorb.
+        self.network.set_faults(faults)
 
     async def heal_all(self, nursery: trio.Nursery) -> None:
         self.network.heal()
-        self._set_peer_faults(PERFECT_LINK)
+        self._set_faults(PERFECT_LINK)
         for i, sim in self.nodes.items():
             if sim.node is None:
                 await self.start(nursery, i)
