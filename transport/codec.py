@@ -21,7 +21,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -54,8 +54,9 @@ def _packb(value: object) -> bytes:
 _FIXARRAY = [bytes([0x90 | length]) for length in range(16)]  # msgpack's one-byte array header
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
+    """A decoded frame (a tuple: one is made per message received)."""
+
     correlation_id: int  # 0 for a one-way message
     message: Message
 

@@ -19,8 +19,11 @@ from transport.framing import FrameDecoder
 from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message
 from transport.network import ConnectionInfo, Handler, Limits
 
-# Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024).
+# Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024), and
+# passed to one sendmsg call: each call takes what the socket has room for, and handing it
+# hundreds of pieces it will not reach costs more than the call.
 WRITE_PARTS_MAX = 512
+SENDMSG_PARTS_MAX = 64
 # Streams without scatter-gather get small pieces joined up to this many bytes.
 JOIN_BYTES_MAX = 256 * 1024
 
@@ -48,7 +51,10 @@ class Connection:
     ) -> None:
         self.info = info
         self._stream = stream
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # A plain socket is read into the decoder's buffer and written with sendmsg; other
+        # streams (TLS, test streams, platforms without sendmsg) go through the Stream API.
+        socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._socket = socket if hasattr(socket, "sendmsg") else None
         self._decoder = decoder
         self._limits = limits
         self._handler = handler
@@ -156,7 +162,9 @@ class Connection:
         receive = self._outgoing_receive
         while True:
             parts = list(await receive.receive())
-            # Everything queued meanwhile goes out in the same write.
+            # Let the tasks that are sending run once more before writing: what they queue
+            # goes out in the same write (measured: 32 KiB frames gain a sixth in MB/s).
+            await trio.lowlevel.checkpoint()
             while len(parts) < WRITE_PARTS_MAX:
                 try:
                     parts += receive.receive_nowait()
@@ -179,7 +187,7 @@ class Connection:
         first = 0
         while first < len(views):
             try:
-                sent = await self._socket.sendmsg(views[first:])
+                sent = await self._socket.sendmsg(views[first : first + SENDMSG_PARTS_MAX])
             except OSError as exc:
                 raise trio.BrokenResourceError(str(exc)) from exc
             while sent:
@@ -192,27 +200,26 @@ class Connection:
 
     async def _read_loop(self) -> None:
         decoder = self._decoder
+        socket = self._socket
         while True:
             while (frame := decoder.next_frame()) is not None:
                 await self._dispatch(frame)
             with decoder.get_buffer() as room:
-                received = await self._receive_into(room)
+                if socket is not None:
+                    # Straight into the decoder's buffer: one copy fewer per frame.
+                    try:
+                        received = await socket.recv_into(room)
+                    except OSError as exc:
+                        raise trio.BrokenResourceError(str(exc)) from exc
+                else:
+                    data = await self._stream.receive_some(len(room))
+                    received = len(data)
+                    room[:received] = data
             if not received:
                 if decoder.buffered_bytes:
                     raise ConnectionClosed("closed by the remote in the middle of a frame")
                 return
             decoder.buffer_updated(received)
-
-    async def _receive_into(self, room: memoryview) -> int:
-        if self._socket is None:
-            data = await self._stream.receive_some(len(room))
-            room[: len(data)] = data
-            return len(data)
-        # A plain socket reads straight into the decoder's buffer: one copy fewer per frame.
-        try:
-            return await self._socket.recv_into(room)
-        except OSError as exc:
-            raise trio.BrokenResourceError(str(exc)) from exc
 
     async def _dispatch(self, frame: Frame) -> None:
         message = frame.message

@@ -73,7 +73,8 @@ class FrameDecoder:
 
     def next_frame(self) -> Frame | None:
         """The next whole frame, or None until more bytes arrive."""
-        self._raise_if_failed()
+        if self._failed is not None:
+            self._raise_if_failed()
         start = self._start
         if self._end - start < _PREFIX_BYTES:
             return None

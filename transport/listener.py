@@ -67,7 +67,11 @@ class Listener:
         await trio.serve_listeners(self._serve_socket, listeners)
 
     async def _serve_socket(self, socket_stream: trio.SocketStream) -> None:
-        remote = format_address(socket_stream.socket.getpeername())
+        try:
+            remote = format_address(socket_stream.socket.getpeername())
+        except OSError:  # it hung up before we looked
+            await trio.aclose_forcefully(socket_stream)
+            return
         stream: trio.abc.Stream = socket_stream
         if self._ssl_context is not None:
             stream = trio.SSLStream(socket_stream, self._ssl_context, server_side=True)

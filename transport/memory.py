@@ -50,6 +50,13 @@ class LinkFaults:
     # Picked messages skip the in-order rule; it takes a delay range to show.
     reorder_probability: float = 0.0
 
+    def __post_init__(self) -> None:
+        for name in ("drop_probability", "duplicate_probability", "reorder_probability"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1]")
+        if not 0.0 <= self.delay_s_min <= self.delay_s_max:
+            raise ValueError("delays must satisfy 0 <= delay_s_min <= delay_s_max")
+
 
 PERFECT_LINK = LinkFaults()
 

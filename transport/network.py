@@ -72,7 +72,7 @@ class Limits:
 
     frame_bytes_max: int = FRAME_BYTES_MAX
     inflight_max: int = 64  # requests in flight per connection, each way
-    send_queue_max: int = 256  # frames waiting to be written, per connection (or link)
+    send_queue_max: int = 128  # frames waiting to be written, per connection (or link)
     connections_max: int = 1024  # open connections per listener
     handshake_timeout_s: float = 5.0  # connect + TLS + handshake, so silence cannot hold a slot
 

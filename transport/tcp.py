@@ -116,6 +116,8 @@ class TcpTransport:
         return await entry[0].request(message)
 
     def set_peers(self, peers: Mapping[int, str]) -> None:
+        for address in peers.values():
+            parse_address(address)  # a bad address is the caller's error, raised here
         for peer_id, (link, scope) in list(self._links.items()):
             if peers.get(peer_id) != link.address:
                 del self._links[peer_id]

@@ -323,3 +323,17 @@ def trace_of_seed(seed: int) -> list:
 def test_a_seed_replays_the_same_run():
     assert trace_of_seed(12) == trace_of_seed(12)
     assert trace_of_seed(12) != trace_of_seed(13)
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        {"drop_probability": 1.5},
+        {"duplicate_probability": -0.1},
+        {"delay_s_min": 0.2, "delay_s_max": 0.1},
+        {"delay_s_min": -1.0},
+    ],
+)
+def test_nonsense_faults_are_refused(faults):
+    with pytest.raises(ValueError):
+        LinkFaults(**faults)
