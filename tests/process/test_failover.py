@@ -8,24 +8,18 @@ import time
 
 from bench.cluster import ProcessCluster
 from quorumlog.errors import QuorumLogError
-from transport.messages import ReadReply, ReadRequest
 
 
 def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:
-    """(commit offset, sha256 of every committed batch) as one node serves them."""
+    """(commit offset, sha256 of every committed record) as one node serves them."""
     digest = hashlib.sha256()
     with cluster.client(node_id=node_id) as c:
         commit = c.end_offset()
         offset = 0
-        while offset <= commit:
-            reply = c._call(ReadRequest(offset, 1 << 20), time.monotonic() + 10, leader=False)
-            assert isinstance(reply, ReadReply)
-            if not reply.batches:
-                break
-            digest.update(reply.batches)
-            from log.batch import split_batches
-
-            offset = split_batches(reply.batches)[-1][0].last_offset + 1
+        while records := c.read(offset, 10_000):
+            for r in records:
+                digest.update(b"%d:" % r.offset + r.value)
+            offset = records[-1].offset + 1
     return commit, digest.hexdigest()
 
 

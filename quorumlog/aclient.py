@@ -1,0 +1,202 @@
+"""`AsyncClient`: the trio client, the same calls as `Client` as coroutines.
+
+One instance may be shared by many tasks: requests are pipelined on one connection per
+broker, which is how a window of appends stays in flight. Use it as
+`async with AsyncClient(brokers) as c:`; every call ends within the client's timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterable, Iterator, Sequence
+
+import trio
+
+from quorumlog.errors import (
+    AuthError,
+    CallTimeoutError,
+    OffsetOutOfRangeError,
+    QuorumLogError,
+    UnreachableError,
+)
+from quorumlog.protocol import (
+    READ_BYTES_MAX,
+    AppendResult,
+    Producer,
+    Record,
+    Router,
+    append_result,
+    members_of,
+    parse_acks,
+    parse_brokers,
+    records_from,
+)
+from transport.connection import Connection
+from transport.errors import AuthError as TransportAuthError
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    AppendReply,
+    EndOffsetReply,
+    EndOffsetRequest,
+    Message,
+    ReadReply,
+    ReadRequest,
+    Role,
+    StatusReply,
+    StatusRequest,
+)
+from transport.network import DEFAULT_LIMITS
+from transport.tcp import dial
+
+STATUS_TIMEOUT_S = 2.0
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        secret: bytes | str | None = None,
+        timeout: float = 10.0,
+        direct: bool = False,
+    ):
+        self.brokers = parse_brokers(brokers)
+        self.secret = secret.encode() if isinstance(secret, str) else secret
+        self.timeout = timeout
+        rng = random.Random()
+        self._router = Router(self.brokers, direct, rng)
+        self._producer = Producer(rng)
+        self._connections: dict[str, Connection] = {}
+        self._dialing: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager = None
+
+    async def __aenter__(self) -> AsyncClient:
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc) -> bool | None:
+        assert self._nursery is not None and self._nursery_manager is not None
+        self._nursery.cancel_scope.cancel()
+        return await self._nursery_manager.__aexit__(*exc)
+
+    async def append(
+        self, records: Iterable[bytes | Record], acks: str = "quorum", details: bool = False
+    ) -> int | AppendResult | None:
+        requests = self._producer.requests(list(records), parse_acks(acks))
+        with self._deadline():
+            replies = [await self._call(r, to_leader=True) for r in requests]
+        assert all(isinstance(r, AppendReply) for r in replies)
+        return append_result(replies, details)
+
+    async def read(self, offset: int, max_records: int = 1000) -> list[Record]:
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset} is negative")
+        position = offset
+        with self._deadline():
+            while True:
+                reply = await self._call(ReadRequest(position, READ_BYTES_MAX), to_leader=True)
+                assert isinstance(reply, ReadReply)
+                if not reply.batches:
+                    return []
+                records, position = records_from(reply, offset, max_records)
+                if records:
+                    return records
+
+    async def end_offset(self, linearizable: bool = False) -> int:
+        with self._deadline():
+            reply = await self._call(EndOffsetRequest(linearizable), to_leader=True)
+        assert isinstance(reply, EndOffsetReply)
+        return reply.commit_offset
+
+    async def status(self) -> list[dict]:
+        with self._deadline():
+            first = await self._call(StatusRequest(), to_leader=False)
+        assert isinstance(first, StatusReply)
+        out = []
+        for node_id, address in sorted(members_of(first.status).items()):
+            if node_id == first.status["node_id"]:
+                out.append(first.status)
+                continue
+            reply = None
+            with trio.move_on_after(STATUS_TIMEOUT_S):
+                try:
+                    reply = await self._call_once(address, StatusRequest())
+                except (QuorumLogError, ConnectionClosed):
+                    reply = None
+            out.append(
+                reply.status
+                if isinstance(reply, StatusReply)
+                else {"node_id": node_id, "error": "unreachable"}
+            )
+        return out
+
+    # ------------------------------------------------------------------- plumbing
+
+    def _deadline(self) -> contextlib.AbstractContextManager[None]:
+        return _deadline(self.timeout)
+
+    async def _call(self, message: Message, *, to_leader: bool) -> Message:
+        router = self._router
+        tried: list[str] = []
+        attempt = 0
+        while True:
+            address = router.pick(tried, to_leader)
+            tried.append(address)
+            try:
+                reply = await self._call_once(address, message)
+                if router.on_reply(address, reply, to_leader):
+                    return reply
+            except (ConnectionClosed, UnreachableError) as exc:
+                router.on_unreachable(exc)
+            attempt += 1
+            await trio.sleep(router.backoff_s(attempt))
+
+    async def _call_once(self, address: str, message: Message) -> Message:
+        connection = await self._connection(address)
+        try:
+            return await connection.request(message)
+        except ConnectionClosed:
+            self._connections.pop(address, None)
+            raise
+
+    async def _connection(self, address: str) -> Connection:
+        lock = self._dialing.setdefault(address, trio.Lock())
+        async with lock:
+            connection = self._connections.get(address)
+            if connection is None:
+                try:
+                    connection = await dial(
+                        address,
+                        role=Role.CLIENT,
+                        node_id=None,
+                        secret=self.secret,
+                        ssl_context=None,
+                        limits=DEFAULT_LIMITS,
+                    )
+                except TransportAuthError as exc:
+                    raise AuthError(str(exc)) from None
+                except ConnectionClosed as exc:
+                    raise UnreachableError(str(exc)) from None
+                assert self._nursery is not None, "use AsyncClient in `async with`"
+                self._nursery.start_soon(self._run_connection, address, connection)
+                self._connections[address] = connection
+            return connection
+
+    async def _run_connection(self, address: str, connection: Connection) -> None:
+        try:
+            await connection.run()
+        finally:
+            if self._connections.get(address) is connection:
+                del self._connections[address]
+
+
+@contextlib.contextmanager
+def _deadline(timeout_s: float) -> Iterator[None]:
+    """`fail_after` that raises the client's CallTimeoutError."""
+    try:
+        with trio.fail_after(timeout_s):
+            yield
+    except trio.TooSlowError:
+        raise CallTimeoutError(f"gave up after {timeout_s:g} s") from None

@@ -1,0 +1,207 @@
+"""What both clients share: records, append batching, reply decoding, broker routing.
+
+Pure code, no I/O: `Client` (sockets) and `AsyncClient` (trio) only send and wait.
+Routing follows KUDU-1353's lesson: what a node says about the leader is a hint. On
+not_leader, a lost connection or an unreachable broker, try the hinted leader or the next
+broker, with jittered backoff, until the deadline; then fail definitely.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from log.batch import BatchError, BatchType, split_batches
+from log.records import batch_records, make_data_batch
+from quorumlog.errors import (
+    CallTimeoutError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutcomeUnknownError,
+    QuorumLogError,
+    TooLargeError,
+)
+from transport.messages import Acks, AppendReply, AppendRequest, ErrorCode, ErrorReply, ReadReply
+
+ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
+BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
+RECORD_BYTES_MAX = 4 * 1024 * 1024
+READ_BYTES_MAX = 1024 * 1024
+BACKOFF_S_MIN = 0.02
+BACKOFF_S_MAX = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    value: bytes
+    key: bytes | None = None
+    timestamp_ms: int | None = None
+    headers: list[tuple[str, bytes]] | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed and the durability the leader saw when it answered."""
+
+    first_offset: int
+    last_offset: int
+    commit_offset: int
+    majority_flushed_offset: int
+    majority_dirty_offset: int
+
+
+def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
+    items = brokers.split(",") if isinstance(brokers, str) else list(brokers)
+    out = [b.strip() for b in items if b.strip()]
+    if not out:
+        raise QuorumLogError("no brokers given")
+    return out
+
+
+def parse_acks(acks: str) -> Acks:
+    if acks not in ACKS:
+        raise QuorumLogError(f"acks must be one of {', '.join(ACKS)}, not {acks!r}")
+    return ACKS[acks]
+
+
+class Producer:
+    """An idempotent producer: a random id, and a sequence number per append request."""
+
+    def __init__(self, rng: random.Random):
+        self.producer_id = rng.getrandbits(62)
+        self._seq = -1
+
+    def requests(self, records: Sequence[bytes | Record], acks: Acks) -> list[AppendRequest]:
+        """One request per batch (so that an append is atomic in the log), each stamped
+        with the next sequence: a retry is recognised and never written twice."""
+        if not records:
+            raise QuorumLogError("nothing to append")
+        now_ms = int(time.time() * 1000)
+        requests: list[AppendRequest] = []
+        pending: list[tuple] = []
+        pending_bytes = 0
+        for record in records:
+            if isinstance(record, bytes | bytearray | memoryview):
+                record = Record(bytes(record))
+            size = len(record.value) + len(record.key or b"")
+            if size > RECORD_BYTES_MAX:
+                raise TooLargeError(
+                    f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
+                )
+            if pending and pending_bytes + size > BATCH_BYTES_MAX:
+                requests.append(self._request(pending, acks, now_ms))
+                pending, pending_bytes = [], 0
+            ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
+            pending.append((record.key, record.value, ts, record.headers))
+            pending_bytes += size + 16
+        requests.append(self._request(pending, acks, now_ms))
+        return requests
+
+    def _request(self, records: list[tuple], acks: Acks, now_ms: int) -> AppendRequest:
+        self._seq += 1
+        batch = make_data_batch(
+            records, timestamp_ms=now_ms, producer_id=self.producer_id, producer_seq=self._seq
+        )
+        return AppendRequest(batch, acks, self.producer_id, self._seq)
+
+
+def append_result(replies: list[AppendReply], details: bool) -> int | AppendResult | None:
+    first, last = replies[0], replies[-1]
+    if first.first_offset is None:
+        return None
+    if not details:
+        return first.first_offset
+    return AppendResult(
+        first.first_offset,
+        last.last_offset,
+        last.commit_offset,
+        last.majority_flushed_offset,
+        last.majority_dirty_offset,
+    )
+
+
+def records_from(reply: ReadReply, offset: int, max_records: int) -> tuple[list[Record], int]:
+    """Data records at or after `offset` in a read reply, and the offset to read next."""
+    try:
+        batches = split_batches(reply.batches)
+    except BatchError as exc:
+        raise QuorumLogError(f"damaged data from the cluster: {exc}") from None
+    out: list[Record] = []
+    next_offset = offset
+    for header, batch in batches:
+        next_offset = header.last_offset + 1
+        if header.batch_type is not BatchType.DATA:
+            continue  # control batches (barriers, configurations) are never returned
+        for i, raw in enumerate(batch_records(batch, header)):
+            at = header.base_offset + i
+            if at >= offset and len(out) < max_records:
+                out.append(Record(raw.value, raw.key, raw.timestamp_ms, raw.headers, at))
+    return out, next_offset
+
+
+def members_of(status: dict) -> dict[int, str]:
+    """node id -> address of every member, from one node's status."""
+    return {int(k): v for k, v in status.get("members", {}).items()}
+
+
+def error_from(reply: ErrorReply) -> QuorumLogError:
+    match reply.code:
+        case ErrorCode.NOT_LEADER:
+            return NotLeaderError(reply.message, reply.leader_id, reply.leader_address)
+        case ErrorCode.OFFSET_OUT_OF_RANGE:
+            return OffsetOutOfRangeError(reply.message)
+        case ErrorCode.TOO_LARGE:
+            return TooLargeError(reply.message)
+        case ErrorCode.TIMEOUT:
+            return CallTimeoutError(reply.message)
+        case ErrorCode.UNKNOWN:
+            return OutcomeUnknownError(reply.message)
+        case _:
+            return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
+
+
+RETRIABLE = frozenset({ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN})
+
+
+class Router:
+    """Which broker to ask next; hints from replies; the backoff between tries."""
+
+    def __init__(self, brokers: list[str], direct: bool, rng: random.Random):
+        self.brokers = brokers
+        self.direct = direct
+        self.leader: str | None = None
+        self._rng = rng
+
+    def pick(self, tried: list[str], to_leader: bool) -> str:
+        if self.direct:
+            return self.brokers[0]
+        if to_leader and self.leader:
+            return self.leader
+        untried = [b for b in self.brokers if b not in tried]
+        return untried[0] if untried else self._rng.choice(self.brokers)
+
+    def on_reply(self, address: str, reply, to_leader: bool) -> bool:
+        """True if the reply is the answer; False to try again; raises a definite error.
+
+        Retrying is safe: appends are idempotent, everything else only reads.
+        """
+        if not isinstance(reply, ErrorReply):
+            if to_leader:
+                self.leader = address
+            return True
+        if reply.code not in RETRIABLE or self.direct:
+            raise error_from(reply)
+        self.leader = reply.leader_address
+        return False
+
+    def on_unreachable(self, error: Exception) -> None:
+        if self.direct:
+            raise error
+        self.leader = None
+
+    def backoff_s(self, attempt: int) -> float:
+        pause = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** min(attempt, 10))
+        return pause * self._rng.uniform(0.5, 1.5)
