@@ -32,7 +32,7 @@ RETAINED_BYTES_MAX = 2 * 1024 * 1024
 class FrameDecoder:
     def __init__(self, frame_bytes_max: int = FRAME_BYTES_MAX) -> None:
         self.frame_bytes_max = frame_bytes_max
-        self._buffer = bytearray(READ_BYTES_MIN)
+        self._buffer = bytearray()  # grown on first use: a silent connection costs nothing
         self._start = 0  # first byte not yet decoded
         self._end = 0  # end of what was received
         self._read_bytes = READ_BYTES_MIN  # room offered per read, grown while reads fill it
@@ -100,7 +100,7 @@ class FrameDecoder:
         if end == self._end:
             self._start = self._end = 0
             if len(self._buffer) > RETAINED_BYTES_MAX:
-                self._buffer = bytearray(READ_BYTES_MIN)
+                self._buffer = bytearray()
         return frame
 
     def __iter__(self) -> Iterator[Frame]:
@@ -152,9 +152,13 @@ class FrameDecoder:
 
 def decode_frame(data: bytes, frame_bytes_max: int = FRAME_BYTES_MAX) -> Frame:
     """Decode bytes that must hold exactly one whole frame (the in-memory network's path)."""
-    decoder = FrameDecoder(frame_bytes_max)
-    decoder.feed(data)
-    frame = decoder.next_frame()
-    if frame is None or decoder.buffered_bytes:
+    if len(data) < _PREFIX_BYTES:
+        raise ProtocolError("not a whole frame")
+    (body_bytes,) = LENGTH_PREFIX.unpack_from(data)
+    if body_bytes > frame_bytes_max:
+        raise ProtocolError(
+            f"frame of {body_bytes} bytes exceeds frame_bytes_max {frame_bytes_max}"
+        )
+    if len(data) != _PREFIX_BYTES + body_bytes:
         raise ProtocolError("not exactly one frame")
-    return frame
+    return decode_body(memoryview(data)[_PREFIX_BYTES:])

@@ -41,10 +41,6 @@ class Listener:
         self._connections = 0
         self._logger = logger.bind(node_id=node_id)
 
-    @property
-    def connections(self) -> int:
-        return self._connections
-
     async def serve(
         self,
         host: str,
