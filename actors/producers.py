@@ -5,19 +5,22 @@ sequence number, so the table below is kept by every node from the batches it ap
 rebuilt from the log on start: a new leader knows what the old one wrote (Jepsen's Redpanda
 2022 finding: a retry answered with an error and then written twice). One batch per append
 keeps appends atomic: a truncation removes all of one or none. Each node keeps, per
-producer, its last few appends. Sequences must grow; gaps are allowed (a failed append
-leaves one).
+producer, its recent appends, which may arrive in any order (a window of them is in
+flight at once).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from log.batch import BatchHeader
 
 PRODUCERS_MAX = 100_000  # the least recently used are forgotten beyond this
-APPENDS_PER_PRODUCER_MAX = 8
+# Appends remembered per producer: more than a client keeps in flight, since those may
+# arrive in any order.
+APPENDS_PER_PRODUCER_MAX = 1024
+ORDER_MAX = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,46 +31,62 @@ class ProducerAppend:
 
 
 class StaleSequenceError(Exception):
-    """A sequence older than the producer's recent appends: its outcome is not known here."""
+    """A sequence older than the producer's remembered appends: its outcome is unknown here."""
+
+
+class _Recent:
+    __slots__ = ("appends", "forgotten_max")
+
+    def __init__(self) -> None:
+        self.appends: OrderedDict[int, ProducerAppend] = OrderedDict()
+        self.forgotten_max = -1  # highest sequence dropped to bound memory
 
 
 class ProducerTable:
     def __init__(self) -> None:
-        self._appends: OrderedDict[int, list[ProducerAppend]] = OrderedDict()
+        self._producers: OrderedDict[int, _Recent] = OrderedDict()
+        # (first offset, producer, seq) in log order, so that a truncation of the tail
+        # costs what it removes. Old entries fall off: truncations only reach the tail.
+        self._order: deque[tuple[int, int, int]] = deque(maxlen=ORDER_MAX)
 
     def find(self, producer_id: int, seq: int) -> ProducerAppend | None:
         """The earlier append with this sequence, or None if it is new."""
-        recent = self._appends.get(producer_id)
-        if not recent:
+        recent = self._producers.get(producer_id)
+        if recent is None:
             return None
-        for append in recent:
-            if append.seq == seq:
-                return append
-        if seq < recent[-1].seq:
+        append = recent.appends.get(seq)
+        if append is None and seq <= recent.forgotten_max:
             raise StaleSequenceError(
-                f"sequence {seq} of producer {producer_id} is older than its last ({recent[-1].seq})"
+                f"sequence {seq} of producer {producer_id} is too old to tell whether it was "
+                "written"
             )
-        return None
+        return append
 
     def note_batch(self, header: BatchHeader) -> None:
         """Account for a batch appended to the log (leader or follower)."""
         if header.producer_id < 0:
             return
-        recent = self._appends.get(header.producer_id)
+        recent = self._producers.get(header.producer_id)
         if recent is None:
-            recent = self._appends[header.producer_id] = []
-            if len(self._appends) > PRODUCERS_MAX:
-                self._appends.popitem(last=False)
+            recent = self._producers[header.producer_id] = _Recent()
+            if len(self._producers) > PRODUCERS_MAX:
+                self._producers.popitem(last=False)
         else:
-            self._appends.move_to_end(header.producer_id)
-        recent.append(ProducerAppend(header.producer_seq, header.base_offset, header.last_offset))
-        del recent[:-APPENDS_PER_PRODUCER_MAX]
+            self._producers.move_to_end(header.producer_id)
+        seq = header.producer_seq
+        recent.appends[seq] = ProducerAppend(seq, header.base_offset, header.last_offset)
+        self._order.append((header.base_offset, header.producer_id, seq))
+        if len(recent.appends) > APPENDS_PER_PRODUCER_MAX:
+            forgotten, _ = recent.appends.popitem(last=False)
+            recent.forgotten_max = max(recent.forgotten_max, forgotten)
 
     def truncate(self, from_offset: int) -> None:
         """Forget appends at or after `from_offset` (a truncated suffix)."""
-        for producer_id in list(self._appends):
-            kept = [a for a in self._appends[producer_id] if a.first_offset < from_offset]
-            if kept:
-                self._appends[producer_id] = kept
-            else:
-                del self._appends[producer_id]
+        order = self._order
+        while order and order[-1][0] >= from_offset:
+            first_offset, producer_id, seq = order.pop()
+            recent = self._producers.get(producer_id)
+            if recent is not None:
+                append = recent.appends.get(seq)
+                if append is not None and append.first_offset == first_offset:
+                    del recent.appends[seq]

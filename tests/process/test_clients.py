@@ -1,0 +1,99 @@
+"""The Python clients against a real cluster: windows of appends, bad input, deadlines."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import trio
+
+from quorumlog import (
+    AsyncClient,
+    AuthError,
+    CallTimeoutError,
+    Client,
+    OffsetOutOfRangeError,
+    QuorumLogError,
+    Record,
+    TooLargeError,
+)
+from bench.cluster import free_ports
+
+
+async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
+    cluster.wait_for_leader()
+    offsets: list[int] = []
+    async with AsyncClient(cluster.brokers, timeout=20) as c:
+
+        async def one(i: int) -> None:
+            offsets.append(await c.append([b"w%03d" % i]))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(64):
+                nursery.start_soon(one, i)
+        assert len(set(offsets)) == 64
+        records = await c.read(min(offsets), 1000)
+        assert sorted(r.value for r in records) == sorted(b"w%03d" % i for i in range(64))
+        assert await c.end_offset(linearizable=True) >= max(offsets)
+        statuses = await c.status()
+        assert {s["node_id"] for s in statuses} == {1, 2, 3}
+
+
+def test_details_keys_and_acks_levels(cluster):
+    cluster.wait_for_leader()
+    with Client(cluster.brokers) as c:
+        result = c.append([b"a", Record(key=b"k", value=b"b")], details=True)
+        assert result.last_offset == result.first_offset + 1
+        assert result.commit_offset >= result.last_offset
+        assert result.majority_flushed_offset >= result.last_offset
+        assert c.append([b"lazy"], acks="leader") > result.last_offset
+        assert c.append([b"fire"], acks="none") is None
+        records = c.read(result.first_offset, 2)
+        assert [(r.key, r.value) for r in records] == [(None, b"a"), (b"k", b"b")]
+
+
+def test_bad_input_gets_clear_errors(cluster):
+    cluster.wait_for_leader()
+    with Client(cluster.brokers, timeout=5) as c:
+        with pytest.raises(OffsetOutOfRangeError):
+            c.read(-1)
+        assert c.read(10**12) == []
+        with pytest.raises(QuorumLogError):
+            c.append([])
+        with pytest.raises(TooLargeError):
+            c.append([b"x" * (100 * 1024 * 1024)])
+        with pytest.raises(QuorumLogError):
+            c.append([b"x"], acks="sometimes")
+
+
+def test_unreachable_brokers_fail_within_the_timeout():
+    (port,) = free_ports(1)
+    start = time.monotonic()
+    with Client(f"127.0.0.1:{port}", timeout=1.5) as c, pytest.raises(CallTimeoutError):
+        c.append([b"x"])
+    assert time.monotonic() - start < 5
+
+
+def test_wrong_secret_is_refused(tmp_path):
+    from bench.cluster import ProcessCluster
+
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("right-secret\n")
+    (tmp_path / "c").mkdir()
+    cluster = ProcessCluster(str(tmp_path / "c"), size=1)
+    cluster.start(1, ["--secret-file", str(secret_file)])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with Client(cluster.brokers, secret=b"right-secret", timeout=2) as c:
+                    c.append([b"ok"])
+                break
+            except CallTimeoutError:
+                assert time.monotonic() < deadline
+        with Client(cluster.brokers, secret=b"wrong", timeout=5) as c, pytest.raises(AuthError):
+            c.append([b"x"])
+        with Client(cluster.brokers, timeout=5) as c, pytest.raises(AuthError):
+            c.append([b"x"])
+    finally:
+        cluster.stop_all()

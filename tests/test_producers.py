@@ -1,0 +1,61 @@
+"""The idempotent producer table: retries found, windows out of order, truncation."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError
+from log.batch import parse_header
+from log.records import make_data_batch
+
+
+def header(producer_id: int, seq: int, base_offset: int, records: int = 1):
+    batch = make_data_batch(
+        [(None, b"v", 0, None)] * records, timestamp_ms=0, producer_id=producer_id, producer_seq=seq
+    )
+    from log.batch import with_offset_and_term
+
+    return parse_header(with_offset_and_term(batch, base_offset, 1))
+
+
+def test_a_retry_finds_the_original_offsets():
+    table = ProducerTable()
+    table.note_batch(header(7, 0, 10, records=3))
+    found = table.find(7, 0)
+    assert (found.first_offset, found.last_offset) == (10, 12)
+    assert table.find(7, 1) is None
+    assert table.find(8, 0) is None
+
+
+def test_sequences_may_arrive_out_of_order_within_the_window():
+    table = ProducerTable()
+    for offset, seq in enumerate([3, 1, 2, 0]):
+        table.note_batch(header(1, seq, offset))
+    assert [table.find(1, s).first_offset for s in range(4)] == [3, 1, 2, 0]
+
+
+def test_sequences_older_than_memory_are_refused():
+    table = ProducerTable()
+    for seq in range(APPENDS_PER_PRODUCER_MAX + 5):
+        table.note_batch(header(1, seq, seq))
+    with pytest.raises(StaleSequenceError):
+        table.find(1, 2)
+    assert table.find(1, APPENDS_PER_PRODUCER_MAX + 4).first_offset == APPENDS_PER_PRODUCER_MAX + 4
+
+
+def test_truncation_forgets_what_it_removed():
+    table = ProducerTable()
+    for seq in range(5):
+        table.note_batch(header(1, seq, seq * 10))
+    table.truncate(20)
+    assert table.find(1, 1).first_offset == 10
+    assert table.find(1, 2) is None and table.find(1, 4) is None
+    table.note_batch(header(1, 2, 20))
+    assert table.find(1, 2).first_offset == 20
+
+
+def test_batches_without_a_producer_are_ignored():
+    table = ProducerTable()
+    batch = make_data_batch([(None, b"v", 0, None)], timestamp_ms=0)
+    table.note_batch(parse_header(batch))
+    assert table.find(-1, -1) is None
