@@ -7,6 +7,7 @@ import time
 import pytest
 import trio
 
+from bench.cluster import free_ports
 from quorumlog import (
     AsyncClient,
     AuthError,
@@ -17,7 +18,6 @@ from quorumlog import (
     Record,
     TooLargeError,
 )
-from bench.cluster import free_ports
 
 
 async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
