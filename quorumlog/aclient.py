@@ -110,6 +110,12 @@ class AsyncClient:
         assert isinstance(reply, EndOffsetReply)
         return reply.commit_offset
 
+    async def start_offset(self) -> int:
+        with self._deadline():
+            reply = await self._call(EndOffsetRequest(False), to_leader=True)
+        assert isinstance(reply, EndOffsetReply)
+        return reply.log_start_offset
+
     async def status(self) -> list[dict]:
         with self._deadline():
             first = await self._call(StatusRequest(), to_leader=False)

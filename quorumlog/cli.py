@@ -10,29 +10,14 @@ import click
 
 from bench.report import print_table, write_jsonl
 from bench.scenarios import SCENARIOS, scenario
-from quorumlog import server
+from quorumlog import commands, server
+from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
-
-EXIT_OPERATIONAL = 1
-EXIT_USAGE = 2
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """quorumlog: a replicated log service (Raft, trio, msgpack over TCP)."""
-
-
-def read_secret(path: str | None) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            secret = f.read().strip()
-    except OSError as exc:
-        raise click.UsageError(f"cannot read the secret file {path}: {exc}") from None
-    if not secret:
-        raise click.UsageError(f"the secret file {path} is empty")
-    return secret
 
 
 @main.command(
@@ -129,6 +114,9 @@ def bench(name: str, quick: bool, out: str | None) -> None:
         write_jsonl(out, each, rows)
     click.echo(f"figures written to {out}", err=True)
 
+
+for command in (commands.produce, commands.consume, commands.status, commands.members):
+    main.add_command(command)
 
 if __name__ == "__main__":
     sys.exit(main())

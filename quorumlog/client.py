@@ -107,6 +107,13 @@ class Client:
         assert isinstance(reply, EndOffsetReply)
         return reply.commit_offset
 
+    def start_offset(self) -> int:
+        """Offset of the first retained record (the log start)."""
+        deadline = time.monotonic() + self.timeout
+        reply = self._call(EndOffsetRequest(False), deadline, to_leader=True)
+        assert isinstance(reply, EndOffsetReply)
+        return reply.log_start_offset
+
     def status(self) -> list[dict]:
         """One dict per member, as `quorumlog status --json` prints them."""
         deadline = time.monotonic() + self.timeout

@@ -1,0 +1,299 @@
+"""The client commands of the CLI: produce, consume, status, members.
+
+Every expected failure is one line on stderr and exit 1 (operational) or 2 (usage); never a
+traceback (CONTRACT.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from quorumlog.client import Client
+from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
+
+EXIT_OPERATIONAL = 1
+PRODUCE_CHUNK_RECORDS = 10_000
+FOLLOW_POLL_S = 0.2
+stderr = Console(stderr=True)
+
+
+def read_secret(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise click.UsageError(f"cannot read the secret file {path}: {exc}") from None
+    if not secret:
+        raise click.UsageError(f"the secret file {path} is empty")
+    return secret
+
+
+def client_option_decorators(command: Callable) -> Callable:
+    """-b/--brokers, --timeout and --secret-file (CONTRACT.md)."""
+    for option in reversed(
+        (
+            click.option(
+                "-b",
+                "--brokers",
+                envvar="QUORUMLOG_BROKERS",
+                required=True,
+                help="HOST:PORT,... of any nodes.",
+            ),
+            click.option(
+                "--timeout",
+                type=click.FloatRange(min=0.1),
+                default=10.0,
+                show_default=True,
+                help="Seconds per call.",
+            ),
+            click.option(
+                "--secret-file",
+                envvar="QUORUMLOG_SECRET_FILE",
+                default=None,
+                help="File holding the cluster secret.",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def run_with_client(
+    brokers: str, timeout: float, secret_file: str | None, body: Callable[[Client], None]
+) -> None:
+    """Run `body` with a client; an expected failure is one line on stderr and exit 1."""
+    try:
+        with Client(brokers, secret=read_secret(secret_file), timeout=timeout) as client:
+            body(client)
+    except QuorumLogError as exc:
+        click.echo(f"quorumlog: {exc}", err=True)
+        sys.exit(EXIT_OPERATIONAL)
+
+
+def client_options(command: Callable) -> Callable:
+    """Adds the client options and hands the command a connected `client`."""
+
+    @client_option_decorators
+    @functools.wraps(command)
+    def wrapper(brokers: str, timeout: float, secret_file: str | None, **kwargs):
+        run_with_client(brokers, timeout, secret_file, lambda client: command(client, **kwargs))
+
+    return wrapper
+
+
+@click.command()
+@client_options
+@click.option(
+    "--acks", type=click.Choice(["quorum", "leader", "none"]), default="quorum", show_default=True
+)
+@click.argument("source", type=click.File("rb"), default="-")
+def produce(client: Client, acks: str, source: BinaryIO) -> None:
+    """Append one record per input line; print "FIRST_OFFSET LAST_OFFSET".
+
+    \b
+    Examples:
+      seq 1000 | quorumlog produce -b 127.0.0.1:7001
+      quorumlog produce -b 127.0.0.1:7001 --acks leader events.txt
+    """
+    first = last = None
+    count = 0
+    with _progress(source) as advance:
+        for chunk in _line_chunks(source):
+            result = client.append(chunk, acks=acks, details=True)
+            count += len(chunk)
+            advance(sum(len(v) + 1 for v in chunk))
+            if result is not None:
+                first = result.first_offset if first is None else first
+                last = result.last_offset
+    if count == 0:
+        raise QuorumLogError("nothing to append: the input is empty")
+    if first is None:
+        click.echo(f"{count} records sent with acks=none: offsets are not reported", err=True)
+        return
+    click.echo(f"{first} {last}")
+
+
+def _line_chunks(source: BinaryIO) -> Iterator[list[bytes]]:
+    chunk: list[bytes] = []
+    for line in source:
+        chunk.append(line.rstrip(b"\r\n"))
+        if len(chunk) >= PRODUCE_CHUNK_RECORDS:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+@contextlib.contextmanager
+def _progress(source: BinaryIO) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr for big files; nothing for pipes or when not a terminal."""
+    try:
+        total = os.fstat(source.fileno()).st_size
+    except (OSError, ValueError):
+        total = 0
+    if not stderr.is_terminal or total < 1 << 20:
+        yield lambda n: None
+        return
+    columns = (TextColumn("producing"), BarColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=stderr, transient=True) as progress:
+        task = progress.add_task("produce", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+@click.command()
+@client_options
+@click.option(
+    "--from", "start", default="earliest", show_default=True, help="earliest, latest or an offset."
+)
+@click.option(
+    "--max", "max_records", type=click.IntRange(min=0), default=None, help="Stop after N records."
+)
+@click.option("--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
+@click.option("--with-offsets", is_flag=True, help='Print "OFFSET<TAB>VALUE".')
+def consume(
+    client: Client, start: str, max_records: int | None, follow: bool, with_offsets: bool
+) -> None:
+    """Print committed records, one value per line.
+
+    \b
+    Examples:
+      quorumlog consume -b 127.0.0.1:7001 --from earliest --max 10
+      quorumlog consume -b 127.0.0.1:7001 --from latest --follow --with-offsets
+    """
+    offset = _start_offset(client, start)
+    out = sys.stdout.buffer
+    printed = 0
+    try:
+        while max_records is None or printed < max_records:
+            want = 1000 if max_records is None else min(1000, max_records - printed)
+            records = client.read(offset, want)
+            if not records:
+                if not follow:
+                    break
+                time.sleep(FOLLOW_POLL_S)
+                continue
+            for r in records:
+                out.write(b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n")
+            out.flush()
+            printed += len(records)
+            offset = records[-1].offset + 1
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (| head): not an error
+
+
+def _start_offset(client: Client, start: str) -> int:
+    if start == "earliest":
+        return client.start_offset()
+    if start == "latest":
+        return client.end_offset() + 1
+    try:
+        offset = int(start)
+    except ValueError:
+        raise click.UsageError(
+            f"--from takes earliest, latest or an offset, not {start!r}"
+        ) from None
+    if offset < 0:
+        raise OffsetOutOfRangeError(f"offset {offset} is negative")
+    return offset
+
+
+@click.command()
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per member per line.")
+@click.option("--watch", is_flag=True, help="Refresh a table every second (Ctrl-C to stop).")
+def status(client: Client, as_json: bool, watch: bool) -> None:
+    """Show every member: role, term, offsets, lag.
+
+    \b
+    Example:
+      quorumlog status -b 127.0.0.1:7001 --json
+    """
+    if as_json:
+        for line in client.status():
+            click.echo(json.dumps(line, sort_keys=True))
+        return
+    if not watch:
+        Console().print(status_table(client.status()))
+        return
+    try:
+        with Live(status_table(client.status()), refresh_per_second=2) as live:
+            while True:
+                time.sleep(1)
+                live.update(status_table(client.status()))
+    except KeyboardInterrupt:
+        pass
+
+
+def status_table(statuses: list[dict]) -> Table:
+    table = Table(title="quorumlog cluster")
+    for column in ("node", "role", "term", "leader", "commit", "dirty", "flushed", "lag"):
+        table.add_column(column, justify="right")
+    ends = [s["dirty_offset"] for s in statuses if "dirty_offset" in s]
+    end = max(ends, default=-1)
+    for s in statuses:
+        if "error" in s:
+            table.add_row(str(s["node_id"]), s["error"], *[""] * 6)
+            continue
+        table.add_row(
+            str(s["node_id"]),
+            s["role"],
+            str(s["term"]),
+            str(s["leader_id"] if s["leader_id"] is not None else "-"),
+            str(s["commit_offset"]),
+            str(s["dirty_offset"]),
+            str(s["flushed_offset"]),
+            str(end - s["commit_offset"]),
+        )
+    return table
+
+
+@click.group()
+@client_option_decorators
+@click.pass_context
+def members(ctx: click.Context, brokers: str, timeout: float, secret_file: str | None) -> None:
+    """List or change the members of the cluster.
+
+    \b
+    Example:
+      quorumlog members -b 127.0.0.1:7001 list
+    """
+    ctx.obj = (brokers, timeout, secret_file)
+
+
+@members.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per member.")
+@click.pass_obj
+def members_list(options: tuple, as_json: bool) -> None:
+    """Print "ID HOST:PORT voter|learner" per member."""
+    run_with_client(*options, lambda client: _print_members(client, as_json))
+
+
+def _print_members(client: Client, as_json: bool) -> None:
+    statuses = [s for s in client.status() if "config" in s]
+    if not statuses:
+        raise QuorumLogError("no member answered")
+    leader = next((s for s in statuses if s["role"] == "leader"), statuses[0])
+    config = leader["config"]
+    for node_id, address in sorted((int(k), v) for k, v in leader["members"].items()):
+        kind = "learner" if node_id in config["learners"] else "voter"
+        if as_json:
+            click.echo(json.dumps({"node_id": node_id, "address": address, "role": kind}))
+        else:
+            click.echo(f"{node_id} {address} {kind}")
