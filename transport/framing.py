@@ -86,16 +86,13 @@ class FrameDecoder:
         end = start + _PREFIX_BYTES + body_bytes
         if self._end < end:
             return None
-        view = memoryview(self._buffer)
-        body = view[start + _PREFIX_BYTES : end]
+        body = memoryview(self._buffer)[start + _PREFIX_BYTES : end]
         try:
             frame = decode_body(body)
         except ProtocolError as exc:
             raise self._fail(str(exc)) from None
         finally:
-            # The bytearray cannot be resized while a view of it is alive.
-            body.release()
-            view.release()
+            body.release()  # the bytearray cannot be resized while a view of it is alive
         self._start = end
         if end == self._end:
             self._start = self._end = 0
