@@ -37,7 +37,8 @@ class ProcessCluster:
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.ports = free_ports(self.size)
+        if not self.ports:
+            self.ports = free_ports(self.size)
 
     @property
     def ids(self) -> list[int]:

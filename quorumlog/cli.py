@@ -115,6 +115,44 @@ def bench(name: str, quick: bool, out: str | None) -> None:
     click.echo(f"figures written to {out}", err=True)
 
 
+@main.command()
+@click.option("--nodes", type=click.IntRange(1, 7), default=3, show_default=True)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    default="quorumlog-dev",
+    show_default=True,
+)
+@click.option("--base-port", type=click.IntRange(1, 65535 - 7), default=7001, show_default=True)
+def dev(nodes: int, data_dir: str, base_port: int) -> None:
+    """Run a local cluster in the foreground with a live status table.
+
+    \b
+    Example:
+      quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001
+    A second run on the same --data restarts the same cluster.
+    """
+    from quorumlog.dev import run_dev
+
+    run_dev(nodes, data_dir, base_port)
+
+
+@main.command()
+def demo() -> None:
+    """A guided tour on a throw-away cluster; exits 0 only if every check held.
+
+    \b
+    Example:
+      quorumlog demo
+    It appends 100,000 records with each acks level, kills the leader with SIGKILL,
+    restarts it, and checks that no acknowledged record was lost.
+    """
+    from quorumlog.demo import run_demo
+
+    sys.exit(0 if run_demo() else 1)
+
+
 for command in (commands.produce, commands.consume, commands.status, commands.members):
     main.add_command(command)
 
