@@ -1,0 +1,130 @@
+"""Every CLI command against a real cluster, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
+
+
+def ql(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*QUORUMLOG, *args], input=input, capture_output=True, timeout=timeout)
+
+
+def test_produce_then_consume(cluster):
+    cluster.wait_for_leader()
+    out = ql("produce", "-b", cluster.brokers, input=b"alpha\nbeta\ngamma\n")
+    assert out.returncode == 0, out.stderr
+    first, last = map(int, out.stdout.split())
+    assert last == first + 2
+    out = ql("consume", "-b", cluster.brokers, "--from", str(first), "--with-offsets")
+    assert out.returncode == 0
+    assert out.stdout.decode().splitlines() == [
+        f"{first}\talpha",
+        f"{first + 1}\tbeta",
+        f"{last}\tgamma",
+    ]
+    out = ql("consume", "-b", cluster.brokers, "--from", "earliest", "--max", "2")
+    assert out.stdout.splitlines() == [b"alpha", b"beta"]
+    assert ql("consume", "-b", cluster.brokers, "--from", "latest").stdout == b""
+    assert ql("consume", "-b", cluster.brokers, "--from", str(last + 1000)).stdout == b""
+
+
+def test_produce_from_a_file_with_each_acks_level(cluster, tmp_path):
+    cluster.wait_for_leader()
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"".join(b"line-%d\n" % i for i in range(25_000)))
+    for acks in ("quorum", "leader"):
+        out = ql("produce", "-b", cluster.brokers, "--acks", acks, str(source))
+        first, last = map(int, out.stdout.split())
+        assert last - first >= 24_999
+    out = ql("produce", "-b", cluster.brokers, "--acks", "none", str(source))
+    assert out.returncode == 0 and out.stdout == b""
+
+
+def test_status_and_members(cluster):
+    leader = cluster.wait_for_leader()
+    out = ql("status", "-b", cluster.address(1), "--json")
+    assert out.returncode == 0
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [s["node_id"] for s in lines] == [1, 2, 3]
+    keys = {
+        "node_id",
+        "role",
+        "term",
+        "leader_id",
+        "commit_offset",
+        "dirty_offset",
+        "flushed_offset",
+        "log_start_offset",
+        "config",
+    }
+    assert all(keys <= set(s) for s in lines)
+    assert [s["role"] for s in lines].count("leader") == 1
+    assert "followers" in lines[leader - 1]
+    assert lines[0]["config"] == {"voters": [1, 2, 3], "learners": [], "joint": None}
+    out = ql("members", "-b", cluster.brokers, "list")
+    assert out.stdout.decode().splitlines() == [
+        f"{i} {cluster.address(i)} voter" for i in (1, 2, 3)
+    ]
+    cluster.kill(3)
+    out = ql("status", "-b", cluster.address(1), "--json")
+    assert out.returncode == 0
+    assert json.loads(out.stdout.splitlines()[2]) == {"node_id": 3, "error": "unreachable"}
+
+
+def test_errors_are_one_line_and_exit_codes_hold(cluster):
+    cluster.wait_for_leader()
+    (dead,) = free_ports(1)
+    out = ql("consume", "-b", f"127.0.0.1:{dead}", "--timeout", "1")
+    assert out.returncode == 1
+    assert len(out.stderr.strip().splitlines()) == 1 and b"Traceback" not in out.stderr
+    assert ql("consume", "-b", cluster.brokers, "--from", "-3").returncode == 1
+    assert ql("produce", "-b", cluster.brokers, input=b"").returncode == 1
+    assert ql("consume", "-b", cluster.brokers, "--from", "nowhere").returncode == 2
+    assert ql("produce").returncode == 2
+    out = ql("status", "-b", cluster.brokers, "--secret-file", "/nonexistent")
+    assert out.returncode == 2
+
+
+def test_help_explains_every_command_with_an_example():
+    for command in ("serve", "dev", "demo", "produce", "consume", "status", "bench"):
+        out = ql(command, "--help")
+        assert out.returncode == 0
+        assert b"Example" in out.stdout, command
+
+
+def test_demo_passes():
+    out = ql("demo", timeout=240)
+    assert out.returncode == 0, out.stdout.decode()[-3000:]
+    assert b"FAILED" not in out.stdout
+
+
+def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
+    ports = free_ports(3)
+    base = ports[0]
+    proc = subprocess.Popen(
+        [*QUORUMLOG, "dev", "--data", str(tmp_path), "--base-port", str(base)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        cluster = ProcessCluster(str(tmp_path), ports=[base, base + 1, base + 2])
+        cluster.procs = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            out = ql("produce", "-b", cluster.brokers, "--timeout", "2", input=b"hello\n")
+            if out.returncode == 0:
+                break
+        assert out.returncode == 0, out.stderr
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    assert sorted(p.name for p in tmp_path.glob("node*.log")) == [
+        "node1.log",
+        "node2.log",
+        "node3.log",
+    ]
