@@ -113,6 +113,8 @@ class RaftCore:
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
         self.producers = ProducerTable()
+        self.elections_started = 0
+        self.recovery_bytes_sent = 0
         self._load_producers()
         # Outputs for the node actor.
         self.outbox: list[tuple[int, Message]] = []
@@ -192,6 +194,7 @@ class RaftCore:
         self._count_votes(now)
 
     def _campaign(self, now: float, transfer: bool = False) -> None:
+        self.elections_started += 1
         self._set_term(self.term + 1, self.id)
         self.role = Role.CANDIDATE
         self.leader_id = None
@@ -546,6 +549,8 @@ class RaftCore:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
             # More than this chunk to send: the follower is recovering (seed 004).
             p.recovering = chunk.last_offset < log.dirty_offset
+            if p.recovering:
+                self.recovery_bytes_sent += len(chunk.data)
             flush = s.recovery_flush_every_chunk if p.recovering else s.follower_inline_flush
             self._send(
                 p.node_id,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import trio
 
+from actors.stats import NodeStats
 from log.wal import Log
 
 
@@ -24,8 +25,11 @@ FLUSHED = Flushed()
 
 
 class Flusher:
-    def __init__(self, log: Log, mailbox: trio.MemorySendChannel, interval_s: float):
+    def __init__(
+        self, log: Log, mailbox: trio.MemorySendChannel, interval_s: float, stats: NodeStats
+    ):
         self._log = log
+        self._stats = stats
         self._mailbox = mailbox
         self._interval_s = interval_s
         self._wanted = trio.Event()
@@ -48,5 +52,8 @@ class Flusher:
             if log.flushed_offset >= log.dirty_offset:
                 continue
             before = log.flushed_offset
-            if await log.flush() != before:
+            started = trio.current_time()
+            flushed = await log.flush()
+            self._stats.fsync_latency_s.observe(trio.current_time() - started)
+            if flushed != before:
                 await self._mailbox.send(FLUSHED)

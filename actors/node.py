@@ -23,6 +23,7 @@ from actors.core import RaftCore
 from actors.flusher import Flushed, Flusher
 from actors.producers import StaleSequenceError
 from actors.settings import RaftSettings
+from actors.stats import NodeStats
 from actors.storage import NodeStorage
 from log.batch import BatchError, BatchType, split_batches
 from log.wal import OffsetOutOfRangeError, RunSync, run_inline
@@ -135,7 +136,10 @@ class Node:
             node_id, storage.log, storage.meta, storage.config, settings, rng, trio.current_time()
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
-        self._flusher = Flusher(storage.log, self._inbox.clone(), settings.leader_flush_interval_s)
+        self.stats = NodeStats()
+        self._flusher = Flusher(
+            storage.log, self._inbox.clone(), settings.leader_flush_interval_s, self.stats
+        )
         self._waiters: deque[QuorumWaiter] = deque()
         self._transport: NodeTransport | None = None
         self._logger = logger.bind(node_id=node_id)
@@ -325,13 +329,19 @@ class Node:
                 ErrorCode.PROTOCOL,
                 "an idempotent append is one batch stamped with its producer id and sequence",
             )
+        started = trio.current_time()
         if request.acks is Acks.NONE:
             await self._inbox.send(ClientAppend(request.batches, request.acks, None))
             flushed, dirty = self.core.majority_offsets()
-            return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
-        reply = Pending()
-        await self._inbox.send(ClientAppend(request.batches, request.acks, reply))
-        return await reply.wait()
+            answer: Message = AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+        else:
+            reply = Pending()
+            await self._inbox.send(ClientAppend(request.batches, request.acks, reply))
+            answer = await reply.wait()
+        if isinstance(answer, AppendReply):
+            elapsed = trio.current_time() - started
+            self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
+        return answer
 
     def _on_read(self, offset: int, bytes_max: int) -> Message:
         """Committed records only (I5), from any node, up to the commit offset it knows."""

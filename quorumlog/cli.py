@@ -20,66 +20,109 @@ def main() -> None:
     """quorumlog: a replicated log service (Raft, trio, msgpack over TCP)."""
 
 
+def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:
+    """--config is read first: its [node] table supplies defaults that flags and QUORUMLOG_*
+    environment variables override (precedence: flag, environment, file, default)."""
+    try:
+        config = server.load_config_file(path)
+    except server.UsageError as exc:
+        raise click.BadParameter(str(exc)) from None
+    ctx.meta["quorumlog.config"] = config
+    ctx.default_map = {**(ctx.default_map or {}), **config.node_defaults}
+    return path
+
+
 @main.command(
     epilog="Settings of --config (TOML), with their defaults:\n\n"
     + server.settings_help().replace("\n", "\n\n")
 )
-@click.option("--id", "node_id", type=click.IntRange(min=1), required=True, help="This node's id.")
-@click.option(
-    "--data", "data_dir", type=click.Path(file_okay=False), required=True, help="Data directory."
-)
-@click.option("--listen", required=True, help="HOST:PORT to serve peers and clients on.")
-@click.option(
-    "--peers",
-    default=None,
-    help="ID=HOST:PORT,... of every voter, this node included (first start).",
-)
-@click.option("--join", is_flag=True, help="Start with no configuration and wait to be added.")
 @click.option(
     "--config",
     "config_file",
     type=click.Path(dir_okay=False),
-    default=None,
+    envvar="QUORUMLOG_CONFIG",
+    is_eager=True,
+    callback=_load_config,
+    expose_value=False,
     help="TOML file of settings.",
 )
+@click.option(
+    "--id",
+    "node_id",
+    type=click.IntRange(min=1),
+    envvar="QUORUMLOG_ID",
+    required=True,
+    help="This node's id.",
+)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    envvar="QUORUMLOG_DATA",
+    required=True,
+    help="Data directory.",
+)
+@click.option(
+    "--listen",
+    envvar="QUORUMLOG_LISTEN",
+    required=True,
+    help="HOST:PORT to serve peers and clients on.",
+)
+@click.option(
+    "--peers",
+    envvar="QUORUMLOG_PEERS",
+    default=None,
+    help="ID=HOST:PORT,... of every voter, this node included (first start).",
+)
+@click.option("--join", is_flag=True, help="Start with no configuration and wait to be added.")
 @click.option(
     "--secret-file",
     envvar="QUORUMLOG_SECRET_FILE",
     default=None,
     help="File holding the cluster secret.",
 )
-@click.option("--metrics", default=None, help="HOST:PORT to serve Prometheus metrics on.")
-@click.option("--log-format", type=click.Choice(["console", "json"]), default="console")
+@click.option(
+    "--metrics",
+    envvar="QUORUMLOG_METRICS",
+    default=None,
+    help="HOST:PORT to serve Prometheus metrics on.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["console", "json"]),
+    envvar="QUORUMLOG_LOG_FORMAT",
+    default="console",
+    show_default=True,
+)
 @click.option(
     "--repair", is_flag=True, help="DANGEROUS: cut the log at damage instead of refusing to start."
 )
-def serve(
-    node_id, data_dir, listen, peers, join, config_file, secret_file, metrics, log_format, repair
-):
+@click.pass_context
+def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log_format, repair):
     """Run one node of a cluster.
 
     \b
     Example (a new 3-node cluster; start all three the same way):
       quorumlog serve --id 1 --data /var/lib/ql/1 --listen 127.0.0.1:7001 \\
           --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
-    A restart needs only --id, --data and --listen.
+    A restart needs only --id, --data and --listen. Every flag can also come from the
+    environment (QUORUMLOG_ID, QUORUMLOG_DATA, ...) or the [node] table of --config.
     """
     configure_logging(log_format)
     if join:
         raise click.UsageError("--join is not supported yet: membership changes are not built")
-    if metrics:
-        raise click.UsageError("--metrics is not supported yet")
+    config = ctx.meta["quorumlog.config"]
     try:
-        settings, log_config = server.load_config_file(config_file)
         options = server.ServeOptions(
             node_id=node_id,
             data_dir=data_dir,
             listen=listen,
             peers=server.parse_peers(peers),
             secret=read_secret(secret_file),
-            settings=settings,
-            log_config=log_config,
+            settings=config.raft,
+            log_config=config.log,
             repair=repair,
+            metrics=metrics,
         )
         code = server.serve(options)
     except (server.UsageError, ValueError) as exc:

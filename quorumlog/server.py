@@ -22,6 +22,7 @@ from actors.settings import RaftSettings
 from actors.storage import BootstrapError, open_storage
 from log.files import CorruptionError, OsFileSystem, StorageError
 from log.wal import LogConfig, WorkerThread
+from quorumlog.metrics import serve_metrics
 from transport.addresses import is_loopback, parse_address
 from transport.tcp import open_tcp_transport
 
@@ -47,11 +48,31 @@ class ServeOptions:
     settings: RaftSettings
     log_config: LogConfig
     repair: bool = False
+    metrics: str | None = None
+
+
+# The [node] table of a --config file: TOML key -> serve's parameter.
+NODE_KEYS = {
+    "id": "node_id",
+    "data": "data_dir",
+    "listen": "listen",
+    "peers": "peers",
+    "secret_file": "secret_file",
+    "metrics": "metrics",
+    "log_format": "log_format",
+}
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    node_defaults: dict[str, Any]
+    raft: RaftSettings
+    log: LogConfig
 
 
 def settings_help() -> str:
     """Every setting of a --config file, with its default."""
-    lines = []
+    lines = ["[node]  # id, data, listen, peers, secret_file, metrics, log_format: as the flags"]
     for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
         lines.append(f"[{section}]")
         defaults = cls()
@@ -60,20 +81,30 @@ def settings_help() -> str:
     return "\n".join(lines)
 
 
-def load_config_file(path: str | None) -> tuple[RaftSettings, LogConfig]:
-    """Settings from a TOML file with [raft] and [log] tables; unknown keys are errors."""
+def load_config_file(path: str | None) -> ConfigFile:
+    """Settings from a TOML file with [node], [raft] and [log] tables; unknown keys are errors."""
     if path is None:
-        return RaftSettings(), LogConfig()
+        return ConfigFile({}, RaftSettings(), LogConfig())
     try:
         with open(path, "rb") as f:
             document: dict[str, Any] = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"cannot read config file {path}: {exc}") from None
-    unknown_tables = set(document) - {"raft", "log"}
-    if unknown_tables:
-        raise UsageError(f"{path}: unknown tables {sorted(unknown_tables)} (expected raft, log)")
+    unknown = set(document) - {"node", "raft", "log"}
+    if unknown:
+        raise UsageError(f"{path}: unknown tables {sorted(unknown)} (expected node, raft, log)")
+    node = document.get("node", {})
+    unknown = set(node) - set(NODE_KEYS)
+    if unknown:
+        raise UsageError(f"{path}: unknown [node] settings {sorted(unknown)}")
+    if isinstance(node.get("peers"), dict):
+        node["peers"] = ",".join(f"{k}={v}" for k, v in node["peers"].items())
     try:
-        return RaftSettings(**document.get("raft", {})), LogConfig(**document.get("log", {}))
+        return ConfigFile(
+            {NODE_KEYS[k]: v for k, v in node.items()},
+            RaftSettings(**document.get("raft", {})),
+            LogConfig(**document.get("log", {})),
+        )
     except (TypeError, AssertionError) as exc:
         raise UsageError(f"{path}: invalid setting: {exc}") from None
 
@@ -141,6 +172,8 @@ async def _run(options: ServeOptions, storage, rng: random.Random) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, open_transport)
+            if options.metrics:
+                nursery.start_soon(serve_metrics, node, options.metrics)
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)

@@ -1,0 +1,106 @@
+"""`serve --metrics HOST:PORT`: Prometheus metrics of one node.
+
+A trio task copies the node's figures into a snapshot every second; the exporter's HTTP
+thread only reads the latest snapshot, so it never touches state the node is changing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import trio
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from actors.node import Node
+from actors.stats import Histogram
+from transport.addresses import parse_address
+
+REFRESH_S = 1.0
+ROLES = ("leader", "follower", "candidate", "learner")
+
+
+def _histogram(name: str, doc: str, label: str | None, series: dict[str, Histogram]):
+    family = HistogramMetricFamily(name, doc, labels=[label] if label else None)
+    for key, h in series.items():
+        family.add_metric([key] if label else [], h.cumulative(), h.total)
+    return family
+
+
+class NodeCollector:
+    def __init__(self) -> None:
+        self.snapshot: list = []
+
+    def collect(self) -> Iterator:
+        return iter(self.snapshot)
+
+
+def snapshot(node: Node) -> list:
+    core, log, stats = node.core, node.log, node.stats
+    out = []
+    role = GaugeMetricFamily("quorumlog_role", "1 for the node's current role", labels=["role"])
+    for name in ROLES:
+        role.add_metric([name], 1.0 if core.role.label == name else 0.0)
+    out.append(role)
+    out.append(GaugeMetricFamily("quorumlog_term", "Current Raft term", value=core.term))
+    for name, value in (
+        ("commit", core.commit_offset),
+        ("dirty", log.dirty_offset),
+        ("flushed", log.flushed_offset),
+        ("log_start", log.log_start_offset),
+    ):
+        out.append(GaugeMetricFamily(f"quorumlog_{name}_offset", f"The {name} offset", value=value))
+    lag = GaugeMetricFamily(
+        "quorumlog_follower_lag_records",
+        "Leader dirty offset minus follower match",
+        labels=["peer"],
+    )
+    for p in core.progress.values():
+        lag.add_metric([str(p.node_id)], log.dirty_offset - p.match_offset)
+    out.append(lag)
+    appends = CounterMetricFamily("quorumlog_appends", "Client appends answered", labels=["acks"])
+    sizes = CounterMetricFamily(
+        "quorumlog_append_bytes", "Bytes of client appends", labels=["acks"]
+    )
+    for acks, n in stats.appends.items():
+        appends.add_metric([acks], n)
+        sizes.add_metric([acks], stats.append_bytes[acks])
+    out += [appends, sizes]
+    out.append(
+        _histogram(
+            "quorumlog_append_latency_seconds", "Append latency", "acks", stats.append_latency_s
+        )
+    )
+    out.append(
+        _histogram(
+            "quorumlog_fsync_latency_seconds",
+            "Log fsync latency",
+            None,
+            {"": stats.fsync_latency_s},
+        )
+    )
+    out.append(
+        CounterMetricFamily(
+            "quorumlog_recovery_bytes",
+            "Bytes streamed to recovering followers",
+            value=core.recovery_bytes_sent,
+        )
+    )
+    out.append(
+        CounterMetricFamily(
+            "quorumlog_elections", "Elections this node started", value=core.elections_started
+        )
+    )
+    return out
+
+
+async def serve_metrics(node: Node, address: str) -> None:
+    """Export until cancelled (the HTTP thread is a daemon and ends with the process)."""
+    host, port = parse_address(address)
+    registry = CollectorRegistry(auto_describe=False)
+    collector = NodeCollector()
+    registry.register(collector)
+    start_http_server(port, addr=host, registry=registry)
+    while True:
+        collector.snapshot = snapshot(node)
+        await trio.sleep(REFRESH_S)
