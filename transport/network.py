@@ -12,7 +12,10 @@ A node's actors see three things, whatever the network underneath:
    handler holds back that one sender, nobody else. Its return value is discarded. Requests
    run concurrently (up to `Limits.inflight_max` per connection); the handler's return
    value, which must be a reply type (messages.REPLY_TYPES), is the reply, and None sends
-   none (the requester's own deadline then ends its wait).
+   none (the requester's own deadline then ends its wait). A handler that raises is a bug:
+   the exception ends the node's transport (fail-stop) rather than being logged away.
+   Batches arrive as the bytes that were sent and are not checked here: the receiver checks
+   them (log/batch.py) before it trusts them.
 
 2. A `NodeTransport` to reach the other nodes by id:
    - `send_nowait(peer_id, message) -> bool` one-way, never blocks. False means it was
