@@ -548,7 +548,16 @@ class RaftCore:
             else:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
             # More than this chunk to send: the follower is recovering (seed 004).
-            p.recovering = chunk.last_offset < log.dirty_offset
+            if chunk.last_offset < log.dirty_offset and not p.recovering:
+                p.recovering = True
+                p.recovery_started_bytes = self.recovery_bytes_sent
+                logger.info(
+                    "recovery_started",
+                    node_id=self.id,
+                    peer=p.node_id,
+                    match_offset=p.match_offset,
+                    dirty_offset=log.dirty_offset,
+                )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
             flush = s.recovery_flush_every_chunk if p.recovering else s.follower_inline_flush
@@ -596,8 +605,15 @@ class RaftCore:
                 p.probing = False
                 p.inflight = 0
             p.next_offset = max(p.next_offset, p.match_offset + 1)
-            if p.match_offset >= self.log.dirty_offset:
+            if p.recovering and p.match_offset >= self.log.dirty_offset:
                 p.recovering = False
+                logger.info(
+                    "recovery_finished",
+                    node_id=self.id,
+                    peer=p.node_id,
+                    match_offset=p.match_offset,
+                    bytes_sent=self.recovery_bytes_sent - p.recovery_started_bytes,
+                )
             self._maybe_commit()
         elif reply.result is AppendResult.FAILURE and is_append:
             p.probing = True

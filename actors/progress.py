@@ -22,6 +22,7 @@ class Progress:
     probing: bool = True
     # More than one chunk behind: streamed in chunks without follower flushes (seed 004).
     recovering: bool = False
+    recovery_started_bytes: int = 0  # the leader's recovery byte count when it began
     last_contact_s: float = -math.inf
     last_reply_s: float = -math.inf
 

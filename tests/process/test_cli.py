@@ -128,3 +128,15 @@ def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
         "node2.log",
         "node3.log",
     ]
+
+
+def test_a_huge_record_and_a_wrong_secret_are_clear_errors(cluster, tmp_path):
+    cluster.wait_for_leader()
+    out = ql("produce", "-b", cluster.brokers, input=b"x" * (100 * 1024 * 1024) + b"\n")
+    assert out.returncode == 1
+    assert b"exceeds the maximum" in out.stderr and b"Traceback" not in out.stderr
+    secret = tmp_path / "secret"
+    secret.write_text("not-the-clusters")
+    out = ql("status", "-b", cluster.brokers, "--secret-file", str(secret))
+    assert out.returncode == 1
+    assert b"secret" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -23,6 +23,9 @@ def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:
     return commit, digest.hexdigest()
 
 
+PRODUCER_TIMEOUT_S = 10.0
+
+
 class Producer(threading.Thread):
     def __init__(self, cluster: ProcessCluster, value_bytes: int = 100, per_append: int = 1):
         super().__init__(daemon=True)
@@ -31,21 +34,24 @@ class Producer(threading.Thread):
         self.per_append = per_append
         self.acked: dict[int, bytes] = {}
         self.failures: list[str] = []
+        self.longest_call_s = 0.0
         self.stop = threading.Event()
 
     def run(self) -> None:
         i = 0
-        with self.cluster.client(timeout=10.0) as c:
+        with self.cluster.client(timeout=PRODUCER_TIMEOUT_S) as c:
             while not self.stop.is_set():
                 values = [
                     b"%08d:" % (i + k) + b"x" * self.value_bytes for k in range(self.per_append)
                 ]
+                started = time.monotonic()
                 try:
                     first = c.append(values)
                     for k, v in enumerate(values):
                         self.acked[first + k] = v
                 except QuorumLogError as exc:
                     self.failures.append(str(exc))
+                self.longest_call_s = max(self.longest_call_s, time.monotonic() - started)
                 i += self.per_append
 
 
@@ -61,6 +67,7 @@ def test_leader_kill_loses_no_acknowledged_write(cluster):
     while len(producer.acked) < before_kill + 100 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(producer.acked) >= before_kill + 100, "appends resumed after the failover"
+    assert producer.longest_call_s < PRODUCER_TIMEOUT_S + 1, "every call ends within its timeout"
     cluster.start(leader)
     time.sleep(0.5)
     producer.stop.set()
