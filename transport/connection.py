@@ -141,7 +141,10 @@ class Connection:
                 pending.error = error
                 pending.done.set()
             self._outgoing_receive.close()  # wakes senders waiting for room
-            await trio.aclose_forcefully(self._stream)
+            # Shielded: a cancellation arriving here must not replace the exception (a
+            # handler's bug) that may be on its way out.
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._stream)
         return self._end_reason
 
     async def _until_ended(self, loop: Callable[[], Awaitable[None]]) -> None:

@@ -84,7 +84,8 @@ class Listener:
             finally:
                 self._connections -= 1
         finally:
-            await trio.aclose_forcefully(stream)
+            with trio.CancelScope(shield=True):  # never hide an exception on its way out
+                await trio.aclose_forcefully(stream)
 
     async def _serve_connection(
         self, stream: trio.abc.Stream, remote: str, log: structlog.typing.FilteringBoundLogger

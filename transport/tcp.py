@@ -48,7 +48,8 @@ async def dial(
                     stream, decoder, role=role, node_id=node_id, secret=secret, remote=address
                 )
             except BaseException:
-                await trio.aclose_forcefully(stream)
+                with trio.CancelScope(shield=True):  # never hide the exception on its way out
+                    await trio.aclose_forcefully(stream)
                 raise
     except trio.TooSlowError:
         raise ConnectionClosed(

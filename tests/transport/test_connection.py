@@ -207,3 +207,21 @@ async def test_reply_too_large_for_a_frame_becomes_an_error_reply(autojump_clock
         reply = await client.request(ReadRequest(0, 1 << 20))
         nursery.cancel_scope.cancel()
     assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.TOO_LARGE
+
+
+@pytest.mark.parametrize("one_way", [True, False])
+async def test_a_raising_handler_is_a_bug_that_stops_the_connection_loudly(autojump_clock, one_way):
+    async def broken(peer, received):
+        raise RuntimeError("bug in the handler")
+
+    client, server = pair(broken)
+    with pytest.raises(ExceptionGroup) as raised:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.run)
+            nursery.start_soon(server.run)
+            if one_way:
+                client.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+            else:
+                nursery.start_soon(client.request, StatusRequest())
+            await trio.sleep_forever()
+    assert raised.group_contains(RuntimeError, match="bug in the handler", depth=None)
