@@ -23,7 +23,7 @@ from transport.network import ConnectionInfo, Handler, Limits
 # passed to one sendmsg call: each call takes what the socket has room for, and handing it
 # hundreds of pieces it will not reach costs more than the call.
 WRITE_PARTS_MAX = 512
-SENDMSG_PARTS_MAX = 64
+SENDMSG_PARTS_MAX = 16
 # Streams without scatter-gather get small pieces joined up to this many bytes.
 JOIN_BYTES_MAX = 256 * 1024
 

@@ -39,6 +39,9 @@ class Listener:
         self._ssl_context = ssl_context
         self._limits = limits
         self._connections = 0
+        # The latest connection each peer dialled in on: the way back to a peer this node
+        # has no link to yet (a node that joins learns its peers only from the log).
+        self.inbound_peers: dict[int, Connection] = {}
         self._logger = logger.bind(node_id=node_id)
 
     async def serve(
@@ -116,7 +119,13 @@ class Listener:
         connection = Connection(
             stream, info, decoder=decoder, limits=self._limits, handler=self._handler
         )
-        reason = await connection.run()
+        if info.node_id is not None:
+            self.inbound_peers[info.node_id] = connection
+        try:
+            reason = await connection.run()
+        finally:
+            if info.node_id is not None and self.inbound_peers.get(info.node_id) is connection:
+                del self.inbound_peers[info.node_id]
         match reason:
             case None:
                 log.debug("connection_closed", reason="closed by the remote")

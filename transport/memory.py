@@ -327,7 +327,9 @@ class MemoryTransport:
         self._peers: frozenset[int] = frozenset()
 
     def send_nowait(self, peer_id: int, message: Message) -> bool:
-        return peer_id in self._peers and self._endpoint.post(peer_id, message)
+        # As over TCP, a node can answer a node that reached it even if it knows no link to
+        # it yet (a joining node learns its peers from the log).
+        return self._endpoint.post(peer_id, message)
 
     async def request(self, peer_id: int, message: Message) -> Message:
         if peer_id not in self._peers:

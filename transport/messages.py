@@ -47,6 +47,7 @@ class ErrorCode(enum.IntEnum):
     TOO_LARGE = 7
     STEPPING_DOWN = 8
     UNKNOWN = 9
+    BUSY = 10  # another configuration change or a leadership transfer is under way: retry
 
 
 # --- handshake (transport/handshake.py); never seen by handlers -------------------------

@@ -97,8 +97,10 @@ class TcpTransport:
         dial_peer: partial[Connection],
         rng: random.Random,
         backoff: Backoff,
+        listener: Listener,
     ) -> None:
         self.node_id = node_id
+        self._listener = listener
         self.listen_addresses = listen_addresses
         self._nursery = nursery
         self._dial_peer = dial_peer
@@ -108,7 +110,11 @@ class TcpTransport:
 
     def send_nowait(self, peer_id: int, message: Message) -> bool:
         entry = self._links.get(peer_id)
-        return entry is not None and entry[0].send_nowait(message)
+        if entry is not None:
+            return entry[0].send_nowait(message)
+        # No link (not a member we know of yet): answer over the connection it dialled in on.
+        inbound = self._listener.inbound_peers.get(peer_id)
+        return inbound is not None and inbound.send_nowait(message)
 
     async def request(self, peer_id: int, message: Message) -> Message:
         entry = self._links.get(peer_id)
@@ -185,6 +191,7 @@ async def open_tcp_transport(
             dial_peer=dial_peer,
             rng=rng,
             backoff=backoff,
+            listener=listener,
         )
         transport.set_peers(peers or {})
         try:
