@@ -9,6 +9,9 @@ from collections.abc import Callable
 SCENARIOS = {
     "storage": "bench.storage",
     "transport": "bench.transport",
+    "produce": "bench.produce",
+    "recovery": "bench.recovery",
+    "failover": "bench.failover",
 }
 
 

@@ -1,0 +1,181 @@
+"""Smoke tests of the benchmark scenarios: each runs in its smallest size against real
+`quorumlog serve` processes and must return, and write as JSON lines, the figures it
+promises. No timing assertions: the numbers depend on the machine."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from bench import failover, produce, recovery, storage
+from bench.report import print_table, write_jsonl
+from bench.scenarios import SCENARIOS, scenario
+from bench.workload import LeaderMoved, percentile, with_leader
+
+LATENCY = {"records_s", "mb_s", "p50_ms", "p99_ms", "samples"}
+RATIOS = {"ratio_disk_div3", "ratio_disk1m_div3", "ratio_loopback"}
+
+
+def _no_serve_left() -> None:
+    """No `quorumlog serve` of a bench cluster (data in a quorumlog-bench-* folder) runs."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if b"serve" in command and b"quorumlog-bench-" in command:
+            left.append(pid)
+    assert not left, f"bench nodes left running: {left}"
+
+
+def _written(tmp_path, name: str, rows: list[dict]) -> list[dict]:
+    """Rows as the harness stores them: JSON lines with the scenario and machine facts."""
+    path = tmp_path / f"{name}.jsonl"
+    write_jsonl(str(path), name, rows)
+    print_table(name, rows)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == len(rows)
+    for line in lines:
+        assert line["scenario"] == name
+        assert isinstance(line["figure"], str) and line["figure"]
+        assert {"cores", "python", "versions"} <= set(line["machine"])
+    return lines
+
+
+def _by_figure(rows: list[dict]) -> dict[str, dict]:
+    figures = {r["figure"]: r for r in rows}
+    assert len(figures) == len(rows), "figure names are unique"
+    return figures
+
+
+def _positive(row: dict, *fields: str) -> None:
+    for name in fields:
+        value = row[name]
+        assert isinstance(value, int | float) and value > 0 and math.isfinite(value), (name, row)
+
+
+def test_every_scenario_is_registered():
+    for name in ("storage", "transport", "produce", "recovery", "failover"):
+        assert name in SCENARIOS
+    assert scenario("produce") is produce.run
+    assert scenario("recovery") is recovery.run
+    assert scenario("failover") is failover.run
+
+
+def test_percentile_is_nearest_rank_on_the_exact_sample():
+    sample = [float(i) for i in range(1, 101)]
+    assert percentile(sample, 50) == 50.0
+    assert percentile(sample, 99) == 99.0
+    assert percentile(sample, 100) == 100.0
+    assert percentile([3.0], 99) == 3.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_with_leader_starts_over_when_leadership_moves(monkeypatch):
+    monkeypatch.setattr("bench.workload.leader_address", lambda cluster: "127.0.0.1:1")
+    monkeypatch.setattr("bench.workload.time.sleep", lambda s: None)
+    calls = []
+
+    def measure(address: str) -> str:
+        calls.append(address)
+        if len(calls) == 1:
+            raise ExceptionGroup("nursery", [LeaderMoved("127.0.0.1:2")])
+        return "done"
+
+    assert with_leader(None, measure) == "done"
+    assert len(calls) == 2
+
+    def other_error(address: str) -> str:
+        raise ExceptionGroup("nursery", [ValueError("boom")])
+
+    with pytest.raises(ExceptionGroup):
+        with_leader(None, other_error)
+
+
+def test_storage(tmp_path):
+    rows = _by_figure(_written(tmp_path, "storage", storage.run(quick=True)))
+    for figure in ("append fsync_per_batch", "append group_commit", "read 32KiB chunks"):
+        _positive(rows[figure], "log_mb_s", "raw_mb_s", "ratio")
+    _positive(rows["peak RSS (append + read)"], "rss_mb")
+
+
+def test_produce(tmp_path):
+    rows = _by_figure(_written(tmp_path, "produce", produce.run(quick=True, tiny=True)))
+    for window in (1, 64):
+        for acks in ("quorum", "leader", "none"):
+            row = rows[f"64KiB batches w{window} {acks}"]
+            assert LATENCY | RATIOS | {"commit_records_s", "errors"} <= set(row)
+            assert (row["acks"], row["window"], row["records_per_append"]) == (acks, window, 64)
+            _positive(row, *LATENCY, *RATIOS, "commit_records_s")
+    for acks in ("quorum", "leader", "none"):
+        row = rows[f"1-record appends w64 {acks}"]
+        assert row["records_per_append"] == 1
+        _positive(row, *LATENCY, *RATIOS, "commit_records_s")
+    open_loop = rows["open loop 1-record quorum at half peak"]
+    _positive(open_loop, *LATENCY, "target_rate_s")
+    peak = rows["1-record appends w64 quorum"]["records_s"]
+    assert open_loop["target_rate_s"] == pytest.approx(max(peak / 2, 10.0))
+    lazy = rows["64KiB w64 quorum, follower_inline_flush=false"]
+    inline = rows["64KiB w64 quorum, follower_inline_flush=true"]
+    assert (lazy["follower_inline_flush"], inline["follower_inline_flush"]) == (False, True)
+    _positive(lazy, *LATENCY, *RATIOS)
+    _positive(inline, *LATENCY, *RATIOS, "ratio_to_lazy")
+    for figure in (
+        "baseline raw disk, write+fsync per 64 KiB batch",
+        "baseline raw disk, 64 KiB writes, fsync per 1 MiB",
+        "baseline raw loopback trio socket",
+    ):
+        _positive(rows[figure], "mb_s", "mb_s_before", "mb_s_after")
+    assert all(row.get("errors", 0) == 0 for row in rows.values())
+    _no_serve_left()
+
+
+def test_recovery(tmp_path):
+    rows = _by_figure(_written(tmp_path, "recovery", recovery.run(quick=True, tiny=True)))
+    timings = ("up_s", "first_byte_s", "caught_up_s", "flushed_s", "catchup_mb_s", "ratio_to_raw")
+    lazy = rows["catch-up lazy (flush=false), 32KiB chunks"]
+    flush = rows["catch-up flush per chunk, 32KiB chunks"]
+    for row in (lazy, flush):
+        _positive(row, "mb_behind", *timings)
+        assert row["up_s"] <= row["first_byte_s"] <= row["caught_up_s"] <= row["flushed_s"]
+    _positive(flush, "ratio_flush_to_lazy", "ratio_streaming_flush_to_lazy")
+    curve = [r for r in rows.values() if r["figure"].startswith("catch-up curve")]
+    assert [r["chunk_kib"] for r in curve] == [k // 1024 for k in recovery.TINY.chunk_sizes]
+    for row in curve:
+        _positive(row, *timings)
+    for figure in (
+        "baseline raw disk, 16 KiB writes, fsync per 32 KiB",
+        "baseline raw disk, 16 KiB writes, one fsync at the end",
+    ):
+        _positive(rows[figure], "mb_s", "mb_s_before", "mb_s_after")
+    _no_serve_left()
+
+
+def test_failover(tmp_path):
+    rows = _written(tmp_path, "failover", failover.run(quick=True, tiny=True))
+    kills, summary = rows[:-1], rows[-1]
+    assert len(kills) == failover.TINY.kills
+    for row in kills:
+        assert row["killed"] != row["new_leader"]
+        _positive(row, "gap_s", "leader_s", "direct_ack_s")
+        assert row["leader_s"] <= row["direct_ack_s"]
+    assert summary["kills"] == len(kills)
+    _positive(
+        summary,
+        "median_s",
+        "p90_s",
+        "max_s",
+        "election_timeout_max_s",
+        "ratio_median_to_election_max",
+        "ratio_max_to_election_max",
+        "median_leader_s",
+        "median_direct_ack_s",
+        "acked_appends",
+    )
+    assert summary["median_s"] <= summary["max_s"]
+    _no_serve_left()
