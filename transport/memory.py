@@ -172,7 +172,9 @@ class MemoryNetwork:
 
     # --- carrying ----------------------------------------------------------------------
 
-    def post(self, src: EndpointId, dst: EndpointId, correlation_id: int, message: Message) -> bool:
+    def _post(
+        self, src: EndpointId, dst: EndpointId, correlation_id: int, message: Message
+    ) -> bool:
         """Put one frame on the link; False if an end is not attached or the link is full."""
         assert type(message) not in HANDSHAKE_TYPES, "handshake messages are the transport's own"
         frame = encode_frame(correlation_id, message, self._limits.frame_bytes_max)
@@ -263,9 +265,10 @@ class _Endpoint:
         self._handler = handler
         self._pending: dict[int, _Pending] = {}
         self._next_correlation_id = 1
+        self.heard_from: set[EndpointId] = set()  # who reached this endpoint (its way back)
 
     def post(self, dst: EndpointId, message: Message) -> bool:
-        return self._network.post(self.id, dst, 0, message)
+        return self._network._post(self.id, dst, 0, message)
 
     async def request(self, dst: EndpointId, message: Message) -> Message:
         correlation_id = self._next_correlation_id
@@ -273,7 +276,7 @@ class _Endpoint:
         pending = _Pending(dst)
         self._pending[correlation_id] = pending
         try:
-            if not self._network.post(self.id, dst, correlation_id, message):
+            if not self._network._post(self.id, dst, correlation_id, message):
                 raise ConnectionClosed(f"no link from {self.id} to {dst}, or it is full")
             await pending.done.wait()
         finally:
@@ -290,6 +293,7 @@ class _Endpoint:
                 pending.done.set()
 
     async def receive(self, src: EndpointId, sender: ConnectionInfo, frame: Frame) -> None:
+        self.heard_from.add(src)
         message = frame.message
         if frame.correlation_id != 0 and type(message) in REPLY_TYPES:
             pending = self._pending.get(frame.correlation_id)
@@ -311,10 +315,10 @@ class _Endpoint:
         if type(reply) not in REPLY_TYPES:
             raise TypeError(f"handler answered a request with {type(reply).__name__}")
         try:
-            self._network.post(self.id, src, frame.correlation_id, reply)
+            self._network._post(self.id, src, frame.correlation_id, reply)
         except ValueError as exc:
             error = ErrorReply(ErrorCode.TOO_LARGE, str(exc))
-            self._network.post(self.id, src, frame.correlation_id, error)
+            self._network._post(self.id, src, frame.correlation_id, error)
 
 
 class MemoryTransport:
@@ -327,14 +331,18 @@ class MemoryTransport:
         self._peers: frozenset[int] = frozenset()
 
     def send_nowait(self, peer_id: int, message: Message) -> bool:
-        # As over TCP, a node can answer a node that reached it even if it knows no link to
-        # it yet (a joining node learns its peers from the log).
-        return self._endpoint.post(peer_id, message)
+        return self._reachable(peer_id) and self._endpoint.post(peer_id, message)
 
     async def request(self, peer_id: int, message: Message) -> Message:
-        if peer_id not in self._peers:
-            raise ConnectionClosed(f"peer {peer_id} is not a member")
+        if not self._reachable(peer_id):
+            raise ConnectionClosed(f"no connection to peer {peer_id}")
         return await self._endpoint.request(peer_id, message)
+
+    def _reachable(self, peer_id: int) -> bool:
+        # As over TCP: a peer, or a node that reached this one (over TCP it dialled in), even
+        # if this node knows no link to it yet (a joining node learns its peers from the log).
+        known = peer_id in self._peers or peer_id in self._endpoint.heard_from
+        return known and peer_id != self.node_id
 
     def set_peers(self, peers: Mapping[int, str]) -> None:
         self._peers = frozenset(peers) - {self.node_id}

@@ -18,14 +18,17 @@ A node's actors see three things, whatever the network underneath:
    them (log/batch.py) before it trusts them.
 
 2. A `NodeTransport` to reach the other nodes by id:
-   - `send_nowait(peer_id, message) -> bool` one-way, never blocks. False means it was
-     dropped here (no connection to that peer yet, or its bounded send queue is full);
-     True means it left, which on any real network still does not mean it arrived.
-     Raft resends what matters, so callers just carry on.
-   - `await request(peer_id, message) -> reply` pipelined over the same link; raises
+   - `send_nowait(peer_id, message) -> bool` one-way, never blocks. It goes over this
+     node's link to that peer or, while there is none or it is down, back over the
+     connection the peer dialled in on: a joining node, which learns its peers only from
+     the log, can answer the leader. False means it was dropped here (no connection to that
+     peer, or its bounded send queue is full); True means it left, which on any real
+     network still does not mean it arrived. Raft resends what matters, so callers just
+     carry on.
+   - `await request(peer_id, message) -> reply` pipelined the same way; raises
      ConnectionClosed if there is no connection or it breaks before the reply. It has no
      timeout of its own: wrap it in `trio.move_on_after` / `fail_after`.
-   - `set_peers({peer_id: "host:port"})` the current members; links to others are closed.
+   - `set_peers({peer_id: "host:port"})` the peers to keep links to; links to others close.
 
 3. For clients, a `ClientConnection` to one node: `await request(message) -> reply` and
    `send_nowait(message) -> bool`, with the same meaning as above.

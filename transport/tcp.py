@@ -30,8 +30,12 @@ async def dial(
     secret: bytes | None,
     ssl_context: ssl.SSLContext | None,
     limits: Limits,
+    handler: Handler | None = None,
 ) -> Connection:
     """Connect and handshake; the Connection is returned before it runs (call its run()).
+
+    A node dials its peers with its handler: a peer with no link of its own to this node
+    answers over this connection (see TcpTransport.send_nowait).
 
     Raises AuthError on an authentication fault, ConnectionClosed if the node cannot be
     reached, refuses, or does not finish the handshake within `handshake_timeout_s`.
@@ -57,7 +61,7 @@ async def dial(
         ) from None
     except OSError as exc:
         raise ConnectionClosed(f"cannot connect to {address}: {exc}") from None
-    return Connection(stream, info, decoder=decoder, limits=limits)
+    return Connection(stream, info, decoder=decoder, limits=limits, handler=handler)
 
 
 @asynccontextmanager
@@ -109,18 +113,25 @@ class TcpTransport:
         self._links: dict[int, tuple[PeerLink, trio.CancelScope]] = {}
 
     def send_nowait(self, peer_id: int, message: Message) -> bool:
-        entry = self._links.get(peer_id)
-        if entry is not None:
-            return entry[0].send_nowait(message)
-        # No link (not a member we know of yet): answer over the connection it dialled in on.
-        inbound = self._listener.inbound_peers.get(peer_id)
-        return inbound is not None and inbound.send_nowait(message)
+        route = self._route(peer_id)
+        return route is not None and route.send_nowait(message)
 
     async def request(self, peer_id: int, message: Message) -> Message:
+        route = self._route(peer_id)
+        if route is None:
+            raise ConnectionClosed(f"no connection to peer {peer_id}")
+        return await route.request(message)
+
+    def _route(self, peer_id: int) -> PeerLink | Connection | None:
+        """Our link to the peer while it is up, else the connection the peer dialled in on.
+
+        The second way lets a node answer a peer it has no link to yet (a node that joins
+        learns its peers only from the log) or whose link is down.
+        """
         entry = self._links.get(peer_id)
-        if entry is None:
-            raise ConnectionClosed(f"peer {peer_id} is not a member")
-        return await entry[0].request(message)
+        if entry is not None and entry[0].connected:
+            return entry[0]
+        return self._listener.inbound_peers.get(peer_id)
 
     def set_peers(self, peers: Mapping[int, str]) -> None:
         for address in peers.values():
@@ -183,6 +194,7 @@ async def open_tcp_transport(
             secret=secret,
             ssl_context=peer_ssl_context,
             limits=limits,
+            handler=handler,
         )
         transport = TcpTransport(
             node_id,

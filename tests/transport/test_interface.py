@@ -108,3 +108,54 @@ async def test_raft_and_client_traffic(cluster):
 async def ask_vote(transport, term):
     request = VoteRequest(1, term, 1, 10, 2, pre_vote=term % 2 == 0, transfer=False)
     assert await transport.request(2, request) == VoteReply(1, 2, term, True, term % 2 == 0)
+
+
+@asynccontextmanager
+async def tcp_pair_one_way_known(handlers):
+    """Node 1 lists node 2; node 2 lists nobody (as a node that is joining)."""
+    async with open_tcp_transport(
+        2, "127.0.0.1:0", handlers[2], rng=random.Random(2), secret=SECRET
+    ) as two:
+        peers = {2: two.listen_addresses[0]}
+        async with open_tcp_transport(
+            1, "127.0.0.1:0", handlers[1], rng=random.Random(1), secret=SECRET, peers=peers
+        ) as one:
+            yield one, two
+
+
+@asynccontextmanager
+async def memory_pair_one_way_known(handlers):
+    network = MemoryNetwork(random.Random(1))
+    async with (
+        network.open_node(1, handlers[1], peers={2: "memory"}) as one,
+        network.open_node(2, handlers[2]) as two,
+    ):
+        yield one, two
+
+
+@pytest.mark.parametrize(
+    "pair", [tcp_pair_one_way_known, memory_pair_one_way_known], ids=["tcp", "memory"]
+)
+async def test_a_node_answers_a_peer_it_has_no_link_to(pair):
+    inbox = {1: [], 2: []}
+
+    def handler_of(node_id):
+        async def handler(peer, message):
+            if isinstance(message, StatusRequest):
+                return ErrorReply(ErrorCode.UNKNOWN, f"from {node_id}")
+            inbox[node_id].append((peer.node_id, message))
+            return None
+
+        return handler
+
+    with trio.fail_after(10):
+        async with pair({1: handler_of(1), 2: handler_of(2)}) as (one, two):
+            assert not two.send_nowait(1, Heartbeat(1, 1, 2, 0, 0, 0))  # 1 has not reached 2
+            while not inbox[2]:
+                one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+                await trio.sleep(0.01)
+            assert two.send_nowait(1, VoteReply(1, 2, 1, True, False))
+            while not inbox[1]:
+                await trio.sleep(0.01)
+            assert inbox[1] == [(2, VoteReply(1, 2, 1, True, False))]
+            assert await two.request(1, StatusRequest()) == ErrorReply(ErrorCode.UNKNOWN, "from 1")

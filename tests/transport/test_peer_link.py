@@ -160,5 +160,5 @@ async def test_set_peers_opens_and_closes_links():
             assert not one.connected(1)  # never a link to itself
             one.set_peers({})
             assert not one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
-            with pytest.raises(ConnectionClosed, match="not a member"):
+            with pytest.raises(ConnectionClosed, match="no connection to peer"):
                 await one.request(2, StatusRequest())
