@@ -27,12 +27,15 @@ from dataclasses import replace
 
 import structlog
 
+from actors.configs import ConfigTracker, config_batch, config_of
 from actors.producers import ProducerAppend, ProducerTable
 from actors.progress import Progress
 from actors.settings import RaftSettings
-from log.batch import BatchError, BatchType, build_batch, parse_header, split_batches
+from log.batch import BatchError, BatchHeader, BatchType, build_batch, parse_header, split_batches
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogChunk
+from membership.catchup import is_caught_up
+from membership.changes import ConfigChangeError, check_safe_transition, leave_joint, promote
 from membership.config import Configuration
 from membership.quorum import VoteResult, committed_offset, has_quorum, vote_result
 from transport.messages import (
@@ -84,7 +87,6 @@ class RaftCore:
         node_id: int,
         log: Log,
         meta: ConsensusMetadata,
-        config: Configuration,
         settings: RaftSettings,
         rng: random.Random,
         now: float,
@@ -92,10 +94,10 @@ class RaftCore:
         self.id = node_id
         self.log = log
         self.meta = meta
-        self.config = config
         self.settings = settings
         self.rng = rng
-        self.role = Role.FOLLOWER if config.is_voter(node_id) else Role.LEARNER
+        committed = Configuration.from_wire(meta.config) if meta.config is not None else None
+        self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
         # Highest offset known committed; never above our flushed offset (I4).
         self.commit_offset = -1
@@ -115,11 +117,15 @@ class RaftCore:
         self.producers = ProducerTable()
         self.elections_started = 0
         self.recovery_bytes_sent = 0
-        self._load_producers()
+        self._replay_tail()
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         # Outputs for the node actor.
         self.outbox: list[tuple[int, Message]] = []
         self.metadata_dirty = False
         self.flush_urgent = False
+        self.now = now  # time of the input being handled
+        # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
+        self.transfer: tuple[int, float] | None = None
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -131,6 +137,15 @@ class RaftCore:
     @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
+
+    @property
+    def config(self) -> Configuration | None:
+        """The configuration in effect: the last one appended (None before joining)."""
+        return self.configs.current
+
+    def _is_voter(self, node_id: int | None = None) -> bool:
+        config = self.config
+        return config is not None and config.is_voter(self.id if node_id is None else node_id)
 
     def take_outbox(self) -> list[tuple[int, Message]]:
         out, self.outbox = self.outbox, []
@@ -174,12 +189,13 @@ class RaftCore:
         was = self.role
         if term > self.term:
             self._set_term(term, None)
-        self.role = Role.FOLLOWER if self.config.is_voter(self.id) else Role.LEARNER
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         if leader_id != self.leader_id:
             self.verified_offset = -1
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()
+        self.transfer = None
         self.heartbeat_deadline_s = math.inf
         self._reset_election_deadline(now)
         if was is Role.LEADER:
@@ -226,11 +242,8 @@ class RaftCore:
         self.leader_id = self.id
         self.leader_since_s = now
         self.votes.clear()
-        next_offset = self.log.dirty_offset + 1
-        self.progress = {
-            peer: Progress(peer, next_offset, last_contact_s=now, last_reply_s=now)
-            for peer in self.config.members - {self.id}
-        }
+        self.progress = {}
+        self._sync_progress()
         self.log.append([barrier_batch()], self.term)
         self.flush_urgent = True
         logger.info(
@@ -248,18 +261,24 @@ class RaftCore:
 
     def tick(self, now: float) -> None:
         """Time passed: heartbeats, elections, lost-message recovery, leader step-down."""
+        self.now = now
         if self.role is Role.LEADER:
             if now >= self.heartbeat_deadline_s:
                 self._broadcast_heartbeat(now)
             self._check_quorum(now)
+            if self.transfer is not None and now >= self.transfer[1]:
+                logger.warning("transfer_failed", node_id=self.id, target=self.transfer[0])
+                self.transfer = None
             if self.role is Role.LEADER:
                 self._retransmit_stalled(now)
+                self._maybe_promote()
                 self.pump()
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
             self._start_pre_vote(now)
 
     def step(self, sender: int, message: Message, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""
+        self.now = now
         term = message.term
         if term > self.term:
             match message:
@@ -296,13 +315,14 @@ class RaftCore:
             case AppendEntriesReply() | HeartbeatReply():
                 self._on_append_reply(sender, message, now)
             case TimeoutNow():
-                if self.config.is_voter(self.id) and self.role is not Role.LEADER:
+                if self._is_voter() and self.role is not Role.LEADER:
                     self._campaign(now, transfer=True)
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")
 
     def on_flushed(self, now: float) -> None:
         """The log's flushed offset moved: commit may advance; waiting replies can go."""
+        self.now = now
         flushed = self.log.flushed_offset
         if self.role is Role.LEADER:
             self._maybe_commit()
@@ -320,6 +340,7 @@ class RaftCore:
 
     def propose(self, batches: list[bytes], now: float) -> tuple[int, int]:
         """Append client batches on the leader; returns (first, last) offset."""
+        self.now = now
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
         first = self.log.dirty_offset + 1
@@ -339,24 +360,31 @@ class RaftCore:
             return None
         return self.producers.find(header.producer_id, header.producer_seq)
 
-    def _load_producers(self) -> None:
-        """Learn recent producer sequences from the tail of the log."""
+    def _replay_tail(self) -> None:
+        """Learn recent producer sequences and the configurations appended after the last
+        committed one, from the log as it was found on start."""
         log = self.log
-        offset = log.recent_start_offset(PRODUCER_SCAN_BYTES)
+        producers_from = log.recent_start_offset(PRODUCER_SCAN_BYTES)
+        offset = max(log.log_start_offset, min(producers_from, self.configs.committed_offset + 1))
         while offset <= log.dirty_offset:
             chunk = log.read(offset, 1 << 20)
-            for header, _ in split_batches(chunk.data):
-                self.producers.note_batch(header)
+            for header, batch in split_batches(chunk.data):
+                self._note_batch(header, batch, producers=header.base_offset >= producers_from)
             offset = chunk.last_offset + 1
+
+    def _note_batch(self, header: BatchHeader, batch, producers: bool = True) -> None:
+        """Account for a batch now in the log: producer sequences, configurations."""
+        if header.batch_type is BatchType.CONFIG:
+            self.configs.appended(header.base_offset, config_of(batch, header))
+        elif producers:
+            self.producers.note_batch(header)
 
     # ----------------------------------------------------------------------- votes
 
     def _on_vote_request(self, sender: int, req: VoteRequest, now: float) -> None:
         up_to_date = (req.last_term, req.last_offset) >= (self.log.last_term, self.log.dirty_offset)
         # Storage rule 6: a repaired node votes again only once it has caught up.
-        may_vote = (
-            self.config.is_voter(self.id) and self.log.dirty_offset >= self.meta.vote_after_offset
-        )
+        may_vote = self._is_voter() and self.log.dirty_offset >= self.meta.vote_after_offset
         if req.pre_vote:
             granted = (
                 may_vote
@@ -420,15 +448,17 @@ class RaftCore:
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
                 log.truncate_suffix(header.base_offset)
                 self.producers.truncate(header.base_offset)
+                self.configs.truncated(header.base_offset)
                 self.verified_offset = min(self.verified_offset, header.base_offset - 1)
                 break
             position += len(batch)  # already have this very batch (same offset and term)
         if position < len(req.batches):
             appended_from = log.dirty_offset + 1
             log.append_replicated(memoryview(req.batches)[position:])
-            for header, _ in batches:
+            for header, batch in batches:
                 if header.base_offset >= appended_from:
-                    self.producers.note_batch(header)
+                    self._note_batch(header, batch)
+            self._config_changed()
         self.verified_offset = max(self.verified_offset, last_new)
         self.leader_commit = max(self.leader_commit, req.leader_commit)
         self._follow_commit()
@@ -448,7 +478,27 @@ class RaftCore:
         """Commit what the leader committed, as far as we verifiably hold and flushed it."""
         target = min(self.leader_commit, self.verified_offset, self.log.flushed_offset)
         if target > self.commit_offset:
-            self.commit_offset = target
+            self._commit_to(target)
+
+    def _commit_to(self, offset: int) -> None:
+        self.commit_offset = offset
+        if self.configs.commit(offset):
+            # The committed configuration is durable state too (seed 000: "made durable on
+            # commit"); the node persists it before sending anything.
+            self.meta = replace(
+                self.meta,
+                config=self.configs.committed.to_wire(),
+                config_offset=self.configs.committed_offset,
+            )
+            self.metadata_dirty = True
+            logger.info(
+                "config_committed",
+                node_id=self.id,
+                offset=self.configs.committed_offset,
+                config=self.configs.committed.to_json(),
+            )
+            if self.role is Role.LEADER:
+                self._leader_config_committed()
 
     def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
         self._send(
@@ -605,6 +655,11 @@ class RaftCore:
                 p.probing = False
                 p.inflight = 0
             p.next_offset = max(p.next_offset, p.match_offset + 1)
+            if sender in self.config.learners_to_promote:
+                p.rate = p.rate.observe(now, p.match_offset)
+                self._maybe_promote()
+            if self.transfer is not None and self.transfer[0] == sender:
+                self._maybe_timeout_now()
             if p.recovering and p.match_offset >= self.log.dirty_offset:
                 p.recovering = False
                 logger.info(
@@ -642,7 +697,104 @@ class RaftCore:
         acked[self.id] = self.log.flushed_offset
         candidate = min(committed_offset(self.config, acked), self.log.flushed_offset)
         if candidate > self.commit_offset and self.term_at(candidate) == self.term:
-            self.commit_offset = candidate
+            self._commit_to(candidate)
+
+    # ----------------------------------------------------------------------- membership
+
+    def _config_changed(self) -> None:
+        """A configuration was appended or truncated: this node's role and the leader's
+        followers follow it at once (seed 000: a configuration applies on append)."""
+        if self.role is Role.LEADER:
+            self._sync_progress()
+            return
+        voter = self._is_voter()
+        if self.role is Role.LEARNER and voter:
+            self.role = Role.FOLLOWER
+            self._reset_election_deadline(self.now)
+        elif not voter and self.role is not Role.LEARNER:
+            self.role = Role.LEARNER  # removed or demoted: never campaigns again
+            self.votes.clear()
+
+    def _sync_progress(self) -> None:
+        """Replicate to every member of the current and the last committed configuration
+        (a removed node still learns of its removal)."""
+        members = set(self.config.members)
+        if self.configs.committed is not None:
+            members |= self.configs.committed.members
+        members.discard(self.id)
+        for peer in members - self.progress.keys():
+            self.progress[peer] = Progress(
+                peer, self.log.dirty_offset + 1, last_contact_s=self.now, last_reply_s=self.now
+            )
+        for peer in self.progress.keys() - members:
+            del self.progress[peer]
+
+    def propose_config(self, config: Configuration) -> int:
+        """Append a configuration on the leader; returns its offset. It takes effect now."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        check_safe_transition(self.config, config)
+        self.log.append([config_batch(config)], self.term)
+        offset = self.log.dirty_offset
+        self.configs.appended(offset, config)
+        self._sync_progress()
+        logger.info("config_appended", node_id=self.id, offset=offset, config=config.to_json())
+        return offset
+
+    def _leader_config_committed(self) -> None:
+        committed = self.configs.committed
+        if not committed.is_voter(self.id):
+            # A leader outside C(new) steps down once C(new) commits (seed 001).
+            logger.info("leaving_as_leader", node_id=self.id, term=self.term)
+            self.become_follower(self.term, None, self.now)
+            return
+        if committed.is_joint and not self.configs.change_in_flight:
+            # Never stay in C(old,new): once it commits, move on to C(new) (seed 001).
+            self.propose_config(leave_joint(committed))
+        self._sync_progress()
+        self._maybe_promote()
+
+    def _maybe_promote(self) -> None:
+        """Promote a learner marked for it once its lag could be replicated within one
+        election timeout (Ongaro 4.2.1; Kudu's PRE_FOLLOWER); one change at a time."""
+        if self.role is not Role.LEADER or self.configs.change_in_flight:
+            return
+        config = self.config
+        for learner in sorted(config.learners_to_promote):
+            p = self.progress.get(learner)
+            if p is not None and self.caught_up(p):
+                self.propose_config(promote(config, learner))
+                return
+
+    def caught_up(self, p: Progress) -> bool:
+        return is_caught_up(
+            self.log.dirty_offset,
+            p.match_offset,
+            p.flushed_offset,
+            p.rate.offsets_per_s,
+            self.settings.election_timeout_min_s,
+        )
+
+    def transfer_leadership(self, target: int) -> None:
+        """Move leadership to `target`: appends wait, the target is brought up to date and
+        told to campaign at once (TimeoutNow); given up after an election timeout."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        if target == self.id:
+            return
+        if not self._is_voter(target):
+            raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
+        self.transfer = (target, self.now + self.settings.election_timeout_max_s)
+        logger.info("transfer_started", node_id=self.id, target=target, term=self.term)
+        self._maybe_timeout_now()
+
+    def _maybe_timeout_now(self) -> None:
+        if self.transfer is None:
+            return
+        target, _ = self.transfer
+        p = self.progress.get(target)
+        if p is not None and p.match_offset >= self.log.dirty_offset:
+            self._send(target, TimeoutNow(GROUP, self.term, self.id))
 
     # ----------------------------------------------------------------------- reporting
 
@@ -665,7 +817,7 @@ class RaftCore:
             "dirty_offset": log.dirty_offset,
             "flushed_offset": log.flushed_offset,
             "log_start_offset": log.log_start_offset,
-            "config": self.config.to_json(),
+            "config": self.config.to_json() if self.config else None,
         }
         if self.role is Role.LEADER:
             out["followers"] = {str(p.node_id): p.to_json() for p in self.progress.values()}

@@ -15,10 +15,12 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 import trio
 
+from actors.admin import handle_admin
 from actors.core import RaftCore
 from actors.flusher import Flushed, Flusher
 from actors.producers import StaleSequenceError
@@ -31,6 +33,7 @@ from membership.quorum import has_quorum
 from transport.errors import ConnectionClosed
 from transport.messages import (
     Acks,
+    AdminRequest,
     AppendEntries,
     AppendEntriesReply,
     AppendReply,
@@ -76,22 +79,29 @@ OpenTransport = Callable[[Handler], AbstractAsyncContextManager[NodeTransport]]
 
 
 class Pending:
-    """A reply that the main loop fills in for a waiting handler."""
+    """A result that the main loop fills in for a waiting handler."""
 
-    __slots__ = ("_done", "value")
+    __slots__ = ("_done", "error", "value")
 
     def __init__(self) -> None:
         self._done = trio.Event()
-        self.value: Message | None = None
+        self.value: Any = None
+        self.error: Exception | None = None
 
-    def resolve(self, value: Message) -> None:
+    def resolve(self, value: Any) -> None:
         if not self._done.is_set():
             self.value = value
             self._done.set()
 
-    async def wait(self) -> Message:
+    def fail(self, error: Exception) -> None:
+        if not self._done.is_set():
+            self.error = error
+            self._done.set()
+
+    async def wait(self) -> Any:
         await self._done.wait()
-        assert self.value is not None
+        if self.error is not None:
+            raise self.error
         return self.value
 
 
@@ -107,6 +117,14 @@ class ClientAppend:
     batches: bytes
     acks: Acks
     reply: Pending | None
+
+
+@dataclass(frozen=True, slots=True)
+class CoreCall:
+    """Run `fn(core)` in the main loop (admin calls change the core only from there)."""
+
+    fn: Callable[[RaftCore], Any]
+    reply: Pending
 
 
 @dataclass(slots=True)
@@ -132,16 +150,18 @@ class Node:
         self.settings = settings
         self._run_sync = run_sync
         self.log = storage.log
-        self.core = RaftCore(
-            node_id, storage.log, storage.meta, storage.config, settings, rng, trio.current_time()
-        )
+        self.core = RaftCore(node_id, storage.log, storage.meta, settings, rng, trio.current_time())
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self.stats = NodeStats()
         self._flusher = Flusher(
             storage.log, self._inbox.clone(), settings.leader_flush_interval_s, self.stats
         )
         self._waiters: deque[QuorumWaiter] = deque()
+        # Appends that arrived during a leadership transfer: they wait, they do not fail.
+        self._held: deque[ClientAppend] = deque()
         self._transport: NodeTransport | None = None
+        self._peers_of = self.core.config  # the configuration the transport's links follow
+        self.round_done = trio.Event()  # set (and replaced) after every round of inputs
         self._logger = logger.bind(node_id=node_id)
 
     # ------------------------------------------------------------------- running
@@ -154,7 +174,7 @@ class Node:
             "node_started",
             term=self.core.term,
             dirty_offset=self.log.dirty_offset,
-            config=self.core.config.to_json(),
+            config=self.core.config.to_json() if self.core.config else None,
         )
         async with open_transport(self.handle) as transport, trio.open_nursery() as nursery:
             self._transport = transport
@@ -165,7 +185,9 @@ class Node:
 
     def _peer_addresses(self) -> dict[int, str]:
         config = self.core.config
-        return {m: config.addresses[m] for m in config.members if m != self.id}
+        if config is None:
+            return {}
+        return {m: a for m, a in config.addresses.items() if m != self.id}
 
     async def _main_loop(self) -> None:
         core = self.core
@@ -195,14 +217,23 @@ class Node:
                 self._append(batches, acks, reply, now)
             case Flushed():
                 core.on_flushed(now)
+            case CoreCall(fn, reply):
+                core.now = now
+                try:
+                    reply.resolve(fn(core))
+                except Exception as exc:  # handed to the caller, who answers the client
+                    reply.fail(exc)
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
     def _append(self, batches: bytes, acks: Acks, reply: Pending | None, now: float) -> None:
         core = self.core
+        if core.is_leader and core.transfer is not None:
+            self._held.append(ClientAppend(batches, acks, reply))
+            return
         if not core.is_leader:
             if reply is not None:
-                reply.resolve(self._not_leader(core.leader_id))
+                reply.resolve(self.not_leader(core.leader_id))
             return
         split = [b for _, b in split_batches(batches)]
         try:
@@ -230,9 +261,19 @@ class Node:
             await self._run_sync(self.storage.store.save, core.meta)
         transport = self._transport
         assert transport is not None
+        if core.config is not self._peers_of:
+            self._peers_of = core.config
+            transport.set_peers(self._peer_addresses())
         for to, message in core.take_outbox():
             transport.send_nowait(to, message)
+        if self._held and core.transfer is None:
+            held, self._held = self._held, deque()
+            now = trio.current_time()
+            for item in held:
+                self._append(item.batches, item.acks, item.reply, now)
         self._answer_waiters()
+        self.round_done.set()  # wakes admin calls waiting for a state of the core
+        self.round_done = trio.Event()
         log = self.log
         if log.dirty_offset > log.flushed_offset:
             urgent = (
@@ -259,23 +300,30 @@ class Node:
                         "leadership changed before the append was committed: its outcome "
                         "is unknown",
                         core.leader_id,
-                        self._address_of(core.leader_id),
+                        self.address_of(core.leader_id),
                     )
                 )
+
+    async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
+        """Run `fn(core)` in the main loop and return its result (or raise its error)."""
+        reply = Pending()
+        await self._inbox.send(CoreCall(fn, reply))
+        return await reply.wait()
 
     def _append_reply(self, first: int, last: int) -> AppendReply:
         flushed, dirty = self.core.majority_offsets()
         return AppendReply(first, last, self.core.commit_offset, flushed, dirty)
 
-    def _address_of(self, node_id: int | None) -> str | None:
-        return None if node_id is None else self.core.config.addresses.get(node_id)
+    def address_of(self, node_id: int | None) -> str | None:
+        config = self.core.config
+        return None if node_id is None or config is None else config.addresses.get(node_id)
 
-    def _not_leader(self, leader_id: int | None) -> ErrorReply:
+    def not_leader(self, leader_id: int | None) -> ErrorReply:
         return ErrorReply(
             ErrorCode.NOT_LEADER,
             f"node {self.id} is not the leader",
             leader_id,
-            self._address_of(leader_id),
+            self.address_of(leader_id),
         )
 
     # ------------------------------------------------------------------- the handler
@@ -303,6 +351,8 @@ class Node:
                 return await self._on_end_offset(linearizable)
             case StatusRequest():
                 return StatusReply(self.status())
+            case AdminRequest():
+                return await handle_admin(self, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 
@@ -313,7 +363,7 @@ class Node:
                 f"append of {len(request.batches)} bytes exceeds {self.settings.append_bytes_max}",
             )
         if not self.core.is_leader:
-            return self._not_leader(self.core.leader_id)
+            return self.not_leader(self.core.leader_id)
         try:
             headers = [h for h, _ in split_batches(request.batches)]
         except BatchError as exc:
@@ -358,7 +408,7 @@ class Node:
         if not linearizable:
             return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
         if not core.is_leader:
-            return self._not_leader(core.leader_id)
+            return self.not_leader(core.leader_id)
         commit = await self._read_index()
         if commit is None:
             return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
@@ -400,5 +450,7 @@ class Node:
 
     def status(self) -> dict:
         out = self.core.status()
-        out["members"] = {str(m): a for m, a in sorted(self.core.config.addresses.items())}
+        config = self.core.config
+        addresses = config.addresses if config is not None else {}
+        out["members"] = {str(m): a for m, a in sorted(addresses.items())}
         return out

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from membership.catchup import ReplicationRate
 
 
 @dataclass(slots=True)
@@ -23,6 +25,8 @@ class Progress:
     # More than one chunk behind: streamed in chunks without follower flushes (seed 004).
     recovering: bool = False
     recovery_started_bytes: int = 0  # the leader's recovery byte count when it began
+    # How fast the match offset moves (kept for learners: the promotion rule).
+    rate: ReplicationRate = field(default_factory=ReplicationRate)
     last_contact_s: float = -math.inf
     last_reply_s: float = -math.inf
 

@@ -3,8 +3,9 @@
     DIR/consensus.meta   term, vote, last committed configuration, incarnation
     DIR/log/             segments and their indexes
 
-A new directory is bootstrapped from the initial voters and gets a fresh incarnation id
-(storage rule 9). A log without metadata, or metadata that cannot be read, is corruption:
+A new directory is bootstrapped from the initial voters, or (--join) starts with no
+configuration and learns it from the leader that adds it; either way it gets a fresh
+incarnation id (storage rule 9). A log without metadata, or metadata that cannot be read, is corruption:
 never start fresh on it (rule 5).
 """
 
@@ -32,7 +33,6 @@ class NodeStorage:
     log: Log
     store: MetadataStore
     meta: ConsensusMetadata
-    config: Configuration
 
 
 def open_storage(
@@ -41,6 +41,7 @@ def open_storage(
     *,
     peers: Mapping[int, str] | None,
     rng: random.Random,
+    join: bool = False,
     log_config: LogConfig | None = None,
     run_sync: RunSync | None = None,
     repair: bool = False,
@@ -55,18 +56,24 @@ def open_storage(
         if had_log and log.dirty_offset >= 0:
             log.close()
             raise CorruptionError(store.path, 0, "metadata file is missing but the log has data")
-        if not peers:
+        if join:
+            config = None  # learns its configuration from the leader that adds it
+        elif peers:
+            config = Configuration.bootstrap(peers).to_wire()
+        else:
             log.close()
             raise BootstrapError(
-                f"{data_dir} holds no cluster: give --peers to start a new one (or --join)"
+                f"{data_dir} holds no cluster: give --peers to start a new one, or --join"
             )
-        config = Configuration.bootstrap(peers)
-        meta = ConsensusMetadata(incarnation=f"{rng.getrandbits(64):016x}", config=config.to_wire())
+        meta = ConsensusMetadata(incarnation=f"{rng.getrandbits(64):016x}", config=config)
         store.save(meta)
-        return NodeStorage(log, store, meta, config)
-    try:
-        config = Configuration.from_wire(meta.config)
-    except InvalidConfigurationError as exc:
-        log.close()
-        raise CorruptionError(store.path, 0, f"stored configuration is invalid: {exc}") from None
-    return NodeStorage(log, store, meta, config)
+        return NodeStorage(log, store, meta)
+    if meta.config is not None:
+        try:
+            Configuration.from_wire(meta.config)
+        except InvalidConfigurationError as exc:
+            log.close()
+            raise CorruptionError(
+                store.path, 0, f"stored configuration is invalid: {exc}"
+            ) from None
+    return NodeStorage(log, store, meta)

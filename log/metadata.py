@@ -30,8 +30,10 @@ class ConsensusMetadata:
     incarnation: str
     current_term: int = 0
     voted_for: int | None = None
-    # Last committed configuration, in membership's wire form (the log does not read it).
+    # Last committed configuration, in membership's wire form (the log does not read it),
+    # and the offset of its config batch (-1: the bootstrap configuration, not in the log).
     config: Any = None
+    config_offset: int = -1
     # Set by a repair: the node must not vote before its log reaches this offset (rule 6).
     vote_after_offset: int = -1
 
@@ -45,6 +47,7 @@ class ConsensusMetadata:
                 "current_term": self.current_term,
                 "voted_for": self.voted_for,
                 "config": self.config,
+                "config_offset": self.config_offset,
                 "vote_after_offset": self.vote_after_offset,
             },
             use_bin_type=True,
@@ -68,6 +71,7 @@ class ConsensusMetadata:
                 current_term=fields["current_term"],
                 voted_for=fields["voted_for"],
                 config=fields["config"],
+                config_offset=fields["config_offset"],
                 vote_after_offset=fields["vote_after_offset"],
             )
         except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:

@@ -109,8 +109,6 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
     environment (QUORUMLOG_ID, QUORUMLOG_DATA, ...) or the [node] table of --config.
     """
     configure_logging(log_format)
-    if join:
-        raise click.UsageError("--join is not supported yet: membership changes are not built")
     config = ctx.meta["quorumlog.config"]
     try:
         options = server.ServeOptions(
@@ -123,6 +121,7 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
             log_config=config.log,
             repair=repair,
             metrics=metrics,
+            join=join,
         )
         code = server.serve(options)
     except (server.UsageError, ValueError) as exc:
@@ -196,7 +195,13 @@ def demo() -> None:
     sys.exit(0 if run_demo() else 1)
 
 
-for command in (commands.produce, commands.consume, commands.status, commands.members):
+for command in (
+    commands.produce,
+    commands.consume,
+    commands.status,
+    commands.members,
+    commands.transfer_leader,
+):
     main.add_command(command)
 
 if __name__ == "__main__":

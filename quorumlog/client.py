@@ -31,6 +31,8 @@ from quorumlog.protocol import (
     records_from,
 )
 from transport.messages import (
+    AdminReply,
+    AdminRequest,
     AppendReply,
     EndOffsetReply,
     EndOffsetRequest,
@@ -113,6 +115,15 @@ class Client:
         reply = self._call(EndOffsetRequest(False), deadline, to_leader=True)
         assert isinstance(reply, EndOffsetReply)
         return reply.log_start_offset
+
+    def admin(self, op: str, **args) -> dict:
+        """A membership change or a leadership transfer; returns when it is done (committed),
+        retrying while another change or a transfer is under way, until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        request = AdminRequest(op, {**args, "timeout_s": self.timeout})
+        reply = self._call(request, deadline, to_leader=True)
+        assert isinstance(reply, AdminReply)
+        return reply.result
 
     def status(self) -> list[dict]:
         """One dict per member, as `quorumlog status --json` prints them."""

@@ -43,7 +43,7 @@ def read_secret(path: str | None) -> bytes | None:
     return secret
 
 
-def client_option_decorators(command: Callable) -> Callable:
+def client_option_decorators(command: Callable, required: bool = True) -> Callable:
     """-b/--brokers, --timeout and --secret-file (CONTRACT.md)."""
     for option in reversed(
         (
@@ -51,15 +51,14 @@ def client_option_decorators(command: Callable) -> Callable:
                 "-b",
                 "--brokers",
                 envvar="QUORUMLOG_BROKERS",
-                required=True,
+                required=required,
                 help="HOST:PORT,... of any nodes.",
             ),
             click.option(
                 "--timeout",
                 type=click.FloatRange(min=0.1),
-                default=10.0,
-                show_default=True,
-                help="Seconds per call.",
+                default=10.0 if required else None,
+                help="Seconds per call (default 10).",
             ),
             click.option(
                 "--secret-file",
@@ -71,6 +70,27 @@ def client_option_decorators(command: Callable) -> Callable:
     ):
         command = option(command)
     return command
+
+
+def member_options(command: Callable) -> Callable:
+    """The client options again after `members ... SUBCOMMAND`, overriding the group's."""
+
+    @functools.partial(client_option_decorators, required=False)
+    @click.pass_obj
+    @functools.wraps(command)
+    def wrapper(
+        group: tuple, brokers: str | None, timeout: float | None, secret_file: str | None, **kwargs
+    ):
+        options = (
+            brokers or group[0],
+            timeout if timeout is not None else group[1],
+            secret_file or group[2],
+        )
+        if options[0] is None:
+            raise click.UsageError("give the brokers with -b/--brokers")
+        return command(options, **kwargs)
+
+    return wrapper
 
 
 def run_with_client(
@@ -265,21 +285,24 @@ def status_table(statuses: list[dict]) -> Table:
 
 
 @click.group()
-@client_option_decorators
+@functools.partial(client_option_decorators, required=False)
 @click.pass_context
-def members(ctx: click.Context, brokers: str, timeout: float, secret_file: str | None) -> None:
+def members(
+    ctx: click.Context, brokers: str | None, timeout: float | None, secret_file: str | None
+) -> None:
     """List or change the members of the cluster.
 
     \b
-    Example:
+    Examples:
       quorumlog members -b 127.0.0.1:7001 list
+      quorumlog members -b 127.0.0.1:7001 add 4 127.0.0.1:7004 --wait
     """
-    ctx.obj = (brokers, timeout, secret_file)
+    ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
 
 
 @members.command("list")
+@member_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per member.")
-@click.pass_obj
 def members_list(options: tuple, as_json: bool) -> None:
     """Print "ID HOST:PORT voter|learner" per member."""
     run_with_client(*options, lambda client: _print_members(client, as_json))
@@ -297,3 +320,71 @@ def _print_members(client: Client, as_json: bool) -> None:
             click.echo(json.dumps({"node_id": node_id, "address": address, "role": kind}))
         else:
             click.echo(f"{node_id} {address} {kind}")
+
+
+def _change(options: tuple, op: str, **args) -> None:
+    def body(client: Client) -> None:
+        result = client.admin(op, **args)
+        config = result.get("config")
+        if config is not None:
+            click.echo(f"voters {config['voters']} learners {config['learners']}")
+
+    run_with_client(*options, body)
+
+
+@members.command("add")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("address")
+@click.option("--wait", is_flag=True, help="Return once the learner is promoted to voter.")
+@member_options
+def members_add(options: tuple, node_id: int, address: str, wait: bool) -> None:
+    """Add a node (started with `serve --join`) as a learner; the leader promotes it to
+    voter once it has caught up."""
+    _change(options, "add_member", node_id=node_id, address=address, wait=wait)
+
+
+@members.command("remove")
+@click.argument("node_id", type=click.IntRange(min=1))
+@member_options
+def members_remove(options: tuple, node_id: int) -> None:
+    """Remove a voter or a learner (the leader hands its leadership over first)."""
+    _change(options, "remove_member", node_id=node_id)
+
+
+@members.command("replace")
+@click.argument("old_id", type=click.IntRange(min=1))
+@click.argument("new_id", type=click.IntRange(min=1))
+@click.argument("address")
+@member_options
+def members_replace(options: tuple, old_id: int, new_id: int, address: str) -> None:
+    """Replace a voter by a new node with joint consensus (the new node catches up as a
+    learner first)."""
+    _change(options, "replace_member", old_id=old_id, new_id=new_id, address=address)
+
+
+@members.command("set")
+@click.argument("members_list", metavar="ID=HOST:PORT,...")
+@member_options
+def members_set(options: tuple, members_list: str) -> None:
+    """Make exactly these nodes the voters, with joint consensus."""
+    members_arg = {}
+    for item in members_list.split(","):
+        node_id, sep, address = item.strip().partition("=")
+        if not sep or not node_id.isdigit():
+            raise click.UsageError(f"members set wants ID=HOST:PORT items, not {item!r}")
+        members_arg[node_id] = address
+    _change(options, "set_members", members=members_arg)
+
+
+@click.command("transfer-leader")
+@client_options
+@click.argument("node_id", type=click.IntRange(min=1))
+def transfer_leader(client: Client, node_id: int) -> None:
+    """Move the leadership to a voter; returns once it leads.
+
+    \b
+    Example:
+      quorumlog transfer-leader -b 127.0.0.1:7001 2
+    """
+    client.admin("transfer_leader", node_id=node_id)
+    click.echo(f"node {node_id} leads")

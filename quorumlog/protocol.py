@@ -163,7 +163,11 @@ def error_from(reply: ErrorReply) -> QuorumLogError:
             return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
 
 
-RETRIABLE = frozenset({ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN})
+# Leadership moved, is moving, or another change is under way: ask again, the leader of
+# the moment. Appends are idempotent and admin calls re-plan, so retrying is safe.
+RETRIABLE = frozenset(
+    {ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN, ErrorCode.BUSY, ErrorCode.STEPPING_DOWN}
+)
 
 
 class Router:

@@ -49,6 +49,7 @@ class ServeOptions:
     log_config: LogConfig
     repair: bool = False
     metrics: str | None = None
+    join: bool = False
 
 
 # The [node] table of a --config file: TOML key -> serve's parameter.
@@ -131,6 +132,8 @@ def serve(options: ServeOptions) -> int:
             warning="anyone who can reach this address can read and write the log: "
             "set --secret-file",
         )
+    if options.join and options.peers:
+        raise UsageError("--join and --peers exclude each other: a joining node is added later")
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
     rng = random.Random()
@@ -140,6 +143,7 @@ def serve(options: ServeOptions) -> int:
             options.data_dir,
             peers=options.peers,
             rng=rng,
+            join=options.join,
             log_config=options.log_config,
             repair=options.repair,
         )
@@ -162,11 +166,11 @@ async def _run(options: ServeOptions, storage, rng: random.Random) -> None:
     node = Node(
         options.node_id, storage, settings=options.settings, rng=rng, run_sync=WorkerThread()
     )
-    peers = {m: a for m, a in storage.config.addresses.items() if m != options.node_id}
 
     def open_transport(handler):
+        # The node sets the peers from its configuration once it runs.
         return open_tcp_transport(
-            options.node_id, options.listen, handler, rng=rng, peers=peers, secret=options.secret
+            options.node_id, options.listen, handler, rng=rng, secret=options.secret
         )
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -1,0 +1,240 @@
+"""Admin calls on the leader: membership changes and leadership transfer.
+
+Each call is planned by `membership.driver` from the configuration the leader finds (never
+from what an earlier driver remembers: seed 003) and executed one step at a time; every
+configuration step is one change, validated and appended by the core, and waited for until
+it commits. Answers say what to do next:
+
+- REFUSED: the change can never succeed (unknown node, no voter left): do not retry;
+- BUSY: another change or a transfer is under way; STEPPING_DOWN: this leader is moving
+  leadership away (it was asked to remove itself, or C(new) leaves it out); NOT_LEADER /
+  UNKNOWN: leadership moved meanwhile. All four: retry, against the leader of the moment;
+- TIMEOUT: a step did not finish in time; before the joint entry the change was rolled back
+  to the starting configuration, and the message says which step failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, assert_never
+
+import trio
+
+from actors.core import NotLeaderError, RaftCore, Role
+from membership.changes import (
+    ChangeInProgressError,
+    ConfigChangeError,
+    add_learner,
+    check_can_change,
+    enter_joint,
+    remove,
+)
+from membership.config import Configuration, InvalidConfigurationError, check_address, check_node_id
+from membership.driver import (
+    AddLearner,
+    EnterJoint,
+    LeaveJoint,
+    Remove,
+    Step,
+    TransferLeadership,
+    WaitCaughtUp,
+    WaitPromoted,
+    plan_add,
+    plan_remove,
+    plan_replace,
+    plan_set,
+    rollback_steps,
+)
+from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+ADMIN_WAIT_S_DEFAULT = 30.0
+ADMIN_WAIT_S_MAX = 600.0
+
+
+class LeadershipLost(Exception):
+    pass
+
+
+class StepFailed(Exception):
+    pass
+
+
+async def handle_admin(node: Node, request: AdminRequest) -> Message:
+    core = node.core
+    args = request.args
+    try:
+        wait_s = float(args.get("timeout_s", ADMIN_WAIT_S_DEFAULT))
+        with trio.move_on_after(min(max(wait_s, 0.1), ADMIN_WAIT_S_MAX)):
+            return await _dispatch(node, request.op, args)
+        return ErrorReply(ErrorCode.TIMEOUT, f"{request.op} did not finish within {wait_s:g} s")
+    except ChangeInProgressError as exc:
+        return ErrorReply(ErrorCode.BUSY, str(exc))
+    except (ConfigChangeError, InvalidConfigurationError, KeyError, TypeError, ValueError) as exc:
+        return ErrorReply(ErrorCode.REFUSED, f"{request.op} refused: {_why(exc)}")
+    except NotLeaderError as exc:
+        return node.not_leader(exc.leader_id)
+    except LeadershipLost:
+        return ErrorReply(
+            ErrorCode.UNKNOWN,
+            "leadership moved during the change: retry against the new leader",
+            core.leader_id,
+            node.address_of(core.leader_id),
+        )
+    except StepFailed as exc:
+        return ErrorReply(ErrorCode.TIMEOUT, str(exc))
+
+
+async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
+    core = node.core
+    if not core.is_leader:
+        raise NotLeaderError(core.leader_id)
+    config = core.config
+    match op:
+        case "add_member":
+            plan = plan_add(
+                config,
+                check_node_id(args["node_id"]),
+                check_address(args["address"]),
+                wait_promoted=bool(args.get("wait", False)),
+            )
+        case "remove_member":
+            plan = plan_remove(config, check_node_id(args["node_id"]), core.id)
+        case "replace_member":
+            plan = plan_replace(
+                config,
+                check_node_id(args["old_id"]),
+                check_node_id(args["new_id"]),
+                check_address(args["address"]),
+                core.id,
+            )
+        case "set_members":
+            members = {check_node_id(int(k)): check_address(v) for k, v in args["members"].items()}
+            plan = plan_set(config, members, core.id)
+        case "transfer_leader":
+            return await _transfer(node, check_node_id(args["node_id"]))
+        case _:
+            raise ConfigChangeError(f"unknown admin call {op!r}")
+    return await _execute(node, plan)
+
+
+async def _execute(node: Node, plan: tuple[Step, ...]) -> Message:
+    core = node.core
+    start = core.config
+    for step in plan:
+        match step:
+            case AddLearner(node_id, address, promote):
+                await _change(
+                    node,
+                    lambda c, n=node_id, a=address, p=promote: add_learner(
+                        c.config, n, a, promote=p
+                    ),
+                )
+            case WaitCaughtUp(node_id):
+                await _wait_caught_up(node, node_id, start, step)
+            case WaitPromoted(node_id):
+                await _wait_for(
+                    node, lambda c, n=node_id: c.configs.committed.is_voter(n), leader=False
+                )
+            case TransferLeadership(away_from, candidates):
+                if core.id == away_from:
+                    target = _most_up_to_date(core, candidates)
+                    await node.call_core(lambda c, t=target: c.transfer_leadership(t))
+                    return ErrorReply(
+                        ErrorCode.STEPPING_DOWN,
+                        f"node {core.id} leads and is leaving: leadership moves to node {target}; "
+                        "retry against it",
+                        target,
+                        node.address_of(target),
+                    )
+            case EnterJoint(voters):
+                await _change(node, lambda c, v=dict(voters): enter_joint(c.config, v))
+            case LeaveJoint():
+                # The leader appends C(new) by itself once C(old,new) commits; wait for it,
+                # as a follower too if this leader is not in C(new) and stepped down.
+                await _wait_for(node, lambda c: not c.configs.committed.is_joint, leader=False)
+            case Remove(node_id):
+                await _change(node, lambda c, n=node_id: remove(c.config, n))
+            case _:
+                assert_never(step)
+    return AdminReply({"config": core.config.to_json()})
+
+
+async def _change(node: Node, build: Callable[[RaftCore], Configuration]) -> None:
+    """One configuration change: validated and appended in the main loop, then committed."""
+
+    def propose(core: RaftCore) -> tuple[int, int]:
+        if core.transfer is not None:
+            raise ChangeInProgressError("a leadership transfer is under way")
+        check_can_change(core.config, core.configs.committed)
+        return core.term, core.propose_config(build(core))
+
+    term, offset = await node.call_core(propose)
+    await _wait_for(node, lambda c: c.term == term and c.commit_offset >= offset)
+
+
+async def _wait_caught_up(node: Node, node_id: int, start: Configuration, step: Step) -> None:
+    core = node.core
+    deadline_s = 10 * core.settings.election_timeout_max_s + 30.0
+
+    def caught_up(c: RaftCore) -> bool:
+        p = c.progress.get(node_id)
+        return c.config.is_voter(node_id) or (p is not None and c.caught_up(p))
+
+    with trio.move_on_after(deadline_s):
+        await _wait_for(node, caught_up)
+        return
+    for undo in rollback_steps(start, core.config):
+        await _change(node, lambda c, n=undo.node_id: remove(c.config, n))
+    raise StepFailed(
+        f"step {step} failed: node {node_id} did not catch up within {deadline_s:g} s; "
+        "rolled back to the starting configuration"
+    )
+
+
+async def _wait_for(node: Node, done: Callable[[RaftCore], bool], leader: bool = True) -> None:
+    core = node.core
+    term = core.term
+    while not done(core):
+        if leader and (not core.is_leader or core.term != term):
+            raise LeadershipLost
+        await node.round_done.wait()
+
+
+async def _transfer(node: Node, target: int) -> Message:
+    core = node.core
+    if target == core.id:
+        return AdminReply({"leader_id": target})
+    if core.config.is_learner(target):
+        raise ConfigChangeError(f"node {target} is a learner: it cannot lead until promoted")
+    await node.call_core(lambda c: c.transfer_leadership(target))
+    while True:
+        if core.role is not Role.LEADER and core.leader_id == target:
+            return AdminReply({"leader_id": target})
+        if core.is_leader and core.transfer is None:
+            return ErrorReply(
+                ErrorCode.TIMEOUT,
+                f"node {target} did not take over within an election timeout; node {core.id} "
+                "still leads",
+            )
+        if core.role is not Role.LEADER and core.leader_id not in (None, target):
+            raise LeadershipLost
+        await node.round_done.wait()
+
+
+def _most_up_to_date(core: RaftCore, candidates: frozenset[int]) -> int:
+    def progress_of(node_id: int) -> tuple[int, int]:
+        p = core.progress.get(node_id)
+        return (p.match_offset, p.flushed_offset) if p else (-1, -1)
+
+    if not candidates:
+        raise ConfigChangeError("no other voter can take over the leadership")
+    return max(sorted(candidates), key=progress_of)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing argument {exc}"
+    return str(exc)
