@@ -12,7 +12,9 @@ leader's committed end offset, restart the follower and time, from the restart:
 `catchup_mb_s` is N MB over `caught_up_s - first_byte_s`: the streaming itself, without the
 process start and the redial. Settings, same run: lazy (the default: chunks sent with
 flush=false) against flush-per-chunk (`recovery_flush_every_chunk = true`), with
-`ratio_flush_to_lazy` = flush-per-chunk's `caught_up_s` over lazy's; then lazy across
+`ratio_flush_to_lazy` = flush-per-chunk's `caught_up_s` over lazy's (it includes the
+process start and the redial, which can be up to 2 s of transport backoff) and
+`ratio_streaming_flush_to_lazy` the same for the streaming time alone; then lazy across
 `chunk_bytes_max` (the curve, one row per chunk size). Baseline, same run, same disk: the
 raw disk loop writing the same batches with an fsync per 32 KiB (what flush-per-chunk may
 reach at best) and with one fsync at the end (lazy's limit), measured before and after the
