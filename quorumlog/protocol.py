@@ -23,7 +23,15 @@ from quorumlog.errors import (
     QuorumLogError,
     TooLargeError,
 )
-from transport.messages import Acks, AppendReply, AppendRequest, ErrorCode, ErrorReply, ReadReply
+from transport.messages import (
+    Acks,
+    AdminReply,
+    AppendReply,
+    AppendRequest,
+    ErrorCode,
+    ErrorReply,
+    ReadReply,
+)
 
 ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
 BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
@@ -170,6 +178,9 @@ RETRIABLE = frozenset(
 )
 
 
+LEADER_REPLIES = (AppendReply, AdminReply)
+
+
 class Router:
     """Which broker to ask next; hints from replies; the backoff between tries."""
 
@@ -193,8 +204,8 @@ class Router:
         Retrying is safe: appends are idempotent, everything else only reads.
         """
         if not isinstance(reply, ErrorReply):
-            if to_leader:
-                self.leader = address
+            if isinstance(reply, LEADER_REPLIES):
+                self.leader = address  # only a leader answers these
             return True
         if reply.code not in RETRIABLE or self.direct:
             raise error_from(reply)

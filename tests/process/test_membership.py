@@ -1,0 +1,130 @@
+"""Real processes: membership changes and leadership transfers under a steady producer.
+
+Grow 3 -> 5 -> 3, replace a node, remove the leader, transfer leadership; no acknowledged
+write is lost and every change completes. The longest gap between acknowledged appends is
+measured (reported, not asserted: it is a benchmark figure).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog import Client
+from tests.process.test_failover import Producer
+
+
+def ql(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=60)
+
+
+class Joiner:
+    """Nodes started with --join, outside the cluster's own bookkeeping."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.addresses: dict[int, str] = {}
+
+    def start(self, node_id: int) -> str:
+        (port,) = free_ports(1)
+        address = f"127.0.0.1:{port}"
+        log = open(f"{self.root}/join{node_id}.log", "ab")  # noqa: SIM115
+        self.procs[node_id] = subprocess.Popen(
+            [
+                *QUORUMLOG,
+                "serve",
+                "--id",
+                str(node_id),
+                "--data",
+                f"{self.root}/join{node_id}",
+                "--listen",
+                address,
+                "--join",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+        self.addresses[node_id] = address
+        return address
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+            proc.wait(timeout=20)
+
+
+def voters(cluster: ProcessCluster, brokers: str) -> list[int]:
+    out = ql("members", "-b", brokers, "list", "--json")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    return sorted(
+        m["node_id"] for m in map(json.loads, out.stdout.splitlines()) if m["role"] == "voter"
+    )
+
+
+def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_path):
+    cluster.wait_for_leader()
+    joiner = Joiner(str(tmp_path))
+    producer = Producer(cluster)
+    producer.start()
+    try:
+        brokers = cluster.brokers
+        for node_id in (4, 5):
+            address = joiner.start(node_id)
+            brokers += "," + address
+            out = ql(
+                "members", "-b", brokers, "add", str(node_id), address, "--wait", "--timeout", "30"
+            )
+            assert out.returncode == 0, out.stderr
+        assert voters(cluster, brokers) == [1, 2, 3, 4, 5]
+
+        leader = cluster.wait_for_leader()
+        target = next(i for i in (1, 2, 3) if i != leader)
+        out = ql("transfer-leader", "-b", brokers, str(target), "--timeout", "30")
+        assert out.returncode == 0, out.stderr
+        assert cluster.wait_for_leader() == target
+
+        out = ql("members", "-b", brokers, "remove", str(target), "--timeout", "30")
+        assert out.returncode == 0, out.stderr  # the leader itself: it hands over first
+        remaining = [i for i in (1, 2, 3, 4, 5) if i != target]
+        assert voters(cluster, brokers) == remaining
+
+        new_address = joiner.start(6)
+        brokers += "," + new_address
+        old = remaining[0]
+        out = ql("members", "-b", brokers, "replace", str(old), "6", new_address, "--timeout", "30")
+        assert out.returncode == 0, out.stderr
+        remaining = sorted([i for i in remaining if i != old] + [6])
+        assert voters(cluster, brokers) == remaining
+
+        keep = remaining[:3]
+        addresses = {**{i: cluster.address(i) for i in cluster.ids}, **joiner.addresses}
+        spec = ",".join(f"{i}={addresses[i]}" for i in keep)
+        out = ql("members", "-b", brokers, "set", spec, "--timeout", "30")
+        assert out.returncode == 0, out.stderr
+        assert voters(cluster, brokers) == keep
+
+        out = ql("members", "-b", brokers, "remove", "99", "--timeout", "30")
+        assert out.returncode == 1 and b"99" in out.stderr, "an impossible change fails at once"
+        time.sleep(0.5)
+    finally:
+        producer.stop.set()
+        producer.join(timeout=30)
+    try:
+        assert len(producer.acked) > 0
+        statuses = Client(brokers, timeout=10).status()
+        leader = next(s for s in statuses if s.get("role") == "leader")
+        with Client(leader["members"][str(leader["node_id"])], direct=True) as c:
+            found = {}
+            offset = 0
+            while records := c.read(offset, 10_000):
+                found.update((r.offset, r.value) for r in records)
+                offset = records[-1].offset + 1
+        lost = [o for o, v in producer.acked.items() if found.get(o) != v]
+        assert not lost, f"{len(lost)} acknowledged records lost"
+        assert len(set(found.values())) == len(found)
+    finally:
+        joiner.stop_all()
