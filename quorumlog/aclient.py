@@ -144,20 +144,16 @@ class AsyncClient:
         return _deadline(self.timeout)
 
     async def _call(self, message: Message, *, to_leader: bool) -> Message:
-        router = self._router
-        tried: list[str] = []
-        attempt = 0
+        attempts = self._router.call()
         while True:
-            address = router.pick(tried, to_leader)
-            tried.append(address)
+            address = attempts.pick(to_leader)
             try:
                 reply = await self._call_once(address, message)
-                if router.on_reply(address, reply, to_leader):
+                if attempts.on_reply(address, reply):
                     return reply
             except (ConnectionClosed, UnreachableError) as exc:
-                router.on_unreachable(exc)
-            attempt += 1
-            await trio.sleep(router.backoff_s(attempt))
+                attempts.on_unreachable(address, exc)
+            await trio.sleep(attempts.pause_s())
 
     async def _call_once(self, address: str, message: Message) -> Message:
         connection = await self._connection(address)

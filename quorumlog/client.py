@@ -146,24 +146,20 @@ class Client:
         return out
 
     def _call(self, message: Message, deadline: float, *, to_leader: bool) -> Message:
-        router = self._router
-        tried: list[str] = []
-        attempt = 0
+        attempts = self._router.call()
         problem = "no broker answered"
         while True:
             with self._lock:
-                address = router.pick(tried, to_leader)
-                tried.append(address)
+                address = attempts.pick(to_leader)
                 try:
                     reply = self._call_once(address, message, deadline)
-                    if router.on_reply(address, reply, to_leader):
+                    if attempts.on_reply(address, reply):
                         return reply
                     problem = reply.message
                 except (ConnectionLost, UnreachableError) as exc:
-                    router.on_unreachable(exc)
+                    attempts.on_unreachable(address, exc)
                     problem = str(exc)
-            attempt += 1
-            pause = router.backoff_s(attempt)
+            pause = attempts.pause_s()
             if time.monotonic() + pause >= deadline:
                 raise CallTimeoutError(f"gave up after {self.timeout:g} s: {problem}")
             time.sleep(pause)

@@ -38,7 +38,7 @@ BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
 RECORD_BYTES_MAX = 4 * 1024 * 1024
 READ_BYTES_MAX = 1024 * 1024
 BACKOFF_S_MIN = 0.02
-BACKOFF_S_MAX = 0.5
+BACKOFF_S_MAX = 0.25  # about an election's worth: rediscovery is quick
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,41 +182,75 @@ LEADER_REPLIES = (AppendReply, AdminReply)
 
 
 class Router:
-    """Which broker to ask next; hints from replies; the backoff between tries."""
+    """The brokers and the leader hint of one client, shared by all its calls."""
 
     def __init__(self, brokers: list[str], direct: bool, rng: random.Random):
         self.brokers = brokers
         self.direct = direct
         self.leader: str | None = None
-        self._rng = rng
+        self.rng = rng
 
-    def pick(self, tried: list[str], to_leader: bool) -> str:
-        if self.direct:
-            return self.brokers[0]
-        if to_leader and self.leader:
-            return self.leader
-        untried = [b for b in self.brokers if b not in tried]
-        return untried[0] if untried else self._rng.choice(self.brokers)
+    def call(self) -> Attempts:
+        return Attempts(self)
 
-    def on_reply(self, address: str, reply, to_leader: bool) -> bool:
+
+class Attempts:
+    """One call's tries: which broker to ask next, from the hints replies give, and how
+    long to wait before asking. A hint that names a broker that just failed is stale (the
+    survivors still name the dead leader until they elect a new one) and is ignored; a
+    fresh hint is followed at once, without backing off."""
+
+    def __init__(self, router: Router):
+        self._router = router
+        self._failed: set[str] = set()
+        self._tried: list[str] = []
+        self._fresh_hint = False
+
+    def pick(self, to_leader: bool) -> str:
+        router = self._router
+        if router.direct:
+            return router.brokers[0]
+        if to_leader and router.leader and router.leader not in self._failed:
+            address = router.leader
+        else:
+            brokers = router.brokers
+            untried = [b for b in brokers if b not in self._tried and b not in self._failed]
+            alive = [b for b in brokers if b not in self._failed] or brokers
+            address = untried[0] if untried else router.rng.choice(alive)
+        self._tried.append(address)
+        return address
+
+    def on_reply(self, address: str, reply) -> bool:
         """True if the reply is the answer; False to try again; raises a definite error.
 
         Retrying is safe: appends are idempotent, everything else only reads.
         """
+        router = self._router
+        self._failed.discard(address)
         if not isinstance(reply, ErrorReply):
             if isinstance(reply, LEADER_REPLIES):
-                self.leader = address  # only a leader answers these
+                router.leader = address  # only a leader answers these
             return True
-        if reply.code not in RETRIABLE or self.direct:
+        if reply.code not in RETRIABLE or router.direct:
             raise error_from(reply)
-        self.leader = reply.leader_address
+        hint = reply.leader_address
+        self._fresh_hint = hint is not None and hint != address and hint not in self._failed
+        router.leader = hint if self._fresh_hint else None
         return False
 
-    def on_unreachable(self, error: Exception) -> None:
-        if self.direct:
+    def on_unreachable(self, address: str, error: Exception) -> None:
+        router = self._router
+        if router.direct:
             raise error
-        self.leader = None
+        self._failed.add(address)
+        self._fresh_hint = False
+        if router.leader == address:
+            router.leader = None
 
-    def backoff_s(self, attempt: int) -> float:
-        pause = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** min(attempt, 10))
-        return pause * self._rng.uniform(0.5, 1.5)
+    def pause_s(self) -> float:
+        """How long to wait before the next try: nothing when a fresh hint names the leader."""
+        if self._fresh_hint:
+            self._fresh_hint = False
+            return 0.0
+        pause = min(BACKOFF_S_MAX, BACKOFF_S_MIN * 2 ** min(len(self._tried), 10))
+        return pause * self._router.rng.uniform(0.5, 1.5)
