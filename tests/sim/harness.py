@@ -10,6 +10,7 @@ checker verifies the invariants. Trio's scheduler is seeded too, so a seed repla
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ from log.files import StorageError
 from log.memdisk import MemoryFileSystem
 from log.records import batch_records, make_data_batch
 from log.wal import run_inline
+from membership.quorum import has_quorum
 from transport.errors import ConnectionClosed
 from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
-from transport.messages import Acks, AppendReply, AppendRequest, ErrorCode, ErrorReply
+from transport.messages import Acks, AdminRequest, AppendReply, AppendRequest, ErrorCode, ErrorReply
 
 DATA_DIR = "/data"
 SETTINGS = RaftSettings()
@@ -53,6 +55,17 @@ class Outcome:
 
 class Violation(AssertionError):
     pass
+
+
+@functools.cache
+def quorums_intersect(a, b) -> bool:
+    """Every quorum of `a` shares a node with every quorum of `b` (brute force, <= 7 nodes)."""
+    nodes = sorted(a.members | b.members)
+    for mask in range(1 << len(nodes)):
+        chosen = {n for i, n in enumerate(nodes) if mask >> i & 1}
+        if has_quorum(a, chosen) and has_quorum(b, set(nodes) - chosen):
+            return False
+    return True
 
 
 class Cluster:
@@ -130,7 +143,18 @@ class Cluster:
                 if core.commit_offset > node.log.flushed_offset:
                     self.failures.append(f"node {i} commit {core.commit_offset} above flushed")
                 sim.last_commit = core.commit_offset
+            self._check_active_configs()
             await trio.sleep(0.005)
+
+    def _check_active_configs(self) -> None:
+        """A configuration and the one that follows it, both in effect somewhere, must have
+        majorities that meet (the joint rule at every step). Older ones are harmless: the
+        change after them committed first, on nodes whose longer logs win every vote."""
+        active = {s.node.core.config for s in self.nodes.values() if s.node and s.node.core.config}
+        for a in active:
+            for b in active:
+                if b.version == a.version + 1 and not quorums_intersect(a, b):
+                    self.failures.append(f"configs {a.to_json()} and {b.to_json()} active together")
 
     # ---------------------------------------------------------------- clients
 
@@ -227,21 +251,65 @@ class Cluster:
                 await self.start(nursery, i)
 
     async def wait_converged(self, timeout_s: float) -> bool:
-        """I7: a leader exists and every node holds and commits the leader's log."""
+        """I7: a leader exists and every member holds and commits the leader's log."""
         with trio.move_on_after(timeout_s):
             while True:
-                nodes = [s.node for s in self.nodes.values() if s.node is not None]
-                leaders = [n for n in nodes if n.core.is_leader]
-                if len(nodes) == len(self.nodes) and len(leaders) == 1:
-                    leader = leaders[0]
+                leaders = [s.node for s in self.nodes.values() if s.node and s.node.core.is_leader]
+                leader = max(leaders, key=lambda n: n.core.term, default=None)
+                if leader is not None and not leader.core.configs.change_in_flight:
+                    members = [self.nodes[m].node for m in leader.core.config.members]
                     target = leader.log.dirty_offset
-                    if leader.core.commit_offset == target and all(
-                        n.core.commit_offset == target and n.log.dirty_offset == target
-                        for n in nodes
+                    if all(
+                        n is not None
+                        and n.core.commit_offset == target
+                        and n.log.dirty_offset == target
+                        for n in members
                     ):
                         return True
                 await trio.sleep(0.05)
         return False
+
+    async def membership_chaos(self, duration_s: float) -> None:
+        """Membership changes and leadership transfers, through the admin calls."""
+        rng = random.Random(self.rng.getrandbits(64))
+        end = trio.current_time() + duration_s
+        while trio.current_time() < end:
+            await trio.sleep(rng.uniform(0.2, 1.0))
+            leader = next(
+                (s.node for s in self.nodes.values() if s.node and s.node.core.is_leader), None
+            )
+            if leader is None or leader.core.config is None:
+                continue
+            config = leader.core.config
+            voters = sorted(config.voters)
+            outsiders = sorted(set(self.nodes) - config.members)
+            choice = rng.random()
+            if choice < 0.25 and len(voters) > 2:
+                request = AdminRequest("remove_member", {"node_id": rng.choice(voters)})
+            elif choice < 0.5 and outsiders:
+                node_id = rng.choice(outsiders)
+                request = AdminRequest(
+                    "add_member", {"node_id": node_id, "address": self.addresses[node_id]}
+                )
+            elif choice < 0.65 and outsiders:
+                new = rng.choice(outsiders)
+                request = AdminRequest(
+                    "replace_member",
+                    {"old_id": rng.choice(voters), "new_id": new, "address": self.addresses[new]},
+                )
+            elif choice < 0.8:
+                chosen = rng.sample(sorted(self.nodes), rng.randint(2, len(self.nodes)))
+                request = AdminRequest(
+                    "set_members", {"members": {str(i): self.addresses[i] for i in chosen}}
+                )
+            else:
+                request = AdminRequest("transfer_leader", {"node_id": rng.choice(voters)})
+            self.trace.append(f"admin {request.op} {sorted(request.args.items())}")
+            with trio.move_on_after(3.0):
+                reply = await self._request(
+                    leader.id, AdminRequest(request.op, {**request.args, "timeout_s": 2.5})
+                )
+                self.trace.append(f"admin reply {type(reply).__name__}")
 
     # ---------------------------------------------------------------- checking
 
@@ -300,7 +368,9 @@ class Cluster:
         return digest.hexdigest()
 
 
-async def _scenario(seed: int, size: int, clients: int, appends: int, chaos_s: float) -> str:
+async def _scenario(
+    seed: int, size: int, clients: int, appends: int, chaos_s: float, membership: bool
+) -> str:
     cluster = Cluster(seed, size)
     async with trio.open_nursery() as nursery:
         for i in cluster.nodes:
@@ -308,6 +378,8 @@ async def _scenario(seed: int, size: int, clients: int, appends: int, chaos_s: f
         nursery.start_soon(cluster.observe)
         async with trio.open_nursery() as work:
             work.start_soon(cluster.chaos, nursery, chaos_s)
+            if membership:
+                work.start_soon(cluster.membership_chaos, chaos_s)
             for c in range(clients):
                 work.start_soon(cluster.client, c, appends)
         await cluster.heal_all(nursery)
@@ -319,7 +391,12 @@ async def _scenario(seed: int, size: int, clients: int, appends: int, chaos_s: f
 
 
 def run_seed(
-    seed: int, size: int = 3, clients: int = 2, appends: int = 30, chaos_s: float = 5.0
+    seed: int,
+    size: int = 3,
+    clients: int = 2,
+    appends: int = 30,
+    chaos_s: float = 5.0,
+    membership: bool = False,
 ) -> str:
     """Run one seed; returns its trace hash. Raises Violation with the seed in the message."""
     run_module = trio._core._run
@@ -335,6 +412,7 @@ def run_seed(
             clients,
             appends,
             chaos_s,
+            membership,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     finally:

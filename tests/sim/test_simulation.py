@@ -1,6 +1,7 @@
 """Seeded simulations of whole clusters; each seed runs twice and must replay exactly.
 
-Replay a failing seed with:  .venv/bin/python -c "from tests.sim.harness import run_seed; run_seed(SEED, size=N)"
+Replay a failing seed with:
+  .venv/bin/python -c "from tests.sim.harness import run_seed; run_seed(SEED, size=N, membership=M)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -12,11 +13,14 @@ from tests.sim.harness import run_seed
 
 SEEDS_3 = range(200)
 SEEDS_5 = range(1000, 1100)
+# With membership changes and leadership transfers on top of the faults.
+MEMBERSHIP_SEEDS_3 = range(2000, 2030)
+MEMBERSHIP_SEEDS_5 = range(3000, 3030)
 
 
-def check_seed(seed: int, size: int) -> None:
-    first = run_seed(seed, size=size)
-    second = run_seed(seed, size=size)
+def check_seed(seed: int, size: int, membership: bool = False) -> None:
+    first = run_seed(seed, size=size, membership=membership)
+    second = run_seed(seed, size=size, membership=membership)
     assert first == second, f"seed {seed} did not replay: lost determinism"
 
 
@@ -28,3 +32,13 @@ def test_three_nodes(seed):
 @pytest.mark.parametrize("seed", SEEDS_5)
 def test_five_nodes(seed):
     check_seed(seed, 5)
+
+
+@pytest.mark.parametrize("seed", MEMBERSHIP_SEEDS_3)
+def test_three_nodes_changing_members(seed):
+    check_seed(seed, 3, membership=True)
+
+
+@pytest.mark.parametrize("seed", MEMBERSHIP_SEEDS_5)
+def test_five_nodes_changing_members(seed):
+    check_seed(seed, 5, membership=True)
