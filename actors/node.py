@@ -14,7 +14,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -258,7 +258,7 @@ class Node:
         core = self.core
         if core.metadata_dirty:
             core.metadata_dirty = False
-            await self._run_sync(self.storage.store.save, core.meta)
+            await self.save_metadata()
         transport = self._transport
         assert transport is not None
         if core.config is not self._peers_of:
@@ -303,6 +303,12 @@ class Node:
                         self.address_of(core.leader_id),
                     )
                 )
+
+    async def save_metadata(self) -> None:
+        """Persist term, vote and configuration (and, in passing, the commit offset known)."""
+        core = self.core
+        core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
+        await self._run_sync(self.storage.store.save, core.meta)
 
     async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
         """Run `fn(core)` in the main loop and return its result (or raise its error)."""

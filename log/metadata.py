@@ -36,6 +36,9 @@ class ConsensusMetadata:
     config_offset: int = -1
     # Set by a repair: the node must not vote before its log reaches this offset (rule 6).
     vote_after_offset: int = -1
+    # The highest commit offset this node knew when the file was last written (a lower
+    # bound, for unsafe recovery's report of what may be lost).
+    known_commit_offset: int = -1
 
     def with_vote(self, term: int, voted_for: int | None) -> ConsensusMetadata:
         return replace(self, current_term=term, voted_for=voted_for)
@@ -49,6 +52,7 @@ class ConsensusMetadata:
                 "config": self.config,
                 "config_offset": self.config_offset,
                 "vote_after_offset": self.vote_after_offset,
+                "known_commit_offset": self.known_commit_offset,
             },
             use_bin_type=True,
         )
@@ -73,6 +77,7 @@ class ConsensusMetadata:
                 config=fields["config"],
                 config_offset=fields["config_offset"],
                 vote_after_offset=fields["vote_after_offset"],
+                known_commit_offset=fields["known_commit_offset"],
             )
         except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
             raise CorruptionError(path, _PREFIX.size, f"undecodable metadata: {exc}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -193,6 +194,68 @@ def demo() -> None:
     from quorumlog.demo import run_demo
 
     sys.exit(0 if run_demo() else 1)
+
+
+@main.command("unsafe-recover")
+@click.option(
+    "--data",
+    "data_dirs",
+    multiple=True,
+    required=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Data directory of a stopped surviving node (several with --inspect).",
+)
+@click.option(
+    "--members", default=None, help="ID=HOST:PORT,... the new voters (usually the survivors)."
+)
+@click.option(
+    "--inspect", is_flag=True, help="Only compare the given data directories; change nothing."
+)
+@click.option("--yes", is_flag=True, help="Really rewrite the configuration.")
+def unsafe_recover(
+    data_dirs: tuple[str, ...], members: str | None, inspect: bool, yes: bool
+) -> None:
+    """Recover from the loss of a majority: DANGEROUS, acknowledged records may be lost.
+
+    \b
+    Example (nodes 2 and 3 are lost for good; node 1 survives, stopped):
+      quorumlog unsafe-recover --inspect --data /var/lib/ql/1
+      quorumlog unsafe-recover --data /var/lib/ql/1 --members 1=10.0.0.1:7001 --yes
+    Then start node 1 and add the others back with `members add`.
+    """
+    from quorumlog import recover
+
+    try:
+        replicas = [recover.inspect(d) for d in data_dirs]
+    except Exception as exc:  # damaged or foreign data: one line, like every command
+        raise click.ClickException(str(exc)) from None
+    for replica in replicas:
+        click.echo(json.dumps(replica.to_row()))
+    best, lost = recover.lost_range(replicas)
+    click.echo(
+        f"most up to date: {best.data_dir} (last offset {best.last_offset}, term {best.last_term})"
+    )
+    if lost is not None:
+        click.echo(
+            f"WARNING: offsets {lost[0]}..{lost[1]} were committed but are on no survivor: "
+            "they will be lost",
+            err=True,
+        )
+    if inspect:
+        return
+    if len(data_dirs) != 1 or not members:
+        raise click.UsageError("give one --data and --members (or --inspect to compare)")
+    new_members = server.parse_peers(members)
+    click.echo(
+        "WARNING: unsafe recovery forces a new configuration; records acknowledged by the lost "
+        "nodes but missing here are lost for good.",
+        err=True,
+    )
+    if not yes:
+        click.echo("nothing changed: re-run with --yes to rewrite the configuration", err=True)
+        sys.exit(1)
+    config = recover.recover(data_dirs[0], new_members)
+    click.echo(f"configuration version {config.version}: voters {sorted(config.voters)}")
 
 
 for command in (

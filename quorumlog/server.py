@@ -184,5 +184,6 @@ async def _run(options: ServeOptions, storage, rng: random.Random) -> None:
                 nursery.cancel_scope.cancel()
                 break
     await storage.log.flush()
+    await node.save_metadata()  # keeps the commit offset known, for unsafe recovery's report
     storage.log.close()
     logger.info("stopped", node_id=options.node_id, flushed_offset=storage.log.flushed_offset)

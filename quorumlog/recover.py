@@ -1,0 +1,115 @@
+"""`quorumlog unsafe-recover`: bring a cluster back after it lost a majority (seed 000).
+
+Offline, on a stopped surviving replica. It appends a configuration of the given members,
+with a version above every configuration the replica has seen, and records it as committed
+in the replica's metadata, so that the node can elect itself; the others are then added
+back with `members add`. This throws away the guarantee: records committed on the lost
+majority but absent from this replica are gone, and `--inspect` over every surviving data
+directory says which offsets those are, from the highest commit offset any survivor knew.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+import trio
+
+from actors.configs import config_batch, config_of
+from log.batch import BatchType, split_batches
+from log.files import OsFileSystem
+from log.metadata import MetadataStore
+from log.wal import Log, run_inline
+from membership.config import Configuration
+
+LOG_DIR = "log"
+
+
+@dataclass(frozen=True)
+class Replica:
+    data_dir: str
+    last_offset: int
+    last_term: int
+    term: int
+    known_commit_offset: int
+    config_version: int
+
+    def to_row(self) -> dict:
+        return {
+            "data_dir": self.data_dir,
+            "last_offset": self.last_offset,
+            "last_term": self.last_term,
+            "term": self.term,
+            "known_commit_offset": self.known_commit_offset,
+            "config_version": self.config_version,
+        }
+
+
+def _open(data_dir: str) -> tuple[Log, MetadataStore]:
+    fs = OsFileSystem()
+    store = MetadataStore(fs, data_dir)
+    if store.load() is None:
+        raise ValueError(f"{data_dir} holds no quorumlog node (no {os.path.basename(store.path)})")
+    return Log.open(fs, os.path.join(data_dir, LOG_DIR), run_sync=run_inline), store
+
+
+def _config_version(log: Log, meta_config, config_offset: int) -> int:
+    """The highest configuration version this replica has seen (metadata and log tail)."""
+    version = Configuration.from_wire(meta_config).version if meta_config is not None else -1
+    offset = max(log.log_start_offset, config_offset + 1)
+    while offset <= log.dirty_offset:
+        chunk = log.read(offset, 1 << 20)
+        for header, batch in split_batches(chunk.data):
+            if header.batch_type is BatchType.CONFIG:
+                version = max(version, config_of(batch, header).version)
+        offset = chunk.last_offset + 1
+    return version
+
+
+def inspect(data_dir: str) -> Replica:
+    log, store = _open(data_dir)
+    try:
+        meta = store.load()
+        return Replica(
+            data_dir,
+            log.dirty_offset,
+            log.last_term,
+            meta.current_term,
+            meta.known_commit_offset,
+            _config_version(log, meta.config, meta.config_offset),
+        )
+    finally:
+        log.close()
+
+
+def lost_range(replicas: list[Replica]) -> tuple[Replica, tuple[int, int] | None]:
+    """The most up-to-date replica, and the offsets known committed that none holds."""
+    best = max(replicas, key=lambda r: (r.last_term, r.last_offset))
+    committed = max(r.known_commit_offset for r in replicas)
+    if committed > best.last_offset:
+        return best, (best.last_offset + 1, committed)
+    return best, None
+
+
+def recover(data_dir: str, members: dict[int, str]) -> Configuration:
+    """Rewrite the replica's configuration to `members`; returns the new configuration."""
+    log, store = _open(data_dir)
+    try:
+        meta = store.load()
+        version = _config_version(log, meta.config, meta.config_offset) + 1
+        config = Configuration(
+            version=version, voters=frozenset(members), learners=frozenset(), addresses=members
+        )
+        log.append([config_batch(config)], max(meta.current_term, log.last_term))
+        trio.run(log.flush)
+        store.save(
+            replace(
+                meta,
+                config=config.to_wire(),
+                config_offset=log.dirty_offset,
+                voted_for=None,
+            )
+        )
+        return config
+    finally:
+        log.close()
