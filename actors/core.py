@@ -31,7 +31,7 @@ from actors.configs import ConfigTracker, config_batch, config_of
 from actors.producers import ProducerAppend, ProducerTable
 from actors.progress import Progress
 from actors.settings import RaftSettings
-from log.batch import BatchError, BatchHeader, BatchType, build_batch, parse_header, split_batches
+from log.batch import BatchError, BatchHeader, BatchType, build_batch, split_batches
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogChunk
 from membership.catchup import is_caught_up
@@ -338,24 +338,24 @@ class RaftCore:
             # A background flush ended: report it now rather than at the next heartbeat.
             self._send(self.leader_id, self.heartbeat_reply())
 
-    def propose(self, batches: list[bytes], now: float) -> tuple[int, int]:
-        """Append client batches on the leader; returns (first, last) offset."""
+    def propose(self, batches: list[tuple[BatchHeader, memoryview]], now: float) -> tuple[int, int]:
+        """Append client batches (checked, with their headers) on the leader; returns
+        (first, last) offset."""
         self.now = now
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
         first = self.log.dirty_offset + 1
-        last = self.log.append(batches, self.term)
+        headers = [h for h, _ in batches]
+        last = self.log.append([b for _, b in batches], self.term, headers)
         offset = first
-        for batch in batches:
-            header = parse_header(batch)
+        for header in headers:
             if header.producer_id >= 0:
                 self.producers.note_batch(replace(header, base_offset=offset, term=self.term))
             offset += header.record_count
         return first, last
 
-    def find_duplicate(self, batch: bytes) -> ProducerAppend | None:
+    def find_duplicate(self, header: BatchHeader) -> ProducerAppend | None:
         """An earlier append of this idempotent batch (raises StaleSequenceError if too old)."""
-        header = parse_header(batch)
         if header.producer_id < 0:
             return None
         return self.producers.find(header.producer_id, header.producer_seq)
@@ -583,10 +583,16 @@ class RaftCore:
         for p in self.progress.values():
             self._send_appends(p)
 
+    def _window(self, p: Progress) -> int:
+        if p.probing:
+            return 1
+        s = self.settings
+        return s.recovery_inflight_max if p.recovering else s.steady_inflight_max
+
     def _send_appends(self, p: Progress) -> None:
         log = self.log
         s = self.settings
-        while p.inflight < (1 if p.probing else s.inflight_max):
+        while p.inflight < self._window(p):
             if p.next_offset > log.dirty_offset and not p.probing:
                 return  # caught up; heartbeats carry the commit offset
             prev = p.next_offset - 1

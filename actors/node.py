@@ -27,7 +27,7 @@ from actors.producers import StaleSequenceError
 from actors.settings import RaftSettings
 from actors.stats import NodeStats
 from actors.storage import NodeStorage
-from log.batch import BatchError, BatchType, split_batches
+from log.batch import BatchError, BatchHeader, BatchType, split_batches
 from log.wal import OffsetOutOfRangeError, RunSync, run_inline
 from membership.quorum import has_quorum
 from transport.errors import ConnectionClosed
@@ -114,7 +114,7 @@ class PeerInput:
 
 @dataclass(frozen=True, slots=True)
 class ClientAppend:
-    batches: bytes
+    batches: list[tuple[BatchHeader, memoryview]]  # checked by the handler
     acks: Acks
     reply: Pending | None
 
@@ -226,7 +226,13 @@ class Node:
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
-    def _append(self, batches: bytes, acks: Acks, reply: Pending | None, now: float) -> None:
+    def _append(
+        self,
+        batches: list[tuple[BatchHeader, memoryview]],
+        acks: Acks,
+        reply: Pending | None,
+        now: float,
+    ) -> None:
         core = self.core
         if core.is_leader and core.transfer is not None:
             self._held.append(ClientAppend(batches, acks, reply))
@@ -235,9 +241,8 @@ class Node:
             if reply is not None:
                 reply.resolve(self.not_leader(core.leader_id))
             return
-        split = [b for _, b in split_batches(batches)]
         try:
-            earlier = core.find_duplicate(split[0]) if len(split) == 1 else None
+            earlier = core.find_duplicate(batches[0][0]) if len(batches) == 1 else None
         except StaleSequenceError as exc:
             if reply is not None:
                 reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
@@ -246,7 +251,7 @@ class Node:
             # A retry of an append already in the log: answer with its offsets.
             first, last = earlier.first_offset, earlier.last_offset
         else:
-            first, last = core.propose(split, now)
+            first, last = core.propose(batches, now)
         if reply is None:
             return
         if acks is Acks.QUORUM and last > core.commit_offset:
@@ -371,9 +376,10 @@ class Node:
         if not self.core.is_leader:
             return self.not_leader(self.core.leader_id)
         try:
-            headers = [h for h, _ in split_batches(request.batches)]
+            batches = split_batches(request.batches)
         except BatchError as exc:
             return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
+        headers = [h for h, _ in batches]
         if not headers or any(h.batch_type is not BatchType.DATA for h in headers):
             return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
         if request.producer_id >= 0 and (
@@ -387,12 +393,12 @@ class Node:
             )
         started = trio.current_time()
         if request.acks is Acks.NONE:
-            await self._inbox.send(ClientAppend(request.batches, request.acks, None))
+            await self._inbox.send(ClientAppend(batches, request.acks, None))
             flushed, dirty = self.core.majority_offsets()
             answer: Message = AppendReply(None, None, self.core.commit_offset, flushed, dirty)
         else:
             reply = Pending()
-            await self._inbox.send(ClientAppend(request.batches, request.acks, reply))
+            await self._inbox.send(ClientAppend(batches, request.acks, reply))
             answer = await reply.wait()
         if isinstance(answer, AppendReply):
             elapsed = trio.current_time() - started

@@ -13,8 +13,12 @@ class RaftSettings:
     election_timeout_max_s: float = 0.6
     # Whole batches of about this many bytes per AppendEntries (seed 004's recovery chunks).
     chunk_bytes_max: int = 32 * 1024
-    # AppendEntries in flight per follower once its match point is known.
-    inflight_max: int = 8
+    # AppendEntries in flight per follower once its match point is known: several for a
+    # recovering follower (the stream), one in steady state, so that appends arriving
+    # meanwhile share the next message instead of each getting its own (measured: +35%
+    # single-record appends/s at window 64 against 8 in flight).
+    recovery_inflight_max: int = 8
+    steady_inflight_max: int = 1
     # Steady state: ask followers to fsync before replying (True), or let them reply at
     # once and report their flushed offset when their background flush ends (False).
     follower_inline_flush: bool = False
@@ -31,4 +35,7 @@ class RaftSettings:
     def __post_init__(self) -> None:
         assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
         assert self.election_timeout_min_s <= self.election_timeout_max_s
-        assert self.chunk_bytes_max > 0 and self.inflight_max > 0
+        assert (
+            self.chunk_bytes_max > 0
+            and min(self.recovery_inflight_max, self.steady_inflight_max) > 0
+        )
