@@ -12,6 +12,8 @@ SCENARIOS = {
     "produce": "bench.produce",
     "recovery": "bench.recovery",
     "failover": "bench.failover",
+    "membership": "bench.membership",
+    "sim": "bench.sim",
 }
 
 

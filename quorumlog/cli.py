@@ -139,7 +139,10 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
     default=None,
     help="JSON-lines file for every figure (default: bench-results/NAME-TIME.jsonl).",
 )
-def bench(name: str, quick: bool, out: str | None) -> None:
+@click.option(
+    "--seeds", type=click.IntRange(min=1), default=None, help="sim: seeds per kind of cluster."
+)
+def bench(name: str, quick: bool, out: str | None, seeds: int | None) -> None:
     """Run a benchmark scenario and print its figures beside its baselines.
 
     \b
@@ -152,7 +155,8 @@ def bench(name: str, quick: bool, out: str | None) -> None:
         out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
-        rows = scenario(each)(quick=quick)
+        options = {"seeds": seeds} if each == "sim" and seeds else {}
+        rows = scenario(each)(quick=quick, **options)
         print_table(f"bench {each}", rows)
         write_jsonl(out, each, rows)
     click.echo(f"figures written to {out}", err=True)

@@ -179,3 +179,24 @@ def test_failover(tmp_path):
     )
     assert summary["median_s"] <= summary["max_s"]
     _no_serve_left()
+
+
+def test_membership_smallest(tmp_path):
+    from bench import membership
+
+    rows = _by_figure(_written(tmp_path, "membership", membership.run(tiny=True)))
+    baseline = rows["longest gap, no change (baseline)"]
+    _positive(baseline, "gap_s")
+    for figure in ("longest gap, replace the leader (joint)", "longest gap, remove the leader"):
+        _positive(rows[figure], "gap_s", "change_s", "ratio_to_election_max")
+    promotion = next(r for name, r in rows.items() if name.startswith("add -> promotion"))
+    _positive(promotion, "promotion_s", "catchup_mb_s", "append_same_mb_s")
+    _no_serve_left()
+
+
+def test_sim_smallest(tmp_path):
+    from bench import sim
+
+    rows = _written(tmp_path, "sim", sim.run(seeds=1))
+    assert [r["failed"] for r in rows] == [0, 0, 0, 0]
+    assert all(r["seeds"] == 1 and "run_seed" in r["replay"] for r in rows)

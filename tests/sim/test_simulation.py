@@ -1,7 +1,7 @@
 """Seeded simulations of whole clusters; each seed runs twice and must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from tests.sim.harness import run_seed; run_seed(SEED, size=N, membership=M)"
+  .venv/bin/python -c "from bench.simulation import run_seed; run_seed(SEED, size=N, membership=M)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sim.harness import run_seed
+from bench.simulation import run_seed
 
 SEEDS_3 = range(200)
 SEEDS_5 = range(1000, 1100)

@@ -1,0 +1,193 @@
+"""`quorumlog bench membership`: what membership changes cost a steady producer.
+
+- Unavailability: a producer appends small records (acks quorum) through the blocking
+  `Client` in a loop; the longest gap between two acknowledged appends is measured around
+  a `replace` (joint consensus, the leader leaving) and around removing the leader itself,
+  each beside a quiet stretch of the same length (the baseline) and the election timeout.
+- Promotion: time from `members add` to the learner's promotion to voter, for a learner
+  N MB behind (quick: 100 MB, full: 1 GB), beside the time the same bytes took to append.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
+from bench.report import print_table
+from bench.workload import running_cluster
+from quorumlog.client import Client
+from quorumlog.errors import QuorumLogError
+
+ELECTION_TIMEOUT_MAX_S = 0.6
+FILL_RECORD_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Sizes:
+    quiet_s: float
+    behind_mb: int
+
+
+TINY = Sizes(quiet_s=0.5, behind_mb=5)
+QUICK = Sizes(quiet_s=1.0, behind_mb=100)
+FULL = Sizes(quiet_s=2.0, behind_mb=1000)
+
+
+class Producer(threading.Thread):
+    """Appends in a loop; records the time of every acknowledgement."""
+
+    def __init__(self, brokers: str):
+        super().__init__(daemon=True)
+        self.brokers = brokers
+        self.acks: list[float] = []
+        self.failures = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with Client(self.brokers, timeout=10) as client:
+            while not self.stop.is_set():
+                try:
+                    client.append([b"m" * 100])
+                    self.acks.append(time.monotonic())
+                except QuorumLogError:
+                    self.failures += 1
+
+    def longest_gap_s(self, start: float, end: float) -> float:
+        times = [start] + [t for t in self.acks if start <= t <= end] + [end]
+        return max(b - a for a, b in itertools.pairwise(times))
+
+
+def ql(*args: str) -> None:
+    out = subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"quorumlog {' '.join(args)} failed: {out.stderr.decode().strip()}")
+
+
+def start_joiner(cluster: ProcessCluster, node_id: int) -> tuple[str, subprocess.Popen]:
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"
+    log = open(os.path.join(cluster.root, f"join{node_id}.log"), "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            *QUORUMLOG,
+            "serve",
+            "--id",
+            str(node_id),
+            "--data",
+            os.path.join(cluster.root, f"join{node_id}"),
+            "--listen",
+            address,
+            "--join",
+        ],
+        stdout=log,
+        stderr=log,
+    )
+    return address, proc
+
+
+def leader_of(cluster: ProcessCluster, brokers: str) -> int:
+    with Client(brokers, timeout=10) as c:
+        return next(s["node_id"] for s in c.status() if s.get("role") == "leader")
+
+
+def run(quick: bool = False, tiny: bool = False) -> list[dict]:
+    sizes = TINY if tiny else QUICK if quick else FULL
+    rows = []
+    joiners: list[subprocess.Popen] = []
+    with running_cluster("membership") as cluster:
+        try:
+            _measure(cluster, sizes, rows, joiners)
+        finally:
+            for proc in joiners:
+                proc.terminate()
+                proc.wait(timeout=20)
+    return rows
+
+
+def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict], joiners: list) -> None:
+    brokers = cluster.brokers
+    producer = Producer(brokers)
+    producer.start()
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        time.sleep(sizes.quiet_s)
+        baseline = producer.longest_gap_s(start, time.monotonic())
+        rows.append({"figure": "longest gap, no change (baseline)", "gap_s": baseline})
+
+        address, proc = start_joiner(cluster, 4)
+        joiners.append(proc)
+        brokers += "," + address
+        old = leader_of(cluster, brokers)
+        start = time.monotonic()
+        ql("members", "-b", brokers, "replace", str(old), "4", address, "--timeout", "60")
+        end = time.monotonic()
+        time.sleep(0.3)
+        gap = producer.longest_gap_s(start, time.monotonic())
+        rows.append(_gap_row("longest gap, replace the leader (joint)", gap, baseline, end - start))
+
+        leader = leader_of(cluster, brokers)
+        start = time.monotonic()
+        ql("members", "-b", brokers, "remove", str(leader), "--timeout", "60")
+        end = time.monotonic()
+        time.sleep(0.3)
+        gap = producer.longest_gap_s(start, time.monotonic())
+        rows.append(_gap_row("longest gap, remove the leader", gap, baseline, end - start))
+    finally:
+        producer.stop.set()
+        producer.join(timeout=15)
+    rows[-1]["failed_appends"] = producer.failures
+
+    # A learner far behind: fill the log, then add it and time the promotion.
+    fill_s = _fill(brokers, sizes.behind_mb)
+    address, proc = start_joiner(cluster, 5)
+    joiners.append(proc)
+    start = time.monotonic()
+    ql("members", "-b", brokers, "add", "5", address, "--wait", "--timeout", "600")
+    promoted_s = time.monotonic() - start
+    rows.append(
+        {
+            "figure": f"add -> promotion, learner {sizes.behind_mb} MB behind",
+            "promotion_s": promoted_s,
+            "catchup_mb_s": sizes.behind_mb / promoted_s,
+            "append_same_mb_s": sizes.behind_mb / fill_s,
+            "ratio_to_append": fill_s / promoted_s,
+        }
+    )
+
+
+def _gap_row(figure: str, gap: float, baseline: float, change_s: float) -> dict:
+    return {
+        "figure": figure,
+        "gap_s": gap,
+        "change_s": change_s,
+        "election_timeout_max_s": ELECTION_TIMEOUT_MAX_S,
+        "ratio_to_election_max": gap / ELECTION_TIMEOUT_MAX_S,
+        "ratio_to_baseline": gap / baseline if baseline else None,
+    }
+
+
+def _fill(brokers: str, megabytes: int) -> float:
+    noise = os.urandom(FILL_RECORD_BYTES * 64)
+    start = time.monotonic()
+    with Client(brokers, timeout=60) as c:
+        written = n = 0
+        while written < megabytes * 1_000_000:
+            records = []
+            for _ in range(64):
+                at = (n * 977) % (len(noise) - FILL_RECORD_BYTES)
+                records.append(b"%d" % n + noise[at : at + FILL_RECORD_BYTES])
+                n += 1
+            c.append(records)
+            written += 64 * FILL_RECORD_BYTES
+    return time.monotonic() - start
+
+
+if __name__ == "__main__":
+    print_table("bench membership", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))
