@@ -72,6 +72,7 @@ class Segment:
         # Where recent reads ended (offset -> position of the batch starting there), so that
         # sequential readers skip the index walk. Bounded; cleared by truncation.
         self._read_ends: dict[int, int] = {}
+        self._last_batch_bytes = HEADER_BYTES
 
     @property
     def is_empty(self) -> bool:
@@ -195,10 +196,25 @@ class Segment:
         Headers are checked here; payload checksums are checked where batches arrive (a
         follower's append, a client's decode), as Kafka brokers do, to keep reads at disk speed.
         """
-        start, first = self.position_of(from_offset)
+        start = self._read_ends.get(from_offset)
+        if start is not None and start < self.size_bytes:
+            # A sequential reader: a batch starts right here. Read it and what follows in
+            # one call, guessing its size from the last batch read; read again if short.
+            data = self.file.read_at(start, max(bytes_max, self._last_batch_bytes))
+            try:
+                first = parse_header(data)
+            except BatchError as exc:
+                raise CorruptionError(self.path, start, str(exc), from_offset) from None
+            if first.base_offset != from_offset:
+                raise CorruptionError(self.path, start, "read hint points into a batch", from_offset)
+            if first.total_bytes > len(data):
+                data = self.file.read_at(start, first.total_bytes)
+        else:
+            start, first = self.position_of(from_offset)
+            data = self.file.read_at(start, max(bytes_max, first.total_bytes))
         if first.last_offset > upto_offset:
             return b"", from_offset - 1
-        data = self.file.read_at(start, max(bytes_max, first.total_bytes))
+        self._last_batch_bytes = first.total_bytes
         end, last_offset = first.total_bytes, first.last_offset
         try:
             while end + HEADER_BYTES <= len(data):
