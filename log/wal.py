@@ -105,8 +105,9 @@ class TailCache:
         self._bytes += len(batch)
         while self._bytes > self.BYTES_MAX and self._first < len(self._entries) - 1:
             self._bytes -= len(self._entries[self._first][1])
+            self._entries[self._first] = (self._entries[self._first][0], b"")  # let it go now
             self._first += 1
-        if self._first > 4096:
+        if self._first > 64 and self._first * 2 > len(self._entries):
             del self._bases[: self._first], self._entries[: self._first]
             self._first = 0
 
