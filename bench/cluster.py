@@ -88,6 +88,18 @@ class ProcessCluster:
                 proc.wait()
         self.procs.clear()
 
+    def peak_rss_mb(self) -> dict[int, float]:
+        """Peak resident memory (VmHWM) of each running node, in MB."""
+        out = {}
+        for node_id, proc in sorted(self.procs.items()):
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+            except (OSError, StopIteration):
+                continue
+            out[node_id] = kb / 1024
+        return out
+
     def client(self, timeout: float = 10.0, node_id: int | None = None) -> Client:
         if node_id is not None:
             return Client(self.address(node_id), timeout=timeout, direct=True)

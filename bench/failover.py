@@ -30,7 +30,7 @@ import trio
 
 from bench.cluster import ProcessCluster
 from bench.report import median, print_table
-from bench.workload import make_batches, percentile, running_cluster, status_of
+from bench.workload import make_batches, peak_rss_row, percentile, running_cluster, status_of
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from transport.errors import TransportError
@@ -170,6 +170,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
             producer.stop.set()
             producer.resume()
             producer.join(timeout=15)
+        rss = peak_rss_row(cluster, "peak RSS per node (restarted nodes: since restart)")
     gaps = sorted(k["gap_s"] for k in kills)
     summary = {
         "figure": "failover gap (kill -9 leader -> first ack)",
@@ -185,7 +186,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         "failed_appends": producer.failures,
         "acked_appends": len(producer.acks),
     }
-    return [*kills, summary]
+    return [*kills, summary, rss]
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
 from bench.report import print_table
-from bench.workload import running_cluster
+from bench.workload import peak_rss_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 
@@ -103,6 +103,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     with running_cluster("membership") as cluster:
         try:
             _measure(cluster, sizes, rows, joiners)
+            rows.append(peak_rss_row(cluster))
         finally:
             for proc in joiners:
                 proc.terminate()

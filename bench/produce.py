@@ -43,6 +43,7 @@ from bench.workload import (
     latency_fields,
     make_batches,
     open_loop,
+    peak_rss_row,
     raw_disk_mb_s,
     raw_loopback_mb_s,
     running_cluster,
@@ -211,13 +212,14 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
                 target_rate_s=rate,
             )
         )
+        rss = peak_rss_row(cluster)
     rows += _follower_flush_rows(sizes, big)
     with tempfile.TemporaryDirectory(prefix="quorumlog-bench-produce-raw-") as raw_dir:
         after = _baselines(raw_dir, big[0], sizes)
     # The machine's limit is the best it showed in this run (other load may slow one try).
     base = {k: max(before[k], after[k]) for k in before}
     _add_ratios(rows, base)
-    return rows + _baseline_rows(before, after, len(big[0]))
+    return [*rows, *_baseline_rows(before, after, len(big[0])), rss]
 
 
 def _follower_flush_rows(sizes: Sizes, big: list[bytes]) -> list[dict]:

@@ -120,12 +120,15 @@ def _one(name: str, sizes: Sizes, raft: dict) -> dict:
         target = _fill(cluster, sizes.behind_bytes)
         cluster.start(follower)
         times = trio.run(_watch, cluster.address(follower), target, sizes.timeout_s)
+        rss = cluster.peak_rss_mb()
     mb = sizes.behind_bytes / MB
     streaming_s = _streaming_s(times)
     return {
         "mb_behind": mb,
         **times,
         "catchup_mb_s": mb / streaming_s if streaming_s > 0 else None,
+        "leader_peak_rss_mb": rss.get(leader),
+        "follower_peak_rss_mb": rss.get(follower),
     }
 
 

@@ -13,6 +13,7 @@ SCENARIOS = {
     "recovery": "bench.recovery",
     "failover": "bench.failover",
     "membership": "bench.membership",
+    "scale": "bench.scale",
     "sim": "bench.sim",
 }
 

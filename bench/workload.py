@@ -47,13 +47,15 @@ ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
 # --- data ---------------------------------------------------------------------------------
 
 
-def make_batches(records_per_batch: int, count: int = 16, seed: int = 1) -> list[bytes]:
-    """`count` distinct batches of 1 KiB random (incompressible) records, encoded once."""
+def make_batches(
+    records_per_batch: int, count: int = 16, seed: int = 1, record_bytes: int = RECORD_BYTES
+) -> list[bytes]:
+    """`count` distinct batches of random (incompressible) records, encoded once."""
     rng = random.Random(seed)
     now_ms = int(time.time() * 1000)
     return [
         make_data_batch(
-            [(None, rng.randbytes(RECORD_BYTES), now_ms, None) for _ in range(records_per_batch)],
+            [(None, rng.randbytes(record_bytes), now_ms, None) for _ in range(records_per_batch)],
             timestamp_ms=now_ms,
             compress=False,
         )
@@ -294,6 +296,11 @@ def with_leader(cluster: ProcessCluster, measure: Callable[[str], T], attempts: 
                 raise
             time.sleep(1.0)
     raise AssertionError("unreachable")
+
+
+def peak_rss_row(cluster: ProcessCluster, figure: str = "peak RSS per node") -> dict:
+    """The peak resident memory of each running node so far (VmHWM), in MB."""
+    return {"figure": figure, **{f"node{i}_mb": mb for i, mb in cluster.peak_rss_mb().items()}}
 
 
 # --- status -------------------------------------------------------------------------------

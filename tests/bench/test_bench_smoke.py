@@ -158,7 +158,8 @@ def test_recovery(tmp_path):
 
 def test_failover(tmp_path):
     rows = _written(tmp_path, "failover", failover.run(quick=True, tiny=True))
-    kills, summary = rows[:-1], rows[-1]
+    kills, summary, rss = rows[:-2], rows[-2], rows[-1]
+    assert rss["figure"].startswith("peak RSS") and len(rss) > 1
     assert len(kills) == failover.TINY.kills
     for row in kills:
         assert row["killed"] != row["new_leader"]
@@ -200,3 +201,14 @@ def test_sim_smallest(tmp_path):
     rows = _written(tmp_path, "sim", sim.run(seeds=1))
     assert [r["failed"] for r in rows] == [0, 0, 0, 0]
     assert all(r["seeds"] == 1 and "run_seed" in r["replay"] for r in rows)
+
+
+def test_scale_smallest(tmp_path):
+    from bench import scale
+
+    rows = _by_figure(_written(tmp_path, "scale", scale.run(tiny=True)))
+    assert {"record 100 B", "window 1", "window 64", "log grown", "5 nodes"} <= set(rows)
+    for row in rows.values():
+        _positive(row, "records_s", "mb_s", "p50_ms", "p99_ms", "peak_rss_mb_max")
+    assert rows["5 nodes"]["nodes"] == 5
+    _no_serve_left()
