@@ -83,9 +83,10 @@ def _fill(cluster: ProcessCluster, behind_bytes: int) -> int:
 
 async def _watch(address: str, target: int, timeout_s: float) -> dict:
     """Poll the restarted node; times (from now) at which it answers, grows, commits
-    `target` and flushes it."""
+    `target` and flushes it, and the timeline of its dirty and flushed offsets."""
     start = trio.current_time()
-    times: dict[str, float] = {}
+    times: dict = {}
+    timeline: list[tuple[float, int, int]] = []  # (seconds, dirty, flushed), for --plot
     initial_dirty: int | None = None
     with trio.fail_after(timeout_s):
         while "flushed_s" not in times:
@@ -96,6 +97,7 @@ async def _watch(address: str, target: int, timeout_s: float) -> dict:
                         assert isinstance(reply, StatusReply)
                         status = reply.status
                         now = trio.current_time() - start
+                        timeline.append((now, status["dirty_offset"], status["flushed_offset"]))
                         times.setdefault("up_s", now)
                         if initial_dirty is None:
                             initial_dirty = status["dirty_offset"]
@@ -109,6 +111,7 @@ async def _watch(address: str, target: int, timeout_s: float) -> dict:
                         await trio.sleep(POLL_S)
             except (TransportError, OSError):
                 await trio.sleep(POLL_S)
+    times["timeline"] = timeline
     return times
 
 

@@ -45,7 +45,10 @@ def write_jsonl(path: str, scenario: str, rows: list[dict]) -> None:
 def print_table(title: str, rows: list[dict], file=None) -> None:
     if not rows:
         return
-    columns = list(dict.fromkeys(k for row in rows for k in row))
+    # Series (timelines) go to the JSON lines and the plots, not to the table.
+    columns = list(
+        dict.fromkeys(k for row in rows for k, v in row.items() if not isinstance(v, list | dict))
+    )
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="right" if _numeric(rows, column) else "left")

@@ -142,24 +142,37 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
 @click.option(
     "--seeds", type=click.IntRange(min=1), default=None, help="sim: seeds per kind of cluster."
 )
-def bench(name: str, quick: bool, out: str | None, seeds: int | None) -> None:
+@click.option("--plot", is_flag=True, help="Also write PNG charts (matplotlib) beside the figures.")
+def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool) -> None:
     """Run a benchmark scenario and print its figures beside its baselines.
 
     \b
-    Example:
+    Examples:
       quorumlog bench storage --quick
+      quorumlog bench all --quick --plot
+      quorumlog bench sim --seeds 1000
     """
     names = list(SCENARIOS) if name == "all" else [name]
     if out is None:
         os.makedirs("bench-results", exist_ok=True)
         out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    results = {}
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
         options = {"seeds": seeds} if each == "sim" and seeds else {}
         rows = scenario(each)(quick=quick, **options)
         print_table(f"bench {each}", rows)
         write_jsonl(out, each, rows)
+        results[each] = rows
     click.echo(f"figures written to {out}", err=True)
+    if plot:
+        from bench.plots import plot as draw
+
+        try:
+            for path in draw(results, out.removesuffix(".jsonl")):
+                click.echo(f"chart written to {path}", err=True)
+        except RuntimeError as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 @main.command()

@@ -212,3 +212,26 @@ def test_scale_smallest(tmp_path):
         _positive(row, "records_s", "mb_s", "p50_ms", "p99_ms", "peak_rss_mb_max")
     assert rows["5 nodes"]["nodes"] == 5
     _no_serve_left()
+
+
+def test_plots_from_rows(tmp_path):
+    from bench.plots import plot
+
+    results = {
+        "scale": [
+            {"figure": "window 1", "window": 1, "records_s": 10.0},
+            {"figure": "window 64", "window": 64, "records_s": 50.0},
+            {"figure": "record 100 B", "record_bytes": 100, "mb_s": 1.0},
+        ],
+        "produce": [{"figure": "w1 quorum", "p50_ms": 1.0, "p99_ms": 2.0}],
+        "recovery": [{"figure": "lazy", "timeline": [(0.0, 0, 0), (1.0, 10, 8)]}],
+        "failover": [{"figure": "kill 1", "gap_s": 0.5}],
+    }
+    written = plot(results, str(tmp_path / "run"))
+    assert sorted(os.path.basename(p) for p in written) == [
+        "run-failover.png",
+        "run-produce.png",
+        "run-recovery.png",
+        "run-scale.png",
+    ]
+    assert all(os.path.getsize(p) > 1000 for p in written)
