@@ -1,7 +1,7 @@
 """A blocking connection to one node over a plain socket, for the sync `Client`.
 
-It runs the dialler's side of the handshake (transport/handshake.py) with the same proofs
-(transport/auth.py) and frames (transport/codec.py, framing.py), one request at a time.
+It runs the dialler's rules of the handshake (transport/handshake.py's DiallerHandshake)
+and the same frames (transport/codec.py, framing.py), one request at a time.
 Every call takes an absolute deadline (time.monotonic()); the socket's timeout is what is
 left of it, so no call outlives its deadline.
 """
@@ -13,22 +13,13 @@ import socket
 import time
 
 from quorumlog.errors import AuthError, CallTimeoutError, UnreachableError
-from transport import auth
 from transport.addresses import parse_address
 from transport.codec import encode_frame
-from transport.errors import ProtocolError
+from transport.errors import AuthError as TransportAuthError
+from transport.errors import ConnectionClosed, ProtocolError
 from transport.framing import FrameDecoder
-from transport.handshake import PROTOCOL_VERSION
-from transport.messages import (
-    Accepted,
-    Challenge,
-    ErrorCode,
-    ErrorReply,
-    Hello,
-    Message,
-    Proof,
-    Role,
-)
+from transport.handshake import DiallerHandshake
+from transport.messages import Message, Role
 
 RECEIVE_BYTES = 256 * 1024
 
@@ -57,28 +48,20 @@ class SyncConnection:
             raise
 
     def _handshake(self, secret: bytes | None, deadline: float) -> None:
-        hello = Hello(PROTOCOL_VERSION, Role.CLIENT, None, auth.new_nonce())
-        self._send(0, hello, deadline)
-        challenge = self._receive(deadline).message
-        if isinstance(challenge, ErrorReply):
-            raise self._refused(challenge)
-        if not isinstance(challenge, Challenge):
-            raise UnreachableError(f"{self.address}: unexpected {type(challenge).__name__}")
-        problem = auth.listener_proof_problem(secret, hello, challenge)
-        if problem is not None:
-            self._send(0, ErrorReply(ErrorCode.AUTH, f"dialler refused: {problem}"), deadline)
-            raise AuthError(f"{self.address}: {problem}")
-        self._send(0, Proof(auth.dialler_proof(secret, hello, challenge)), deadline)
-        verdict = self._receive(deadline).message
-        if isinstance(verdict, ErrorReply):
-            raise self._refused(verdict)
-        if not isinstance(verdict, Accepted):
-            raise UnreachableError(f"{self.address}: unexpected {type(verdict).__name__}")
-
-    def _refused(self, reply: ErrorReply) -> Exception:
-        if reply.code is ErrorCode.AUTH:
-            return AuthError(f"{self.address}: {reply.message}")
-        return UnreachableError(f"{self.address} refused the connection: {reply.message}")
+        dialler = DiallerHandshake(
+            role=Role.CLIENT, node_id=None, secret=secret, remote=self.address
+        )
+        self._send(0, dialler.hello, deadline)
+        try:
+            proof = dialler.on_challenge(self._receive(deadline).message)
+            self._send(0, proof, deadline)
+            dialler.on_verdict(self._receive(deadline).message)
+        except TransportAuthError as exc:
+            if dialler.refusal is not None:
+                self._send(0, dialler.refusal, deadline)
+            raise AuthError(str(exc)) from None
+        except (ProtocolError, ConnectionClosed) as exc:
+            raise UnreachableError(f"{self.address}: {exc}") from None
 
     def request(self, message: Message, deadline: float) -> Message:
         correlation_id = next(self._ids)

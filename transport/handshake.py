@@ -37,6 +37,47 @@ from transport.network import ConnectionInfo
 PROTOCOL_VERSION = 1
 
 
+class DiallerHandshake:
+    """The dialler's side as plain rules (no I/O), for the trio dialler below and the
+    blocking client (quorumlog/connection.py) alike:
+
+        hello -> send; on_challenge(reply) -> send what it returns; on_verdict(reply).
+
+    A fault raises AuthError, ProtocolError or ConnectionClosed; for an untrusted listener,
+    `refusal` is set first: the ErrorReply to send it before closing.
+    """
+
+    def __init__(self, *, role: Role, node_id: int | None, secret: bytes | None, remote: str):
+        self.hello = Hello(PROTOCOL_VERSION, role, node_id, auth.new_nonce())
+        self.refusal: ErrorReply | None = None
+        self._secret = secret
+        self._remote = remote
+        self._challenge: Challenge | None = None
+
+    def on_challenge(self, message: Message) -> Proof:
+        match message:
+            case Challenge():
+                _check_nonce(message.nonce)
+            case _:
+                _raise_unexpected(message, "Challenge")
+        problem = auth.listener_proof_problem(self._secret, self.hello, message)
+        if problem is not None:
+            self.refusal = ErrorReply(ErrorCode.AUTH, f"dialler refused: {problem}")
+            raise AuthError(f"{self._remote}: {problem}")
+        self._challenge = message
+        return Proof(auth.dialler_proof(self._secret, self.hello, message))
+
+    def on_verdict(self, message: Message) -> ConnectionInfo:
+        assert self._challenge is not None, "the challenge comes first"
+        match message:
+            case Accepted():
+                return ConnectionInfo(
+                    role=Role.PEER, node_id=self._challenge.node_id, remote=self._remote
+                )
+            case _:
+                _raise_unexpected(message, "Accepted")
+
+
 async def dial_handshake(
     stream: trio.abc.Stream,
     decoder: FrameDecoder,
@@ -47,25 +88,16 @@ async def dial_handshake(
     remote: str,
 ) -> ConnectionInfo:
     """Run the dialler's side; returns who the listener is."""
-    hello = Hello(PROTOCOL_VERSION, role, node_id, auth.new_nonce())
-    await _send(stream, hello)
-    challenge = await _receive(stream, decoder)
-    match challenge:
-        case Challenge():
-            _check_nonce(challenge.nonce)
-        case _:
-            _raise_unexpected(challenge, "Challenge")
-    problem = auth.listener_proof_problem(secret, hello, challenge)
-    if problem is not None:
-        await _send_quietly(stream, ErrorReply(ErrorCode.AUTH, f"dialler refused: {problem}"))
-        raise AuthError(f"{remote}: {problem}")
-    await _send(stream, Proof(auth.dialler_proof(secret, hello, challenge)))
-    verdict = await _receive(stream, decoder)
-    match verdict:
-        case Accepted():
-            return ConnectionInfo(role=Role.PEER, node_id=challenge.node_id, remote=remote)
-        case _:
-            _raise_unexpected(verdict, "Accepted")
+    dialler = DiallerHandshake(role=role, node_id=node_id, secret=secret, remote=remote)
+    await _send(stream, dialler.hello)
+    try:
+        proof = dialler.on_challenge(await _receive(stream, decoder))
+    except AuthError:
+        if dialler.refusal is not None:
+            await _send_quietly(stream, dialler.refusal)
+        raise
+    await _send(stream, proof)
+    return dialler.on_verdict(await _receive(stream, decoder))
 
 
 async def listen_handshake(
