@@ -8,7 +8,6 @@ broker, which is how a window of appends stays in flight. Use it as
 from __future__ import annotations
 
 import contextlib
-import random
 from collections.abc import Iterable, Iterator, Sequence
 
 import trio
@@ -23,13 +22,11 @@ from quorumlog.errors import (
 from quorumlog.protocol import (
     READ_BYTES_MAX,
     AppendResult,
-    Producer,
+    ClientBase,
     Record,
-    Router,
     append_result,
     members_of,
     parse_acks,
-    parse_brokers,
     records_from,
 )
 from transport.connection import Connection
@@ -52,7 +49,7 @@ from transport.tcp import dial
 STATUS_TIMEOUT_S = 2.0
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     def __init__(
         self,
         brokers: str | Sequence[str],
@@ -60,12 +57,7 @@ class AsyncClient:
         timeout: float = 10.0,
         direct: bool = False,
     ):
-        self.brokers = parse_brokers(brokers)
-        self.secret = secret.encode() if isinstance(secret, str) else secret
-        self.timeout = timeout
-        rng = random.Random()
-        self._router = Router(self.brokers, direct, rng)
-        self._producer = Producer(rng)
+        super().__init__(brokers, secret, timeout, direct)
         self._connections: dict[str, Connection] = {}
         self._dialing: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None

@@ -6,7 +6,6 @@ QuorumLogError, within the client's timeout. Routing and batching: quorumlog/pro
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -21,13 +20,11 @@ from quorumlog.errors import (
 from quorumlog.protocol import (
     READ_BYTES_MAX,
     AppendResult,
-    Producer,
+    ClientBase,
     Record,
-    Router,
     append_result,
     members_of,
     parse_acks,
-    parse_brokers,
     records_from,
 )
 from transport.messages import (
@@ -46,7 +43,7 @@ from transport.messages import (
 STATUS_TIMEOUT_S = 2.0
 
 
-class Client:
+class Client(ClientBase):
     def __init__(
         self,
         brokers: str | Sequence[str],
@@ -54,12 +51,7 @@ class Client:
         timeout: float = 10.0,
         direct: bool = False,
     ):
-        self.brokers = parse_brokers(brokers)
-        self.secret = secret.encode() if isinstance(secret, str) else secret
-        self.timeout = timeout
-        rng = random.Random()
-        self._router = Router(self.brokers, direct, rng)
-        self._producer = Producer(rng)
+        super().__init__(brokers, secret, timeout, direct)
         self._lock = threading.Lock()
         self._connections: dict[str, SyncConnection] = {}
 

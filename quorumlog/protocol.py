@@ -181,6 +181,24 @@ RETRIABLE = frozenset(
 LEADER_REPLIES = (AppendReply, AdminReply)
 
 
+class ClientBase:
+    """What both clients hold: brokers, secret, timeout, routing, the idempotent producer."""
+
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        secret: bytes | str | None = None,
+        timeout: float = 10.0,
+        direct: bool = False,
+    ):
+        self.brokers = parse_brokers(brokers)
+        self.secret = secret.encode() if isinstance(secret, str) else secret
+        self.timeout = timeout
+        rng = random.Random()
+        self._router = Router(self.brokers, direct, rng)
+        self._producer = Producer(rng)
+
+
 class Router:
     """The brokers and the leader hint of one client, shared by all its calls."""
 
