@@ -6,20 +6,17 @@ seed is printed with the command that replays it.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 
 from bench.report import print_table
 from bench.simulation import Violation, run_seed
-from quorumlog.logs import configure_logging
 
 # (cluster size, with membership changes)
 KINDS = ((3, False), (5, False), (3, True), (5, True))
 
 
 def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000) -> list[dict]:
-    configure_logging(level=logging.ERROR)  # thousands of simulated elections otherwise
     per_kind = seeds or (25 if quick else 250)
     rows = []
     for size, membership in KINDS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -152,6 +153,7 @@ def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool
       quorumlog bench all --quick --plot
       quorumlog bench sim --seeds 1000
     """
+    configure_logging(level=logging.WARNING)  # simulations log thousands of elections
     names = list(SCENARIOS) if name == "all" else [name]
     if out is None:
         os.makedirs("bench-results", exist_ok=True)
