@@ -77,6 +77,10 @@ class WorkerThread:
             self._thread = None
 
 
+def _base_offset(segment: Segment) -> int:
+    return segment.base_offset
+
+
 class LogChunk(NamedTuple):
     """Whole batches read from the log, and the offset of the last record they hold."""
 
@@ -348,7 +352,10 @@ class Log:
             )
         if offset > self.dirty_offset:
             raise OffsetOutOfRangeError(f"offset {offset} is past the log end {self.dirty_offset}")
-        i = bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1
+        last = self._segments[-1]
+        if offset >= last.base_offset:
+            return last  # the active segment: most reads
+        i = bisect.bisect_right(self._segments, offset, key=_base_offset) - 1
         return self._segments[i]
 
     # Appending
