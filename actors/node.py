@@ -293,9 +293,13 @@ class Node:
     def _answer_waiters(self) -> None:
         core = self.core
         waiters = self._waiters
-        while waiters and waiters[0].last_offset <= core.commit_offset:
-            w = waiters.popleft()
-            w.reply.resolve(self._append_reply(w.first_offset, w.last_offset))
+        if waiters and waiters[0].last_offset <= core.commit_offset:
+            flushed, dirty = core.majority_offsets()  # once for all answered in this round
+            while waiters and waiters[0].last_offset <= core.commit_offset:
+                w = waiters.popleft()
+                w.reply.resolve(
+                    AppendReply(w.first_offset, w.last_offset, core.commit_offset, flushed, dirty)
+                )
         if waiters and (not core.is_leader or waiters[0].term != core.term):
             # Leadership moved: the outcome of these appends is unknown to us now.
             while waiters:

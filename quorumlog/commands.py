@@ -27,6 +27,7 @@ from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
+PROGRESS_RECORDS_MIN = 10_000
 stderr = Console(stderr=True)
 
 
@@ -199,23 +200,44 @@ def consume(
     out = sys.stdout.buffer
     printed = 0
     try:
-        while max_records is None or printed < max_records:
-            want = 1000 if max_records is None else min(1000, max_records - printed)
-            records = client.read(offset, want)
-            if not records:
-                if not follow:
-                    break
-                time.sleep(FOLLOW_POLL_S)
-                continue
-            for r in records:
-                out.write(b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n")
-            out.flush()
-            printed += len(records)
-            offset = records[-1].offset + 1
+        with _count_progress("consuming", max_records) as advance:
+            while max_records is None or printed < max_records:
+                want = 1000 if max_records is None else min(1000, max_records - printed)
+                records = client.read(offset, want)
+                if not records:
+                    if not follow:
+                        break
+                    time.sleep(FOLLOW_POLL_S)
+                    continue
+                for r in records:
+                    out.write(
+                        b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n"
+                    )
+                out.flush()
+                printed += len(records)
+                advance(len(records))
+                offset = records[-1].offset + 1
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): not an error
+
+
+@contextlib.contextmanager
+def _count_progress(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A records bar on stderr for a long range; nothing when stderr is not a terminal."""
+    if not stderr.is_terminal or total is None or total < PROGRESS_RECORDS_MIN:
+        yield lambda n: None
+        return
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        TextColumn("{task.completed:,} records"),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(what, total=total)
+        yield lambda n: progress.advance(task, n)
 
 
 def _start_offset(client: Client, start: str) -> int:
