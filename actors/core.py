@@ -439,8 +439,8 @@ class RaftCore:
             self._reject(sender, prev, self.term_at(prev) if prev >= 0 else 0)
             return
         last_new = batches[-1][0].last_offset if batches else prev
-        position = 0
-        for header, batch in batches:
+        first_new = 0
+        for header, _ in batches:
             if header.base_offset > log.dirty_offset:
                 break
             if log.term_at(header.base_offset) != header.term:
@@ -451,13 +451,11 @@ class RaftCore:
                 self.configs.truncated(header.base_offset)
                 self.verified_offset = min(self.verified_offset, header.base_offset - 1)
                 break
-            position += len(batch)  # already have this very batch (same offset and term)
-        if position < len(req.batches):
-            appended_from = log.dirty_offset + 1
-            log.append_replicated(memoryview(req.batches)[position:])
-            for header, batch in batches:
-                if header.base_offset >= appended_from:
-                    self._note_batch(header, batch)
+            first_new += 1  # already have this very batch (same offset and term)
+        if first_new < len(batches):
+            log.append_replicated(batches[first_new:])
+            for header, batch in batches[first_new:]:
+                self._note_batch(header, batch)
             self._config_changed()
         self.verified_offset = max(self.verified_offset, last_new)
         self.leader_commit = max(self.leader_commit, req.leader_commit)

@@ -26,7 +26,7 @@ import structlog
 import trio
 from outcome import capture as outcome_capture
 
-from log.batch import BatchHeader, parse_header, split_batches, with_offset_and_term
+from log.batch import BatchHeader, parse_header, with_offset_and_term
 from log.files import CorruptionError, File, FileSystem, read_whole_file, write_file_atomically
 from log.segment import Segment, parse_segment_file_name, segment_file_name
 
@@ -382,13 +382,13 @@ class Log:
             self._tail.add(header.base_offset, header.last_offset, patched)
         return self.dirty_offset
 
-    def append_replicated(self, data: bytes | memoryview) -> int:
-        """Follower path: whole batches that already carry their offsets and terms, which
-        must continue this log exactly. Every checksum is checked. Returns dirty."""
+    def append_replicated(self, batches: Sequence[tuple[BatchHeader, memoryview]]) -> int:
+        """Follower path: whole batches, checked by `split_batches`, that already carry
+        their offsets and terms, which must continue this log exactly. Returns dirty."""
         placed = []
         expected_offset = self.dirty_offset + 1
         expected_term = self.last_term
-        for header, batch in split_batches(data):
+        for header, batch in batches:
             if header.base_offset != expected_offset:
                 raise ValueError(
                     f"batch at offset {header.base_offset}, expected {expected_offset}"

@@ -235,9 +235,9 @@ async def test_append_replicated_checks_continuity(disk):
     follower_fs = MemoryFileSystem()
     follower = open_log(follower_fs, "/f/log")
     data = leader.read(0, 10_000).data
-    assert follower.append_replicated(data) == leader.dirty_offset
+    assert follower.append_replicated(split_batches(data)) == leader.dirty_offset
     with pytest.raises(ValueError):
-        follower.append_replicated(data)  # offsets no longer continue the log
+        follower.append_replicated(split_batches(data))  # offsets no longer continue the log
     assert read_all(follower) == read_all(leader)
 
 
