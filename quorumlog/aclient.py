@@ -47,6 +47,7 @@ from transport.network import DEFAULT_LIMITS
 from transport.tcp import dial
 
 STATUS_TIMEOUT_S = 2.0
+ATTEMPT_S = 2.0  # one try at one broker; then the next (idempotent appends: safe)
 
 
 class AsyncClient(ClientBase):
@@ -139,12 +140,16 @@ class AsyncClient(ClientBase):
         attempts = self._router.call()
         while True:
             address = attempts.pick(to_leader)
-            try:
-                reply = await self._call_once(address, message)
-                if attempts.on_reply(address, reply):
-                    return reply
-            except (ConnectionClosed, UnreachableError) as exc:
-                attempts.on_unreachable(address, exc)
+            # A node that went silent (paused, cut off) must not hold the whole call.
+            with trio.move_on_after(ATTEMPT_S) as attempt:
+                try:
+                    reply = await self._call_once(address, message)
+                    if attempts.on_reply(address, reply):
+                        return reply
+                except (ConnectionClosed, UnreachableError) as exc:
+                    attempts.on_unreachable(address, exc)
+            if attempt.cancelled_caught:
+                attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
             await trio.sleep(attempts.pause_s())
 
     async def _call_once(self, address: str, message: Message) -> Message:

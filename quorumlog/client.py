@@ -41,6 +41,8 @@ from transport.messages import (
 )
 
 STATUS_TIMEOUT_S = 2.0
+# One try at one broker; then the next (idempotent appends make that safe).
+ATTEMPT_S = 2.0
 
 
 class Client(ClientBase):
@@ -113,7 +115,8 @@ class Client(ClientBase):
         retrying while another change or a transfer is under way, until the timeout."""
         deadline = time.monotonic() + self.timeout
         request = AdminRequest(op, {**args, "timeout_s": self.timeout})
-        reply = self._call(request, deadline, to_leader=True)
+        # A membership change may take long (a learner catching up): no per-try cap.
+        reply = self._call(request, deadline, to_leader=True, attempt_s=None)
         assert isinstance(reply, AdminReply)
         return reply.result
 
@@ -137,20 +140,36 @@ class Client(ClientBase):
                 out.append({"node_id": node_id, "error": "unreachable"})
         return out
 
-    def _call(self, message: Message, deadline: float, *, to_leader: bool) -> Message:
+    def _call(
+        self,
+        message: Message,
+        deadline: float,
+        *,
+        to_leader: bool,
+        attempt_s: float | None = ATTEMPT_S,
+    ) -> Message:
         attempts = self._router.call()
         problem = "no broker answered"
         while True:
             with self._lock:
                 address = attempts.pick(to_leader)
+                # A node that went silent (paused, cut off) must not hold the whole call.
+                attempt_end = (
+                    deadline if attempt_s is None else min(deadline, time.monotonic() + attempt_s)
+                )
                 try:
-                    reply = self._call_once(address, message, deadline)
+                    reply = self._call_once(address, message, attempt_end)
                     if attempts.on_reply(address, reply):
                         return reply
                     problem = reply.message
                 except (ConnectionLost, UnreachableError) as exc:
                     attempts.on_unreachable(address, exc)
                     problem = str(exc)
+                except CallTimeoutError as exc:
+                    if time.monotonic() >= deadline:
+                        raise CallTimeoutError(f"gave up after {self.timeout:g} s: {exc}") from None
+                    attempts.on_unreachable(address, exc)
+                    problem = f"{address} did not answer within {attempt_s:g} s"
             pause = attempts.pause_s()
             if time.monotonic() + pause >= deadline:
                 raise CallTimeoutError(f"gave up after {self.timeout:g} s: {problem}")
