@@ -10,7 +10,6 @@ Each line also says the peak RSS of the nodes, which must not follow the log's s
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ from bench.cluster import ProcessCluster
 from bench.report import print_table
 from bench.workload import (
     ACKS,
+    IncompressibleRecords,
     closed_loop,
     latency_fields,
     make_batches,
@@ -70,10 +70,10 @@ def _step(cluster: ProcessCluster, sizes: Sizes, record_bytes: int, window: int,
 
 
 def _grow(cluster: ProcessCluster, megabytes: int) -> None:
-    value = os.urandom(16 * 1024)
+    records = IncompressibleRecords(16 * 1024)
     with Client(cluster.brokers, timeout=60) as client:
-        for i in range(megabytes * 1_000_000 // (64 * len(value)) + 1):
-            client.append([b"%d" % i + value] * 64)
+        for _ in range(megabytes * 1_000_000 // (64 * 16 * 1024) + 1):
+            client.append(records.take(64))
 
 
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:

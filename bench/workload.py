@@ -63,6 +63,26 @@ def make_batches(
     ]
 
 
+class IncompressibleRecords:
+    """Record values that zstd cannot shrink: distinct slices of a random pool, so that a
+    batch holds no repeats (the client compresses each batch when that pays)."""
+
+    POOL_BYTES = 8 * 1024 * 1024
+
+    def __init__(self, record_bytes: int, seed: int = 1):
+        self._pool = random.Random(seed).randbytes(self.POOL_BYTES)
+        self._size = record_bytes
+        self._next = 0
+
+    def take(self, count: int) -> list[bytes]:
+        out = []
+        for _ in range(count):
+            at = (self._next * self._size) % (self.POOL_BYTES - self._size)
+            out.append(self._pool[at : at + self._size])
+            self._next += 1
+        return out
+
+
 # --- percentiles --------------------------------------------------------------------------
 
 

@@ -114,7 +114,9 @@ class AsyncClient(ClientBase):
             first = await self._call(StatusRequest(), to_leader=False)
         assert isinstance(first, StatusReply)
         out = []
-        for node_id, address in sorted(members_of(first.status).items()):
+        members = members_of(first.status)
+        members.setdefault(first.status["node_id"], None)  # a node not (yet) in its config
+        for node_id, address in sorted(members.items()):
             if node_id == first.status["node_id"]:
                 out.append(first.status)
                 continue

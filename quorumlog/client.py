@@ -126,7 +126,9 @@ class Client(ClientBase):
         first = self._call(StatusRequest(), deadline, to_leader=False)
         assert isinstance(first, StatusReply)
         out = []
-        for node_id, address in sorted(members_of(first.status).items()):
+        members = members_of(first.status)
+        members.setdefault(first.status["node_id"], None)  # a node not (yet) in its config
+        for node_id, address in sorted(members.items()):
             if node_id == first.status["node_id"]:
                 out.append(first.status)
                 continue

@@ -191,7 +191,7 @@ def test_membership_smallest(tmp_path):
     for figure in ("longest gap, replace the leader (joint)", "longest gap, remove the leader"):
         _positive(rows[figure], "gap_s", "change_s", "ratio_to_election_max")
     promotion = next(r for name, r in rows.items() if name.startswith("add -> promotion"))
-    _positive(promotion, "promotion_s", "catchup_mb_s", "append_same_mb_s")
+    _positive(promotion, "promotion_s", "caught_up_s", "catchup_mb_s", "append_same_mb_s")
     _no_serve_left()
 
 

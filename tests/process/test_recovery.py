@@ -3,10 +3,9 @@ recovery streamer while appends go on."""
 
 from __future__ import annotations
 
-import os
 import time
 
-from quorumlog.client import Record
+from bench.workload import IncompressibleRecords
 from tests.process.test_failover import Producer, committed_digest
 
 RECORD_BYTES = 16 * 1024
@@ -17,18 +16,10 @@ def test_follower_catches_up_while_appends_continue(cluster):
     leader = cluster.wait_for_leader()
     follower = next(i for i in cluster.ids if i != leader)
     cluster.kill(follower)
-    noise = os.urandom(RECORD_BYTES * 64)
+    records = IncompressibleRecords(RECORD_BYTES)
     with cluster.client(timeout=30) as c:
-        written = 0
-        n = 0
-        while written < TOTAL_BYTES:
-            records = []
-            for _ in range(64):
-                start = (n * 977) % (len(noise) - RECORD_BYTES)
-                records.append(Record(b"%d" % n + noise[start : start + RECORD_BYTES]))
-                n += 1
-            c.append(records)
-            written += 64 * RECORD_BYTES
+        for _ in range(TOTAL_BYTES // (64 * RECORD_BYTES)):
+            c.append(records.take(64))
         behind = c.end_offset()
     producer = Producer(cluster, value_bytes=1000, per_append=10)
     producer.start()
