@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.cluster import ProcessCluster
 from bench.report import median, print_table
 from bench.workload import make_batches, peak_rss_row, percentile, running_cluster, status_of
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
+from quorumlog.localcluster import ProcessCluster
 from transport.errors import TransportError
 from transport.messages import Acks, AppendReply, AppendRequest
 from transport.tcp import open_connection

@@ -19,11 +19,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
 from bench.report import print_table
 from bench.workload import IncompressibleRecords, peak_rss_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
 ELECTION_TIMEOUT_MAX_S = 0.6
 FILL_RECORD_BYTES = 16 * 1024

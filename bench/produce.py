@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.cluster import ProcessCluster
 from bench.report import print_table
 from bench.workload import (
     ACKS,
@@ -51,6 +50,7 @@ from bench.workload import (
     wait_all_committed,
     with_leader,
 )
+from quorumlog.localcluster import ProcessCluster
 
 BATCH_RECORDS = 64
 WINDOWS = (1, 64)

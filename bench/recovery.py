@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.cluster import ProcessCluster
 from bench.report import print_table
 from bench.workload import (
     ACKS,
@@ -44,6 +43,7 @@ from bench.workload import (
     status_of,
     with_leader,
 )
+from quorumlog.localcluster import ProcessCluster
 from transport.errors import TransportError
 from transport.messages import StatusReply, StatusRequest
 from transport.tcp import open_connection

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.cluster import ProcessCluster
 from bench.report import print_table
 from bench.workload import (
     ACKS,
@@ -27,6 +26,7 @@ from bench.workload import (
     with_leader,
 )
 from quorumlog.client import Client
+from quorumlog.localcluster import ProcessCluster
 
 APPEND_BYTES = 64 * 1024
 RECORD_SIZES = (100, 1024, 16 * 1024)

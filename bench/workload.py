@@ -21,9 +21,9 @@ from typing import TypeVar
 
 import trio
 
-from bench.cluster import ProcessCluster
 from bench.storage import _raw_append
 from log.records import make_data_batch
+from quorumlog.localcluster import ProcessCluster
 from transport.errors import TransportError
 from transport.messages import (
     Acks,

@@ -10,8 +10,7 @@ import time
 
 import click
 
-from bench.report import print_table, write_jsonl
-from bench.scenarios import SCENARIOS, scenario
+from bench.scenarios import SCENARIOS
 from quorumlog import commands, server
 from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
@@ -153,6 +152,10 @@ def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool
       quorumlog bench all --quick --plot
       quorumlog bench sim --seeds 1000
     """
+    # Only the names above at import time: the scenarios load what they drive when run.
+    from bench.report import print_table, write_jsonl
+    from bench.scenarios import scenario
+
     configure_logging(level=logging.WARNING)  # simulations log thousands of elections
     names = list(SCENARIOS) if name == "all" else [name]
     if out is None:

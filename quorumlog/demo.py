@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
-from bench.cluster import ProcessCluster
 from quorumlog.client import Client
+from quorumlog.localcluster import ProcessCluster
 
 RECORDS_PER_LEVEL = 100_000
 RECORDS_PER_APPEND = 1_000

@@ -12,9 +12,9 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-from bench.cluster import ProcessCluster
 from quorumlog.commands import status_table
 from quorumlog.errors import QuorumLogError
+from quorumlog.localcluster import ProcessCluster
 
 REFRESH_S = 1.0
 

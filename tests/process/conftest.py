@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cluster import ProcessCluster
+from quorumlog.localcluster import ProcessCluster
 
 
 @pytest.fixture

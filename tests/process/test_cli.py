@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 
-from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
 
 def ql(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ import time
 import pytest
 import trio
 
-from bench.cluster import free_ports
 from quorumlog import (
     AsyncClient,
     AuthError,
@@ -18,6 +17,7 @@ from quorumlog import (
     Record,
     TooLargeError,
 )
+from quorumlog.localcluster import free_ports
 
 
 async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
@@ -75,7 +75,7 @@ def test_unreachable_brokers_fail_within_the_timeout():
 
 
 def test_wrong_secret_is_refused(tmp_path):
-    from bench.cluster import ProcessCluster
+    from quorumlog.localcluster import ProcessCluster
 
     secret_file = tmp_path / "secret"
     secret_file.write_text("right-secret\n")

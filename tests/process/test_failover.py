@@ -6,8 +6,8 @@ import hashlib
 import threading
 import time
 
-from bench.cluster import ProcessCluster
 from quorumlog.errors import QuorumLogError
+from quorumlog.localcluster import ProcessCluster
 
 
 def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:

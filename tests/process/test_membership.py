@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 import time
 
-from bench.cluster import QUORUMLOG, ProcessCluster, free_ports
 from quorumlog import Client
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 from tests.process.test_failover import Producer
 
 

@@ -7,8 +7,8 @@ import subprocess
 import time
 import urllib.request
 
-from bench.cluster import QUORUMLOG, free_ports
 from quorumlog import Client
+from quorumlog.localcluster import QUORUMLOG, free_ports
 
 
 def test_flags_override_environment_override_file(tmp_path):

@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 
-from bench.cluster import QUORUMLOG
+from quorumlog.localcluster import QUORUMLOG
 
 
 def ql(*args: str) -> subprocess.CompletedProcess:

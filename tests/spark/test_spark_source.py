@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench.cluster import ProcessCluster
 from quorumlog import Record
+from quorumlog.localcluster import ProcessCluster
 
 
 def test_batch_read_write_and_stream(spark, tmp_path):

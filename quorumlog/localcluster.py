@@ -1,4 +1,5 @@
-"""Real `quorumlog serve` processes on 127.0.0.1, for benchmarks and process tests."""
+"""A cluster of real `quorumlog serve` processes on 127.0.0.1: for `dev`, `demo`, the
+benchmarks and the process tests."""
 
 from __future__ import annotations
 
