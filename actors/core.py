@@ -53,6 +53,8 @@ from transport.messages import (
 logger = structlog.get_logger("quorumlog.raft")
 
 GROUP = 0  # one Raft group per cluster for now; every message carries it
+# prev_term of an AppendEntries whose prev_offset lies before the leader's retained log.
+UNKNOWN_TERM = -1
 # How much of the log's tail a starting node reads to learn recent producer sequences.
 PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
 
@@ -422,10 +424,26 @@ class RaftCore:
         self._heard_from_leader(req.leader_id, now)
         log = self.log
         prev = req.prev_offset
-        if prev > log.dirty_offset:
+        if req.prev_term == UNKNOWN_TERM:
+            # The leader's log starts after `prev` (retention): everything up to it is
+            # committed. If our commit covers it, our log matches there; if not, we cannot
+            # vouch for it and start our log again where the leader's does.
+            if self.commit_offset < prev:
+                logger.warning(
+                    "log_reset_to_leader_start",
+                    node_id=self.id,
+                    next_offset=prev + 1,
+                    dirty_offset=log.dirty_offset,
+                    commit_offset=self.commit_offset,
+                )
+                log.reset(prev + 1)
+                self.producers.truncate(0)
+                self.configs.truncated(0)
+                self.verified_offset = prev
+        elif prev > log.dirty_offset:
             self._reject(sender, log.dirty_offset, log.last_term)
             return
-        if prev >= log.log_start_offset and log.term_at(prev) != req.prev_term:
+        elif prev >= log.log_start_offset and log.term_at(prev) != req.prev_term:
             # Skip back to the last entry that can match (etcd's findConflictByTerm).
             last_of_term = log.last_offset_of_term(req.prev_term)
             hint = min(prev, -1 if last_of_term is None else last_of_term)
@@ -593,10 +611,12 @@ class RaftCore:
         while p.inflight < self._window(p):
             if p.next_offset > log.dirty_offset and not p.probing:
                 return  # caught up; heartbeats carry the commit offset
+            if p.next_offset < log.log_start_offset:
+                # It needs records retention removed here: it restarts at our log start.
+                p.next_offset = log.log_start_offset
             prev = p.next_offset - 1
-            if prev < log.log_start_offset - 1:
-                logger.error("follower_behind_log_start", node_id=self.id, peer=p.node_id)
-                return
+            # Below our log start the term is unknown: everything there is committed.
+            prev_term = UNKNOWN_TERM if 0 <= prev < log.log_start_offset else self.term_at(prev)
             if p.next_offset <= log.dirty_offset:
                 chunk = log.read(p.next_offset, s.chunk_bytes_max)
             else:
@@ -622,7 +642,7 @@ class RaftCore:
                     self.term,
                     self.id,
                     prev,
-                    self.term_at(prev),
+                    prev_term,
                     self.commit_offset,
                     chunk.data,
                     flush,

@@ -11,6 +11,7 @@ stops the whole node (fail-stop).
 from __future__ import annotations
 
 import random
+import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -61,6 +62,7 @@ from transport.network import ConnectionInfo, Handler, NodeTransport
 logger = structlog.get_logger("quorumlog.node")
 
 MAILBOX_MAX = 1024
+RETENTION_CHECK_S = 5.0
 # Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
 ROUND_INPUTS_MAX = 256
 READ_BYTES_MAX = 4 * 1024 * 1024
@@ -180,6 +182,8 @@ class Node:
             self._transport = transport
             transport.set_peers(self._peer_addresses())
             nursery.start_soon(self._flusher.run)
+            if not self.log.retains_all:
+                nursery.start_soon(self._retention)
             task_status.started(self)
             await self._main_loop()
 
@@ -312,6 +316,19 @@ class Node:
                         self.address_of(core.leader_id),
                     )
                 )
+
+    async def _retention(self) -> None:
+        """Every few seconds, drop old segments by the retention settings: committed ones
+        only (a lagging follower then restarts its log at this one's start)."""
+        while True:
+            await trio.sleep(RETENTION_CHECK_S)
+            # Wall-clock time: retention by age compares with the records' timestamps.
+            now_ms = int(time.time() * 1000)
+            await self.call_core(
+                lambda core, now_ms=now_ms: core.log.apply_retention(
+                    now_ms, keep_from_offset=core.commit_offset + 1
+                )
+            )
 
     async def save_metadata(self) -> None:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""

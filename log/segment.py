@@ -206,7 +206,9 @@ class Segment:
             except BatchError as exc:
                 raise CorruptionError(self.path, start, str(exc), from_offset) from None
             if first.base_offset != from_offset:
-                raise CorruptionError(self.path, start, "read hint points into a batch", from_offset)
+                raise CorruptionError(
+                    self.path, start, "read hint points into a batch", from_offset
+                )
             if first.total_bytes > len(data):
                 data = self.file.read_at(start, first.total_bytes)
         else:

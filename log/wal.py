@@ -149,7 +149,8 @@ class OffsetOutOfRangeError(LookupError):
 class LogConfig:
     segment_bytes_max: int = 128 * 1024 * 1024
     index_interval_bytes: int = 16 * 1024
-    # Retention: None keeps everything.
+    # Retention: None keeps everything. Only committed records are ever dropped; a follower
+    # that needs dropped ones starts its log again at the leader's log start.
     retention_bytes: int | None = None
     retention_ms: int | None = None
     # Check every batch of every segment on open (about 1 s per GiB), not only the newest.
@@ -310,6 +311,10 @@ class Log:
             if segment.last_term is not None:
                 return segment.last_term
         return 0
+
+    @property
+    def retains_all(self) -> bool:
+        return self._config.retention_bytes is None and self._config.retention_ms is None
 
     @property
     def size_bytes(self) -> int:
@@ -524,11 +529,14 @@ class Log:
             self._remove_segment(self._segments.pop(0))
         return self.log_start_offset
 
-    def apply_retention(self, now_ms: int) -> int:
-        """Drop the oldest sealed segments beyond the byte and age limits; returns log start."""
+    def apply_retention(self, now_ms: int, keep_from_offset: int | None = None) -> int:
+        """Drop the oldest sealed segments beyond the byte and age limits, but none that
+        holds `keep_from_offset` or later; returns the log start."""
         config = self._config
         while len(self._segments) > 1:
             oldest = self._segments[0]
+            if keep_from_offset is not None and oldest.last_offset >= keep_from_offset:
+                break
             too_big = (
                 config.retention_bytes is not None and self.size_bytes > config.retention_bytes
             )
