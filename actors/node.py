@@ -454,7 +454,7 @@ class Node:
         term = core.term
         with trio.move_on_after(self.settings.election_timeout_max_s):
             while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
-                await trio.sleep(self.settings.heartbeat_interval_s / 5)
+                await self.round_done.wait()  # the barrier of this term commits soon
         if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
             return None
         commit = core.commit_offset
