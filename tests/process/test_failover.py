@@ -26,6 +26,18 @@ def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:
 PRODUCER_TIMEOUT_S = 10.0
 
 
+def check_no_loss(client, acked: dict[int, bytes]) -> None:
+    """As `client` reads the log: every acknowledged record at its offset, no value twice."""
+    found: dict[int, bytes] = {}
+    offset = 0
+    while records := client.read(offset, 10_000):
+        found.update((r.offset, r.value) for r in records)
+        offset = records[-1].offset + 1
+    lost = [o for o, v in acked.items() if found.get(o) != v]
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, first at {lost[:3]}"
+    assert len(set(found.values())) == len(found), "a value was written twice"
+
+
 class Producer(threading.Thread):
     def __init__(self, cluster: ProcessCluster, value_bytes: int = 100, per_append: int = 1):
         super().__init__(daemon=True)
@@ -75,14 +87,6 @@ def test_leader_kill_loses_no_acknowledged_write(cluster):
     cluster.wait_converged()
 
     with cluster.client() as c:
-        found: dict[int, bytes] = {}
-        offset = 0
-        while batch := c.read(offset, 5000):
-            for r in batch:
-                found[r.offset] = r.value
-            offset = batch[-1].offset + 1
-    for offset, value in producer.acked.items():
-        assert found.get(offset) == value, f"acknowledged record at {offset} lost or moved"
-    assert len(set(found.values())) == len(found), "a value was written twice"
+        check_no_loss(c, producer.acked)
     digests = {committed_digest(cluster, i) for i in cluster.ids}
     assert len(digests) == 1, "every node holds the same committed log"

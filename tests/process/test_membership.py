@@ -12,7 +12,7 @@ import time
 
 from quorumlog import Client
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
-from tests.process.test_failover import Producer
+from tests.process.test_failover import Producer, check_no_loss
 
 
 def ql(*args: str) -> subprocess.CompletedProcess:
@@ -118,13 +118,6 @@ def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_
         statuses = Client(brokers, timeout=10).status()
         leader = next(s for s in statuses if s.get("role") == "leader")
         with Client(leader["members"][str(leader["node_id"])], direct=True) as c:
-            found = {}
-            offset = 0
-            while records := c.read(offset, 10_000):
-                found.update((r.offset, r.value) for r in records)
-                offset = records[-1].offset + 1
-        lost = [o for o, v in producer.acked.items() if found.get(o) != v]
-        assert not lost, f"{len(lost)} acknowledged records lost"
-        assert len(set(found.values())) == len(found)
+            check_no_loss(c, producer.acked)
     finally:
         joiner.stop_all()
