@@ -1,0 +1,158 @@
+"""The Raft rules of `actors/core.py`, one at a time: plain calls, no trio, no sockets.
+
+Messages go in through `step`/`tick`/`on_flushed` with explicit times; what the core wants
+sent comes out of `take_outbox`. The in-memory disk stands in for the log's files.
+"""
+
+from __future__ import annotations
+
+import random
+
+from actors.core import RaftCore, Role, barrier_batch
+from actors.settings import RaftSettings
+from log.batch import split_batches
+from log.memdisk import MemoryFileSystem
+from log.metadata import ConsensusMetadata
+from log.wal import Log, run_inline
+from membership.config import Configuration
+from tests.log.helpers import batch_of
+from transport.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    VoteReply,
+    VoteRequest,
+)
+
+SETTINGS = RaftSettings()
+PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
+
+
+def flush(log: Log) -> int:
+    coro = log.flush()
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("the in-memory flush never suspends")
+
+
+def make_core(node_id: int = 1, term: int = 1, now: float = 0.0) -> RaftCore:
+    fs = MemoryFileSystem()
+    log = Log.open(fs, "/log", run_sync=run_inline)
+    meta = ConsensusMetadata(
+        "x", current_term=term, config=Configuration.bootstrap(PEERS).to_wire()
+    )
+    return RaftCore(node_id, log, meta, SETTINGS, random.Random(node_id), now)
+
+
+def elect(core: RaftCore, now: float = 10.0) -> None:
+    """Make `core` the leader of the next term with votes from 2 and 3."""
+    core.tick(now)  # election deadline passed: pre-vote
+    term = core.term + 1
+    for peer in (2, 3):
+        core.step(peer, VoteReply(0, peer, term, True, True), now)
+    for peer in (2, 3):
+        core.step(peer, VoteReply(0, peer, core.term, True, False), now)
+    assert core.role is Role.LEADER
+    core.take_outbox()
+
+
+def test_pre_vote_and_vote_are_refused_while_a_leader_is_live():
+    core = make_core()
+    core.step(2, AppendEntries(0, 1, 2, -1, 0, -1, b"", False), now=1.0)
+    core.take_outbox()
+    pre = VoteRequest(0, 2, 3, 10, 1, pre_vote=True, transfer=False)
+    core.step(3, pre, now=1.1)
+    assert core.take_outbox() == [(3, VoteReply(0, 1, 1, False, True))]
+    real = VoteRequest(0, 2, 3, 10, 1, pre_vote=False, transfer=False)
+    core.step(3, real, now=1.1)
+    assert core.take_outbox() == [] and core.term == 1, "ignored: no term bump, no reply"
+    transfer = VoteRequest(0, 2, 3, 10, 1, pre_vote=False, transfer=True)
+    core.step(3, transfer, now=1.1)
+    assert core.take_outbox() == [(3, VoteReply(0, 1, 2, True, False))]
+    assert core.metadata_dirty and core.meta.voted_for == 3, "the vote is persisted first"
+
+
+def test_votes_only_for_a_log_at_least_as_up_to_date():
+    core = make_core()
+    core.log.append([batch_of(b"a")], term=1)
+    stale = VoteRequest(0, 2, 3, -1, 0, pre_vote=False, transfer=False)
+    core.step(3, stale, now=100.0)
+    assert core.take_outbox() == [(3, VoteReply(0, 1, 2, False, False))]
+
+
+def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
+    core = make_core(term=1)
+    core.log.append([batch_of(b"old")], term=1)  # offset 0, uncommitted, term 1
+    elect(core)
+    assert core.log.dirty_offset == 1, "the barrier of the new term is appended"
+    flush(core.log)
+    core.on_flushed(10.0)
+    # A follower acknowledges offset 0 only: not of this term, so nothing commits.
+    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    assert core.commit_offset == -1
+    core.step(2, AppendEntriesReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.0)
+    assert core.commit_offset == 1, "the barrier commits, and the old entry with it"
+
+
+def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
+    core = make_core()
+    elect(core)
+    _, last = core.propose(split_batches(batch_of(b"x", b"y")), 10.0)
+    # Follower 2 holds everything but flushed nothing: no commit.
+    core.step(2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10.0)
+    assert core.commit_offset == -1
+    # It flushed everything, but the leader has not flushed its own copy yet.
+    core.step(
+        2, AppendEntriesReply(0, 2, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+    )
+    assert core.commit_offset == -1
+    flush(core.log)
+    core.on_flushed(10.0)
+    assert core.commit_offset == last
+
+
+def test_a_follower_truncates_a_conflicting_suffix():
+    core = make_core(term=1)
+    core.log.append([batch_of(b"a")], term=1)  # 0
+    core.log.append([batch_of(b"stale")], term=1)  # 1: never committed
+    flush(core.log)
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    leader_log.append([batch_of(b"a")], term=1)
+    leader_log.append([barrier_batch()], term=2)
+    fresh = leader_log.read(1, 1 << 20).data
+    core.step(2, AppendEntries(0, 2, 2, 0, 1, -1, fresh, False), now=1.0)
+    assert core.log.term_at(1) == 2 and core.log.dirty_offset == 1
+    ((to, reply),) = core.take_outbox()
+    assert to == 2 and reply.result is AppendResult.SUCCESS and reply.last_dirty == 1
+
+
+def test_a_follower_with_a_short_log_hints_where_to_resume():
+    core = make_core()
+    core.log.append([batch_of(b"a")], term=1)
+    core.step(2, AppendEntries(0, 1, 2, 5, 1, -1, b"", False), now=1.0)
+    ((_, reply),) = core.take_outbox()
+    assert reply.result is AppendResult.FAILURE
+    assert (reply.conflict_offset, reply.conflict_term) == (0, 1)
+
+
+def test_a_follower_commits_only_what_it_flushed_and_verified():
+    core = make_core()
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    leader_log.append([batch_of(b"a", b"b")], term=1)
+    data = leader_log.read(0, 1 << 20).data
+    core.step(2, AppendEntries(0, 1, 2, -1, 0, 1, data, False), now=1.0)
+    assert core.commit_offset == -1, "not flushed yet"
+    flush(core.log)
+    core.on_flushed(1.0)
+    assert core.commit_offset == 1
+    (_, first), (_, report) = core.take_outbox()
+    assert first.last_flushed == -1 and report.last_flushed == 1, "the flush is reported at once"
+
+
+def test_a_leader_cut_off_from_the_majority_steps_down():
+    core = make_core()
+    elect(core, now=10.0)
+    core.tick(10.0 + SETTINGS.election_timeout_max_s + 0.01)
+    assert core.role is Role.FOLLOWER and core.leader_id is None
