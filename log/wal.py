@@ -98,10 +98,7 @@ class TailCache:
     BYTES_MAX = 4 * 1024 * 1024
 
     def __init__(self) -> None:
-        self._bases: list[int] = []
-        self._entries: list[tuple[int, bytes]] = []  # (last offset, batch)
-        self._first = 0  # entries before this index were evicted
-        self._bytes = 0
+        self.clear()
 
     def add(self, base_offset: int, last_offset: int, batch: bytes) -> None:
         self._bases.append(base_offset)
@@ -138,7 +135,10 @@ class TailCache:
             self._bytes -= len(self._entries.pop()[1])
 
     def clear(self) -> None:
-        self.__init__()
+        self._bases: list[int] = []
+        self._entries: list[tuple[int, bytes]] = []  # (last offset, batch)
+        self._first = 0  # entries before this index were evicted
+        self._bytes = 0
 
 
 class OffsetOutOfRangeError(LookupError):

@@ -28,6 +28,7 @@ EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
 FOLLOW_POLL_S = 0.2
 PROGRESS_RECORDS_MIN = 10_000
+PROGRESS_BYTES_MIN = 1 << 20
 stderr = Console(stderr=True)
 
 
@@ -133,7 +134,8 @@ def produce(client: Client, acks: str, source: BinaryIO) -> None:
     """
     first = last = None
     count = 0
-    with _progress(source) as advance:
+    columns = (TextColumn("producing"), BarColumn(), TransferSpeedColumn())
+    with _progress(_file_bytes(source), PROGRESS_BYTES_MIN, *columns) as advance:
         for chunk in _line_chunks(source):
             result = client.append(chunk, acks=acks, details=True)
             count += len(chunk)
@@ -160,19 +162,22 @@ def _line_chunks(source: BinaryIO) -> Iterator[list[bytes]]:
         yield chunk
 
 
-@contextlib.contextmanager
-def _progress(source: BinaryIO) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr for big files; nothing for pipes or when not a terminal."""
+def _file_bytes(source: BinaryIO) -> int:
     try:
-        total = os.fstat(source.fileno()).st_size
+        return os.fstat(source.fileno()).st_size
     except (OSError, ValueError):
-        total = 0
-    if not stderr.is_terminal or total < 1 << 20:
+        return 0  # a pipe: no progress to show
+
+
+@contextlib.contextmanager
+def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[int], None]]:
+    """A bar on stderr for long work (at least `minimum`); nothing when stderr is not a
+    terminal. Yields the function that advances it."""
+    if not stderr.is_terminal or total is None or total < minimum:
         yield lambda n: None
         return
-    columns = (TextColumn("producing"), BarColumn(), TransferSpeedColumn())
     with Progress(*columns, console=stderr, transient=True) as progress:
-        task = progress.add_task("produce", total=total)
+        task = progress.add_task("", total=total)
         yield lambda n: progress.advance(task, n)
 
 
@@ -200,7 +205,8 @@ def consume(
     out = sys.stdout.buffer
     printed = 0
     try:
-        with _count_progress("consuming", max_records) as advance:
+        columns = (TextColumn("consuming"), BarColumn(), TextColumn("{task.completed:,} records"))
+        with _progress(max_records, PROGRESS_RECORDS_MIN, *columns) as advance:
             while max_records is None or printed < max_records:
                 want = 1000 if max_records is None else min(1000, max_records - printed)
                 records = client.read(offset, want)
@@ -221,23 +227,6 @@ def consume(
         pass
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): not an error
-
-
-@contextlib.contextmanager
-def _count_progress(what: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """A records bar on stderr for a long range; nothing when stderr is not a terminal."""
-    if not stderr.is_terminal or total is None or total < PROGRESS_RECORDS_MIN:
-        yield lambda n: None
-        return
-    with Progress(
-        TextColumn(what),
-        BarColumn(),
-        TextColumn("{task.completed:,} records"),
-        console=stderr,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(what, total=total)
-        yield lambda n: progress.advance(task, n)
 
 
 def _start_offset(client: Client, start: str) -> int:

@@ -10,16 +10,23 @@ from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster
 
 
+def read_all(client) -> dict[int, bytes]:
+    """Every committed record as `client` reads them: offset -> value."""
+    found: dict[int, bytes] = {}
+    offset = 0
+    while records := client.read(offset, 10_000):
+        found.update((r.offset, r.value) for r in records)
+        offset = records[-1].offset + 1
+    return found
+
+
 def committed_digest(cluster: ProcessCluster, node_id: int) -> tuple[int, str]:
     """(commit offset, sha256 of every committed record) as one node serves them."""
     digest = hashlib.sha256()
     with cluster.client(node_id=node_id) as c:
         commit = c.end_offset()
-        offset = 0
-        while records := c.read(offset, 10_000):
-            for r in records:
-                digest.update(b"%d:" % r.offset + r.value)
-            offset = records[-1].offset + 1
+        for offset, value in sorted(read_all(c).items()):
+            digest.update(b"%d:" % offset + value)
     return commit, digest.hexdigest()
 
 
@@ -28,11 +35,7 @@ PRODUCER_TIMEOUT_S = 10.0
 
 def check_no_loss(client, acked: dict[int, bytes]) -> None:
     """As `client` reads the log: every acknowledged record at its offset, no value twice."""
-    found: dict[int, bytes] = {}
-    offset = 0
-    while records := client.read(offset, 10_000):
-        found.update((r.offset, r.value) for r in records)
-        offset = records[-1].offset + 1
+    found = read_all(client)
     lost = [o for o, v in acked.items() if found.get(o) != v]
     assert not lost, f"{len(lost)} acknowledged records lost or moved, first at {lost[:3]}"
     assert len(set(found.values())) == len(found), "a value was written twice"
