@@ -15,6 +15,7 @@ SCENARIOS = {
     "membership": "bench.membership",
     "scale": "bench.scale",
     "sim": "bench.sim",
+    "nemesis": "bench.nemesis",
 }
 
 

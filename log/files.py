@@ -72,18 +72,36 @@ def read_whole_file(fs: FileSystem, path: str) -> bytes:
         f.close()
 
 
+class SyncJournal:
+    """For the fault harness: a line "PATH<TAB>BYTES" after every fsync, saying how much of
+    PATH is durable. After a SIGKILL the page cache still holds every write, so a harness
+    that wants the disk of a power loss cuts each file back to its last line (bench/faults.py).
+    Appended without fsync: the page cache keeps it across a kill, which is all it models."""
+
+    def __init__(self, path: str):
+        self._path = path
+        self._fd: int | None = None  # opened at the first record: the directory comes later
+
+    def record(self, path: str, durable_bytes: int) -> None:
+        if self._fd is None:
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(self._fd, f"{path}\t{durable_bytes}\n".encode())
+
+
 class OsFile:
     """A file opened for reading and appending; errors become StorageError."""
 
-    __slots__ = ("_fd", "_path")
+    __slots__ = ("_durable", "_fd", "_journal", "_path")
 
-    def __init__(self, path: str, create: bool):
+    def __init__(self, path: str, create: bool, journal: SyncJournal | None = None):
         flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
         try:
             self._fd = os.open(path, flags, 0o644)
         except OSError as exc:
             raise StorageError(f"cannot open {path}: {exc}") from exc
         self._path = path
+        self._journal = journal
+        self._durable = self.size()  # as far as the journal knows: a harness cuts no further
 
     def size(self) -> int:
         return os.fstat(self._fd).st_size
@@ -108,20 +126,30 @@ class OsFile:
             os.ftruncate(self._fd, size)
         except OSError as exc:
             raise StorageError(f"truncate of {self._path} failed: {exc}") from exc
+        if self._journal is not None and size < self._durable:
+            self._durable = size
+            self._journal.record(self._path, size)
 
     def fsync(self) -> None:
         # A failed fsync may have dropped dirty pages: never retry it (rule 8).
+        size = self.size() if self._journal is not None else 0  # what this fsync covers
         try:
             os.fsync(self._fd)
         except OSError as exc:
             raise StorageError(f"fsync of {self._path} failed: {exc}") from exc
+        if self._journal is not None and size != self._durable:
+            self._durable = size
+            self._journal.record(self._path, size)
 
     def close(self) -> None:
         os.close(self._fd)
 
 
 class OsFileSystem:
-    """The real disk."""
+    """The real disk; with a `sync_journal` path, fsyncs are also recorded there."""
+
+    def __init__(self, sync_journal: str | None = None):
+        self._journal = SyncJournal(sync_journal) if sync_journal else None
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
@@ -133,7 +161,7 @@ class OsFileSystem:
         os.makedirs(path, exist_ok=True)
 
     def open(self, path: str, create: bool = False) -> OsFile:
-        return OsFile(path, create)
+        return OsFile(path, create, self._journal)
 
     def rename(self, src: str, dst: str) -> None:
         try:

@@ -140,10 +140,30 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
     help="JSON-lines file for every figure (default: bench-results/NAME-TIME.jsonl).",
 )
 @click.option(
-    "--seeds", type=click.IntRange(min=1), default=None, help="sim: seeds per kind of cluster."
+    "--seeds",
+    type=click.IntRange(min=1),
+    default=None,
+    help="sim: seeds per kind of cluster; nemesis: runs, one seed each.",
 )
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="nemesis: the first seed.")
+@click.option(
+    "--faults",
+    default=None,
+    metavar="NAME,...",
+    help="nemesis: the faults to draw from (default: all; an unknown name lists them).",
+)
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="nemesis: faults per run.")
 @click.option("--plot", is_flag=True, help="Also write PNG charts (matplotlib) beside the figures.")
-def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool) -> None:
+def bench(
+    name: str,
+    quick: bool,
+    out: str | None,
+    seeds: int | None,
+    seed: int | None,
+    faults: str | None,
+    steps: int | None,
+    plot: bool,
+) -> None:
     """Run a benchmark scenario and print its figures beside its baselines.
 
     \b
@@ -151,6 +171,7 @@ def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool
       quorumlog bench storage --quick
       quorumlog bench all --quick --plot
       quorumlog bench sim --seeds 1000
+      quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
     """
     # Only the names above at import time: the scenarios load what they drive when run.
     from bench.report import print_table, write_jsonl
@@ -164,7 +185,16 @@ def bench(name: str, quick: bool, out: str | None, seeds: int | None, plot: bool
     results = {}
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
-        options = {"seeds": seeds} if each == "sim" and seeds else {}
+        options: dict = {"seeds": seeds} if each == "sim" and seeds else {}
+        if each == "nemesis":
+            from bench.nemesis import parse_faults
+
+            try:
+                chosen = parse_faults(faults)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+            options = {"seeds": seeds, "seed": seed, "faults": chosen, "steps": steps}
+            options["out_dir"] = os.path.dirname(out) or "."
         rows = scenario(each)(quick=quick, **options)
         print_table(f"bench {each}", rows)
         write_jsonl(out, each, rows)

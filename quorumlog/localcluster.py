@@ -35,11 +35,16 @@ class ProcessCluster:
     size: int = 3
     config_file: str | None = None
     ports: list[int] = field(default_factory=list)
+    # Where each node listens, when a proxy owns `ports` (bench/proxy.py); else `ports`.
+    listen_ports: list[int] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every node
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.ports:
             self.ports = free_ports(self.size)
+        if not self.listen_ports:
+            self.listen_ports = self.ports
 
     @property
     def ids(self) -> list[int]:
@@ -55,14 +60,22 @@ class ProcessCluster:
     def data_dir(self, node_id: int) -> str:
         return os.path.join(self.root, f"node{node_id}")
 
-    def start(self, node_id: int, extra: list[str] | None = None) -> subprocess.Popen:
-        peers = ",".join(f"{i}={self.address(i)}" for i in self.ids)
+    def start(
+        self, node_id: int, extra: list[str] | None = None, join: bool = False
+    ) -> subprocess.Popen:
+        """Start a node; `join=True` starts one outside the configuration (`serve --join`)."""
+        listen = f"127.0.0.1:{self.listen_ports[node_id - 1]}"
         args = [*QUORUMLOG, "serve", "--id", str(node_id), "--data", self.data_dir(node_id)]
-        args += ["--listen", self.address(node_id), "--peers", peers]
+        args += ["--listen", listen]
+        if join:
+            args.append("--join")
+        else:
+            args += ["--peers", ",".join(f"{i}={self.address(i)}" for i in self.ids)]
         if self.config_file:
             args += ["--config", self.config_file]
         log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
-        proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log)
+        env = {**os.environ, **self.env} if self.env else None
+        proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log, env=env)
         self.procs[node_id] = proc
         return proc
 

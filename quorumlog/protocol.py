@@ -22,6 +22,7 @@ from quorumlog.errors import (
     OutcomeUnknownError,
     QuorumLogError,
     TooLargeError,
+    UnreachableError,
 )
 from transport.messages import (
     Acks,
@@ -75,11 +76,17 @@ def parse_acks(acks: str) -> Acks:
     return ACKS[acks]
 
 
-class Producer:
-    """An idempotent producer: a random id, and a sequence number per append request."""
+PRODUCER_ID_MAX = 2**62 - 1
 
-    def __init__(self, rng: random.Random):
-        self.producer_id = rng.getrandbits(62)
+
+class Producer:
+    """An idempotent producer: an id (random unless given), and a sequence number per append
+    request, from 0."""
+
+    def __init__(self, rng: random.Random, producer_id: int | None = None):
+        if producer_id is not None and not 0 <= producer_id <= PRODUCER_ID_MAX:
+            raise QuorumLogError(f"a producer id is in [0, 2**62), not {producer_id}")
+        self.producer_id = rng.getrandbits(62) if producer_id is None else producer_id
         self._seq = -1
 
     def requests(self, records: Sequence[bytes | Record], acks: Acks) -> list[AppendRequest]:
@@ -182,7 +189,13 @@ LEADER_REPLIES = (AppendReply, AdminReply)
 
 
 class ClientBase:
-    """What both clients hold: brokers, secret, timeout, routing, the idempotent producer."""
+    """What both clients hold: brokers, secret, timeout, routing, the idempotent producer.
+
+    `producer_id` fixes the producer's id instead of drawing one at random: a writer that
+    may run again elsewhere (a retried Spark task) and appends the same records in the same
+    order gets its first run's offsets back instead of writing twice. Two writers must
+    never share an id.
+    """
 
     def __init__(
         self,
@@ -190,13 +203,14 @@ class ClientBase:
         secret: bytes | str | None = None,
         timeout: float = 10.0,
         direct: bool = False,
+        producer_id: int | None = None,
     ):
         self.brokers = parse_brokers(brokers)
         self.secret = secret.encode() if isinstance(secret, str) else secret
         self.timeout = timeout
         rng = random.Random()
         self._router = Router(self.brokers, direct, rng)
-        self._producer = Producer(rng)
+        self._producer = Producer(rng, producer_id)
 
 
 class Router:
@@ -259,7 +273,9 @@ class Attempts:
     def on_unreachable(self, address: str, error: Exception) -> None:
         router = self._router
         if router.direct:
-            raise error
+            if isinstance(error, QuorumLogError):
+                raise error
+            raise UnreachableError(f"{address}: {error}") from None
         self._failed.add(address)
         self._fresh_hint = False
         if router.leader == address:

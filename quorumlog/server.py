@@ -7,6 +7,7 @@ runtime error (a failed fsync: fail-stop), 2 on bad usage, 3 when the storage is
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import sys
@@ -123,6 +124,13 @@ def parse_peers(text: str | None) -> dict[int, str] | None:
     return peers
 
 
+def _sync_journal(data_dir: str) -> str | None:
+    """For the fault harness only (bench/faults.py): record what each fsync made durable."""
+    if os.environ.get("QUORUMLOG_FAULT_SYNC_JOURNAL") == "1":
+        return os.path.join(data_dir, "sync-journal")
+    return None
+
+
 def serve(options: ServeOptions) -> int:
     host, _ = parse_address(options.listen)
     if options.secret is None and not is_loopback(host):
@@ -139,7 +147,7 @@ def serve(options: ServeOptions) -> int:
     rng = random.Random()
     try:
         storage = open_storage(
-            OsFileSystem(),
+            OsFileSystem(sync_journal=_sync_journal(options.data_dir)),
             options.data_dir,
             peers=options.peers,
             rng=rng,

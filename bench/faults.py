@@ -1,0 +1,80 @@
+"""Disk faults for a stopped node's data directory, as the fault harness applies them.
+
+- `lose_unsynced`: the disk of a power loss. Nodes of the harness run with
+  QUORUMLOG_FAULT_SYNC_JOURNAL, so every fsync leaves a line "PATH<TAB>BYTES" (log/files.py);
+  each segment is cut back to what its last fsync covered, plus a seeded share of the rest
+  (write-back may have saved some of it), torn anywhere. Nothing an fsync covered is lost,
+  so this is a fault a real disk can have and quorumlog must survive.
+- `damage`: what bit rot and bad tools do: a cut tail, a flipped bit in the last batch
+  (both torn tails: the node cuts them and starts), a flipped bit in the middle of a segment
+  (corruption: the node must refuse to start, exit 3, rather than serve wrong data).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+from log.segment import SEGMENT_SUFFIX
+
+TAIL = ("cut-tail", "flip-last-batch")  # torn tails: the node starts
+MIDDLE = "flip-middle"  # corruption: the node refuses to start
+DAMAGE = (*TAIL, MIDDLE)
+
+
+def segments(data_dir: str) -> list[str]:
+    log_dir = os.path.join(data_dir, "log")
+    if not os.path.isdir(log_dir):
+        return []
+    names = sorted(n for n in os.listdir(log_dir) if n.endswith(SEGMENT_SUFFIX))
+    return [os.path.join(log_dir, n) for n in names]
+
+
+def durable_sizes(journal: str) -> dict[str, int]:
+    """The bytes of each file the last fsync covered, from a sync journal."""
+    sizes: dict[str, int] = {}
+    if not os.path.exists(journal):
+        return sizes
+    with open(journal) as f:
+        for line in f:
+            path, sep, size = line.rstrip("\n").rpartition("\t")
+            if sep and size.isdigit():  # a line torn by the kill says nothing
+                sizes[path] = int(size)
+    return sizes
+
+
+def lose_unsynced(data_dir: str, journal: str, rng: random.Random) -> int:
+    """Cut every segment back towards its last fsync; returns the bytes lost."""
+    durable = durable_sizes(journal)
+    lost = 0
+    for path in segments(data_dir):
+        size = os.path.getsize(path)
+        if path not in durable or durable[path] >= size:
+            continue  # never fsynced since the journal began (or nothing unsynced): keep
+        keep = durable[path] + int((size - durable[path]) * rng.random() * rng.random())
+        os.truncate(path, keep)
+        lost += size - keep
+    return lost
+
+
+def damage(data_dir: str, kind: str, rng: random.Random) -> str | None:
+    """Damage the newest non-empty segment; returns what was done, or None if no data."""
+    paths = [p for p in segments(data_dir) if os.path.getsize(p) > 64]
+    if not paths:
+        return None
+    path = paths[-1]
+    size = os.path.getsize(path)
+    if kind == "cut-tail":
+        cut = rng.randint(1, min(size - 1, 4096))
+        os.truncate(path, size - cut)
+        return f"{path}: cut {cut} bytes off the tail"
+    position = size - rng.randint(1, min(size, 40)) if kind == "flip-last-batch" else size // 2
+    if kind == MIDDLE:
+        path = paths[len(paths) // 2] if len(paths) > 1 else path
+        position = rng.randint(0, max(0, os.path.getsize(path) // 2 - 1))
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ (1 << rng.randrange(8))]))
+    return f"{path}: flipped a bit at byte {position}"
