@@ -52,8 +52,9 @@ class Client(ClientBase):
         secret: bytes | str | None = None,
         timeout: float = 10.0,
         direct: bool = False,
+        producer_id: int | None = None,
     ):
-        super().__init__(brokers, secret, timeout, direct)
+        super().__init__(brokers, secret, timeout, direct, producer_id)
         self._lock = threading.Lock()
         self._connections: dict[str, SyncConnection] = {}
 

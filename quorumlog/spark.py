@@ -5,21 +5,51 @@
     spark.readStream.format("quorumlog").option("brokers", ...).load()
     df.write.format("quorumlog").option("brokers", ...).mode("append").save()
 
-Columns: offset long, key binary, value binary, timestamp timestamp. Options: `brokers`,
-`startingOffset` (earliest | latest | N), `endingOffset` (latest | N, batch reads),
-`maxRecordsPerTrigger` (streams), `secretFile`, `timeout` (seconds per call).
+Columns: offset long, key binary, value binary, timestamp timestamp. Options (values are
+strings, as Spark passes them):
 
-Only committed records are read, so a range read twice gives the same rows (Spark replays
-a batch after a restart). Writes are at least once: a task Spark retries appends again.
-Needs pyspark >= 4.2 (admission control and Trigger.AvailableNow).
+- `brokers` HOST:PORT,...: any members; the others are found through them.
+- `startingOffset` earliest | latest | N (default earliest): the first offset to read.
+- `endingOffset` latest | N (batch reads, default latest): one past the last offset to read.
+- `maxRecordsPerTrigger` N (streams): offsets per micro-batch; none by default.
+- `recordsPerPartition` N (default 50,000): offsets per Spark partition.
+- `failOnDataLoss` true | false (default true): what to do when records were removed by
+  retention before they were read: fail, or skip to the log start (Spark's Kafka source).
+- `secretFile` PATH, `timeout` SECONDS (default 30, per call to the cluster).
+
+Reads. Only committed records are read, so a range read twice gives the same rows (Spark
+replays a micro-batch after a restart). A read is cut into partitions of
+`recordsPerPartition` offsets, so that 100,000 records are two tasks and local[2] reads in
+parallel, while a task still reads tens of megabytes, far more than it costs to start. Each
+partition reads from one replica that had the range committed when the read was planned,
+partition i from the i-th of them, so that the tasks spread over the nodes; a replica that
+fails or is behind hands over to the next. Rows go to Spark as Arrow
+record batches (about 3x cheaper than tuples).
+
+Writes are exactly once for a retried task, given the same rows in the same order (a
+deterministic input, as Spark's own retries assume). Every task appends with acks=quorum
+under producer ids derived from the write, the partition and, for streams, the query and
+the micro-batch, with sequence numbers counted from 0: a retry (or a micro-batch replayed
+after a restart) sends the same (producer id, sequence) pairs, and the leader answers them
+with the offsets of the first run instead of writing again. A producer id covers
+APPENDS_PER_PRODUCER appends, fewer than the APPENDS_PER_PRODUCER_MAX each node remembers
+per producer (actors/producers.py). Nodes forget the least recently used of their 100,000
+producers, so a retry after that many other producers wrote may write again.
+
+Needs pyspark >= 4.2 (admission control and Trigger.AvailableNow) and pyarrow.
 """
 
 from __future__ import annotations
 
-import datetime
-from collections.abc import Iterator
+import hashlib
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -35,84 +65,144 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import BinaryType, StringType, StructType, TimestampType
 
 from quorumlog.client import Client
-from quorumlog.commands import read_secret
-from quorumlog.protocol import Record
+from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
+from quorumlog.protocol import BATCH_BYTES_MAX, PRODUCER_ID_MAX, Record, members_of
 
 SCHEMA = "offset long, key binary, value binary, timestamp timestamp"
-RECORDS_PER_PARTITION = 200_000
-READ_RECORDS_MAX = 10_000
+# As Spark converts SCHEMA (it checks batches against it, nullability included).
+ARROW_SCHEMA = pa.schema(
+    [
+        ("offset", pa.int64()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+RECORDS_PER_PARTITION = 50_000
+ROWS_PER_ARROW_BATCH_MAX = 10_000
+REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn; then the next, then the leader
+RETRY_PAUSE_S = 0.1
+# Appends under one producer id: well inside the 1,024 a node remembers per producer.
+APPENDS_PER_PRODUCER = 256
 WRITE_RECORDS_PER_APPEND = 1_000
-EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+RECORD_OVERHEAD_BYTES = 16  # as Producer.requests counts a record, so an append is one batch
+WRITABLE_COLUMNS = {"key", "value", "timestamp", "offset"}  # offset is ignored: the log assigns it
+KAFKA_NAMES = {  # options of Spark's Kafka source that users carry over
+    "startingoffsets": "startingOffset",
+    "endingoffsets": "endingOffset",
+    "maxoffsetspertrigger": "maxRecordsPerTrigger",
+    "kafka.bootstrap.servers": "brokers",
+}
+
+
+class DataLossError(QuorumLogError):
+    """Records were removed by retention before they were read."""
 
 
 @dataclass(frozen=True)
 class Options:
     """Plain, picklable settings (readers and writers are pickled to the workers)."""
 
-    brokers: str
-    secret: bytes | None
-    timeout_s: float
-    starting: str
-    ending: str
-    max_records_per_trigger: int | None
+    brokers: tuple[str, ...]
+    secret: bytes | None = None
+    timeout_s: float = 30.0
+    starting: str | int = "earliest"  # earliest | latest | N
+    ending: str | int = "latest"  # latest | N
+    max_records_per_trigger: int | None = None
+    records_per_partition: int = RECORDS_PER_PARTITION
+    fail_on_data_loss: bool = True
 
     @classmethod
     def parse(cls, options) -> Options:
-        if "brokers" not in options:
-            raise ValueError('the quorumlog data source needs .option("brokers", "HOST:PORT,...")')
-        limit = options.get("maxRecordsPerTrigger")
+        """Spark's options (a case-insensitive dict of strings), checked: a bad one raises
+        ValueError naming the option and what it takes."""
+        for name, ours in KAFKA_NAMES.items():
+            if name in {k.lower() for k in options}:
+                raise ValueError(f"quorumlog has no option {name!r}: use {ours!r}")
         return cls(
-            brokers=options["brokers"],
-            secret=read_secret(options.get("secretFile")),
-            timeout_s=float(options.get("timeout", "30")),
-            starting=options.get("startingOffset", "earliest"),
-            ending=options.get("endingOffset", "latest"),
-            max_records_per_trigger=int(limit) if limit else None,
+            brokers=_brokers(options.get("brokers")),
+            secret=_secret(options.get("secretFile")),
+            timeout_s=_number(options, "timeout", 30.0, float),
+            starting=_offset(options, "startingOffset", "earliest", ("earliest", "latest")),
+            ending=_offset(options, "endingOffset", "latest", ("latest",)),
+            max_records_per_trigger=_number(options, "maxRecordsPerTrigger", None, int),
+            records_per_partition=_number(
+                options, "recordsPerPartition", RECORDS_PER_PARTITION, int
+            ),
+            fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         )
 
-    def client(self) -> Client:
-        return Client(self.brokers, secret=self.secret, timeout=self.timeout_s)
+    def client(self, producer_id: int | None = None) -> Client:
+        """A client that finds the leader through any of the brokers."""
+        return Client(
+            self.brokers, secret=self.secret, timeout=self.timeout_s, producer_id=producer_id
+        )
 
-    def resolve(self, client: Client, which: str) -> int:
-        """An offset option as the next offset to read: earliest, latest or N."""
-        if which == "earliest":
-            return client.start_offset()
-        if which == "latest":
-            return client.end_offset() + 1
-        return int(which)
-
-
-@dataclass
-class OffsetRange(InputPartition):
-    start: int  # first offset to read
-    end: int  # one past the last
+    def replica_client(self, address: str) -> Client:
+        """A client of one node only: it reads up to the commit offset that node knows."""
+        timeout = min(self.timeout_s, REPLICA_TIMEOUT_S_MAX)
+        return Client(address, secret=self.secret, timeout=timeout, direct=True)
 
 
-def split(start: int, end: int) -> list[OffsetRange]:
-    return [
-        OffsetRange(s, min(end, s + RECORDS_PER_PARTITION))
-        for s in range(start, end, RECORDS_PER_PARTITION)
-    ]
+def _brokers(value: str | None) -> tuple[str, ...]:
+    brokers = tuple(b.strip() for b in (value or "").split(",") if b.strip())
+    if not brokers:
+        raise ValueError('the quorumlog data source needs .option("brokers", "HOST:PORT,...")')
+    for broker in brokers:
+        host, _, port = broker.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"option brokers: {broker!r} is not HOST:PORT")
+    return brokers
 
 
-def read_range(options: Options, partition: OffsetRange | None) -> Iterator[tuple]:
-    """Rows of the committed records in [start, end); deterministic for a given range."""
-    if partition is None or partition.start >= partition.end:
-        return
-    with options.client() as client:
-        offset = partition.start
-        while offset < partition.end:
-            records = client.read(offset, min(READ_RECORDS_MAX, partition.end - offset))
-            if not records:
-                return
-            for r in records:
-                if r.offset >= partition.end:
-                    return
-                ts = EPOCH + datetime.timedelta(milliseconds=r.timestamp_ms or 0)
-                yield (r.offset, r.key, r.value, ts)
-            offset = records[-1].offset + 1
+def _secret(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise ValueError(f"option secretFile: cannot read {path}: {exc}") from None
+    if not secret:
+        raise ValueError(f"option secretFile: {path} is empty")
+    return secret
+
+
+def _number(options, name: str, default, kind: type):
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0 or value == float("inf"):
+        unit = "seconds" if kind is float else "an integer"
+        raise ValueError(f"option {name} must be a positive number ({unit}), not {text!r}")
+    return value
+
+
+def _offset(options, name: str, default: str, words: tuple[str, ...]) -> str | int:
+    text = options.get(name, default).strip().lower()
+    if text in words:
+        return text
+    if text.isdigit():
+        return int(text)
+    raise ValueError(
+        f"option {name} must be {' | '.join(words)} or an offset >= 0, not {options.get(name)!r}"
+    )
+
+
+def _boolean(options, name: str, default: bool) -> bool:
+    text = options.get(name)
+    if text is None:
+        return default
+    if text.strip().lower() not in ("true", "false"):
+        raise ValueError(f"option {name} must be true or false, not {text!r}")
+    return text.strip().lower() == "true"
 
 
 class QuorumLogDataSource(DataSource):
@@ -121,6 +211,7 @@ class QuorumLogDataSource(DataSource):
         return "quorumlog"
 
     def schema(self) -> str:
+        Options.parse(self.options)  # bad options fail at load(), not at the first action
         return SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
@@ -130,16 +221,190 @@ class QuorumLogDataSource(DataSource):
         return StreamReader(Options.parse(self.options))
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:
-        return Writer(_writable(Options.parse(self.options), overwrite))
+        return Writer(_writable(Options.parse(self.options), schema, overwrite))
 
     def streamWriter(self, schema, overwrite: bool) -> DataSourceStreamWriter:
-        return StreamWriter(_writable(Options.parse(self.options), overwrite))
+        return StreamWriter(_writable(Options.parse(self.options), schema, overwrite))
 
 
-def _writable(options: Options, overwrite: bool) -> Options:
-    if overwrite:
-        raise ValueError("a log is append-only: use .mode('append')")
-    return options
+# --- reads -------------------------------------------------------------------------------
+
+
+@dataclass
+class OffsetRange(InputPartition):
+    start: int  # first offset to read
+    end: int  # one past the last
+    # Nodes to read from, in order: those that had the range committed first. None known
+    # (no member list): the brokers.
+    replicas: tuple[str, ...] = ()
+
+
+def split(start: int, end: int, per_partition: int, replicas: list[str]) -> list[OffsetRange]:
+    """[start, end) in ranges of `per_partition` offsets, the i-th one reading from the i-th
+    replica first (round robin), then from the others in turn."""
+    out = []
+    for i, s in enumerate(range(start, end, per_partition)):
+        turn = i % len(replicas) if replicas else 0
+        out.append(
+            OffsetRange(s, min(end, s + per_partition), (*replicas[turn:], *replicas[:turn]))
+        )
+    return out
+
+
+def replicas_with(client: Client, last_offset: int) -> list[str]:
+    """Addresses of the members that answer, those that have committed `last_offset` first
+    (in node id order); [] if no member list can be had."""
+    try:
+        statuses = client.status()
+    except QuorumLogError:
+        return []
+    addresses: dict[int, str] = {}
+    for status in statuses:
+        addresses.update(members_of(status))
+    ready, behind = [], []
+    for status in statuses:
+        address = addresses.get(status.get("node_id"))
+        if address is None or "commit_offset" not in status:
+            continue  # unreachable, or not a member
+        (ready if status["commit_offset"] >= last_offset else behind).append(address)
+    return ready + behind
+
+
+def planned(options: Options, client: Client, start: int, end: int) -> list[OffsetRange]:
+    if start >= end:
+        return [OffsetRange(start, start)]
+    return split(start, end, options.records_per_partition, replicas_with(client, end - 1))
+
+
+class RangeReads:
+    """Reads of one offset range from the partition's replicas, each asked directly: the
+    first that serves the range keeps serving it; on an error the next takes over.
+
+    A node serves reads up to the commit offset it knows, so an empty answer below the
+    range's end means "this node is behind" unless the node has committed the whole range
+    (then no data records are left: control batches occupy offsets and are skipped). The
+    range was committed when it was planned, so some replica has it, or had it.
+    """
+
+    def __init__(self, options: Options, partition: OffsetRange):
+        self._options = options
+        self._end = partition.end
+        self._sources = list(partition.replicas or options.brokers)
+        self._turn = 0  # the source that answered last
+        self._clients: dict[str, Client] = {}
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def _client(self, address: str) -> Client:
+        if address not in self._clients:
+            self._clients[address] = self._options.replica_client(address)
+        return self._clients[address]
+
+    def fetch(self, offset: int) -> list[Record]:
+        """Records from `offset` on, below the range's end; [] when none are left. Raises
+        OffsetOutOfRangeError if every replica that answered no longer holds `offset`."""
+        deadline = time.monotonic() + self._options.timeout_s
+        while True:
+            removed = answered = 0
+            for i in range(len(self._sources)):
+                turn = (self._turn + i) % len(self._sources)
+                client = self._client(self._sources[turn])
+                try:
+                    records = client.read(offset, ROWS_PER_ARROW_BATCH_MAX)
+                    answered += 1
+                    if records or client.end_offset() >= self._end - 1:
+                        self._turn = turn
+                        return [r for r in records if r.offset < self._end]
+                except OffsetOutOfRangeError:
+                    removed += 1
+                    answered += 1
+                except QuorumLogError:
+                    pass  # down or cut off: the next one
+            if answered and removed == answered:
+                raise OffsetOutOfRangeError(f"offset {offset} is before every replica's log start")
+            # Every replica is down or behind (a new leader learns the commit offset once
+            # it commits its barrier): wait, then ask the members again.
+            if time.monotonic() + RETRY_PAUSE_S >= deadline:
+                raise QuorumLogError(
+                    f"offsets {offset}..{self._end - 1} were committed but no node of "
+                    f"{','.join(self._sources)} served them within {self._options.timeout_s:g} s"
+                )
+            time.sleep(RETRY_PAUSE_S)
+            self._rediscover()
+
+    def _rediscover(self) -> None:
+        try:
+            with self._options.client() as client:
+                members = replicas_with(client, self._end - 1)
+        except QuorumLogError:
+            return
+        if members:
+            self._sources, self._turn = members, 0
+
+    def log_start(self) -> int:
+        """The lowest log start of the replicas that answer (where reading can go on)."""
+        starts = []
+        for address in self._sources:
+            try:
+                starts.append(self._client(address).start_offset())
+            except QuorumLogError:
+                continue
+        if not starts:
+            raise QuorumLogError(f"no node of {','.join(self._sources)} answered")
+        return min(starts)
+
+
+def read_range(options: Options, partition: OffsetRange | None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the committed records in [start, end); deterministic for a range.
+
+    Records that retention removed before they were read fail the read (DataLossError) or,
+    with failOnDataLoss=false, are skipped.
+    """
+    if partition is None or partition.start >= partition.end:
+        return  # Spark reads InputPartition(None) when partitions() gave none
+    reads = RangeReads(options, partition)
+    try:
+        offset = partition.start
+        pending: list[Record] = []
+        while offset < partition.end:
+            try:
+                records = reads.fetch(offset)
+            except OffsetOutOfRangeError:
+                log_start = reads.log_start()
+                if options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"offsets {offset}..{min(log_start, partition.end) - 1} were removed by "
+                        f"retention before they were read (the log now starts at {log_start}); "
+                        'option("failOnDataLoss", "false") skips them'
+                    ) from None
+                offset = max(offset + 1, log_start)
+                continue
+            if not records:
+                break
+            pending += records
+            offset = records[-1].offset + 1
+            if len(pending) >= ROWS_PER_ARROW_BATCH_MAX:
+                yield arrow_batch(pending)
+                pending = []
+        if pending:
+            yield arrow_batch(pending)
+    finally:
+        reads.close()
+
+
+def arrow_batch(records: list[Record]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.offset for r in records], pa.int64()),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            pa.array([(r.timestamp_ms or 0) * 1000 for r in records], ARROW_SCHEMA[3].type),
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 class BatchReader(DataSourceReader):
@@ -147,17 +412,59 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[OffsetRange]:
-        with self.options.client() as client:
-            start = self.options.resolve(client, self.options.starting)
-            end = self.options.resolve(client, self.options.ending)
-        return split(start, end) or [OffsetRange(start, start)]
+        options = self.options
+        with planning(options) as client:
+            log_start = client.start_offset()
+            end = client.end_offset(linearizable=True) + 1
+            start = _batch_start(options, log_start, end)
+            last = end if options.ending == "latest" else options.ending
+            if last > end:
+                raise ValueError(
+                    f"endingOffset {last} is past the end of the log (its next offset is {end})"
+                )
+            if last < start:
+                raise ValueError(f"endingOffset {last} is before the starting offset {start}")
+            return planned(options, client, start, last)
 
-    def read(self, partition) -> Iterator[tuple]:
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, partition)
 
 
+def _batch_start(options: Options, log_start: int, end: int) -> int:
+    match options.starting:
+        case "earliest":
+            return log_start
+        case "latest":
+            return end
+        case int(start) if start > end:
+            raise ValueError(
+                f"startingOffset {start} is past the end of the log (its next offset is {end})"
+            )
+        case int(start) if start < log_start and options.fail_on_data_loss:
+            raise DataLossError(
+                f"startingOffset {start} was removed by retention: the log starts at "
+                f'{log_start} (option("failOnDataLoss", "false") starts there)'
+            )
+        case int(start):
+            return max(start, log_start)
+    raise AssertionError(options.starting)
+
+
+@contextmanager
+def planning(options: Options) -> Iterator[Client]:
+    """A leader-routed client for the driver's calls; its errors name the brokers."""
+    try:
+        with options.client() as client:
+            yield client
+    except DataLossError:
+        raise
+    except QuorumLogError as exc:
+        raise QuorumLogError(f"quorumlog brokers {','.join(options.brokers)}: {exc}") from exc
+
+
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are {"offset": NEXT_OFFSET_TO_READ}."""
+    """Offsets are {"offset": NEXT_OFFSET_TO_READ}: one key, so Spark's JSON comparison of
+    offsets is exact."""
 
     def __init__(self, options: Options):
         self.options = options
@@ -166,8 +473,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         if self._initial is None:  # Spark asks twice; "latest" must not move between
-            with self.options.client() as client:
-                self._initial = self.options.resolve(client, self.options.starting)
+            with planning(self.options) as client:
+                match self.options.starting:
+                    case "earliest":
+                        self._initial = client.start_offset()
+                    case "latest":
+                        self._initial = client.end_offset(linearizable=True) + 1
+                    case int(start):
+                        self._initial = start  # past the end: wait for it
         return {"offset": self._initial}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -184,66 +497,150 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": max(end, start["offset"])}
 
     def _end(self) -> int:
-        with self.options.client() as client:
-            return client.end_offset() + 1
+        with planning(self.options) as client:
+            return client.end_offset(linearizable=True) + 1
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
-        return split(start["offset"], end["offset"])
+        with planning(self.options) as client:
+            return planned(self.options, client, start["offset"], end["offset"])
 
-    def read(self, partition) -> Iterator[tuple]:
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:
         pass  # the checkpoint is the consumer's position; the log keeps no cursor
 
 
+# --- writes ------------------------------------------------------------------------------
+
+
+def _writable(options: Options, schema: StructType, overwrite: bool) -> Options:
+    if overwrite:
+        raise ValueError("a log is append-only: use .mode('append')")
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    extra = sorted(set(types) - WRITABLE_COLUMNS)
+    if extra:
+        raise ValueError(
+            f"the quorumlog sink writes columns value, key and timestamp; unexpected: {extra}"
+        )
+    if not isinstance(types.get("value"), BinaryType | StringType):
+        raise ValueError("the quorumlog sink needs a `value` column of type binary or string")
+    if "key" in types and not isinstance(types["key"], BinaryType | StringType):
+        raise ValueError("the `key` column must be of type binary or string")
+    if "timestamp" in types and not isinstance(types["timestamp"], TimestampType):
+        raise ValueError("the `timestamp` column must be of type timestamp")
+    return options
+
+
 @dataclass(frozen=True)
 class Appended(WriterCommitMessage):
+    """What one task wrote: `records` records at offsets first_offset..last_offset (other
+    writers' records may lie between; -1, -1 when it wrote none)."""
+
     records: int
+    first_offset: int = -1
+    last_offset: int = -1
+    producer_ids: tuple[int, ...] = ()
 
 
-def write_rows(options: Options, rows) -> Appended:
-    """Append a task's rows: `value` (binary or string) and, if present, `key`."""
-    count = 0
+def producer_id(task: str, chunk: int) -> int:
+    """The producer id of a task's `chunk`-th run of APPENDS_PER_PRODUCER appends: the same
+    on every attempt of the task, distinct across tasks and writes (a 62-bit hash)."""
+    digest = hashlib.blake2b(f"{task}/{chunk}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & PRODUCER_ID_MAX
+
+
+def write_rows(options: Options, task: str, rows: Iterable) -> Appended:
+    """Append a task's rows (`value`, optional `key` and `timestamp`) idempotently: `task`
+    names the task the same way on every attempt (write id, micro-batch, partition)."""
+    records = appends = 0
+    first_offset = last_offset = -1
+    producer_ids: list[int] = []
+    client: Client | None = None
+    try:
+        for chunk in _appends(rows):
+            if appends % APPENDS_PER_PRODUCER == 0:  # the next producer id takes over
+                if client is not None:
+                    client.close()
+                producer_ids.append(producer_id(task, len(producer_ids)))
+                client = options.client(producer_id=producer_ids[-1])
+            assert client is not None
+            result = client.append(chunk, acks="quorum", details=True)
+            appends += 1
+            records += len(chunk)
+            first_offset = result.first_offset if first_offset < 0 else first_offset
+            last_offset = result.last_offset
+    finally:
+        if client is not None:
+            client.close()
+    return Appended(records, first_offset, last_offset, tuple(producer_ids))
+
+
+def _appends(rows: Iterable) -> Iterator[list[Record]]:
+    """Rows as lists of records that each fit in one batch (so one append is one sequence
+    number and a producer id's appends stay countable)."""
     chunk: list[Record] = []
-    with options.client() as client:
-        for row in rows:
-            fields = row.asDict()
-            if fields.get("value") is None:
-                raise ValueError("a row to write needs a non-null `value` column")
-            key = fields.get("key")
-            chunk.append(Record(_bytes(fields["value"]), None if key is None else _bytes(key)))
-            if len(chunk) >= WRITE_RECORDS_PER_APPEND:
-                client.append(chunk)
-                count += len(chunk)
-                chunk = []
-        if chunk:
-            client.append(chunk)
-            count += len(chunk)
-    return Appended(count)
+    chunk_bytes = 0
+    for row in rows:
+        fields = row.asDict()
+        value, key = fields.get("value"), fields.get("key")
+        if value is None:
+            raise ValueError("a row to write needs a non-null `value`")
+        stamp = fields.get("timestamp")
+        record = Record(
+            _bytes(value),
+            None if key is None else _bytes(key),
+            None if stamp is None else int(stamp.timestamp() * 1000),
+        )
+        size = len(record.value) + len(record.key or b"") + RECORD_OVERHEAD_BYTES
+        if chunk and (
+            chunk_bytes + size > BATCH_BYTES_MAX or len(chunk) >= WRITE_RECORDS_PER_APPEND
+        ):
+            yield chunk
+            chunk, chunk_bytes = [], 0
+        chunk.append(record)
+        chunk_bytes += size
+    if chunk:
+        yield chunk
 
 
 def _bytes(value) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
+def _task_context() -> TaskContext:
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("a quorumlog write runs in a Spark task")
+    return context
+
+
 class Writer(DataSourceWriter):
     def __init__(self, options: Options):
         self.options = options
+        self.write_id = uuid.uuid4().hex  # made on the driver, the same in every task
 
     def write(self, iterator) -> Appended:
-        return write_rows(self.options, iterator)
+        task = f"{self.write_id}/{_task_context().partitionId()}"
+        return write_rows(self.options, task, iterator)
 
 
 class StreamWriter(DataSourceStreamWriter):
     def __init__(self, options: Options):
         self.options = options
+        self.write_id = uuid.uuid4().hex
 
     def write(self, iterator) -> Appended:
-        return write_rows(self.options, iterator)
+        context = _task_context()
+        # The query id is kept in the checkpoint: a micro-batch replayed after a restart
+        # is recognised too, not only a retried task.
+        query = context.getLocalProperty("sql.streaming.queryId") or self.write_id
+        batch = context.getLocalProperty("streaming.sql.batchId")
+        task = f"{query}/{batch}/{context.partitionId()}"
+        return write_rows(self.options, task, iterator)
 
     def commit(self, messages, batchId: int) -> None:
-        pass
+        pass  # the records are in the log already; nothing to make visible
 
     def abort(self, messages, batchId: int) -> None:
-        pass
+        pass  # appends cannot be undone; a retry of the batch is deduplicated instead

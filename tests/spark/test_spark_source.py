@@ -1,72 +1,168 @@
-"""A local Spark reading and writing a live cluster: batch, stream, and back."""
+"""A local Spark reading a live cluster: batch reads in partitions, streams that restart
+from their checkpoint, and records lost to retention."""
 
 from __future__ import annotations
 
-from quorumlog import Record
+import os
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+
 from quorumlog.localcluster import ProcessCluster
+from quorumlog.spark import (
+    DataLossError,
+    OffsetRange,
+    Options,
+    read_range,
+    split,
+)
+from tests.spark.helpers import committed_from
 
 
-def test_batch_read_write_and_stream(spark, tmp_path):
+def _read(spark, brokers: str, **options):
+    reader = spark.read.format("quorumlog").option("brokers", brokers)
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
+    return reader.load()
+
+
+def test_batch_read_of_100000_records_in_partitions(spark, cluster, filled):
+    df = _read(spark, cluster.brokers, startingOffset=filled.start, endingOffset=filled.end)
+    assert df.schema.simpleString() == (
+        "struct<offset:bigint,key:binary,value:binary,timestamp:timestamp>"
+    )
+    assert df.rdd.getNumPartitions() == 2  # 100,000 offsets (and a few control batches)
+    rows = df.orderBy("offset").collect()
+    got = [(r.offset, r.key and bytes(r.key), bytes(r.value)) for r in rows]
+    assert got == [(r.offset, r.key, r.value) for r in filled.records]
+    first = filled.records[0]
+    assert rows[0].timestamp.timestamp() == pytest.approx(first.timestamp_ms / 1000)
+
+
+def test_batch_read_bounds_and_partition_size(spark, cluster, filled):
+    start = filled.start + 10
+    bounded = _read(
+        spark,
+        cluster.brokers,
+        startingOffset=start,
+        endingOffset=start + 100,
+        recordsPerPartition=30,
+    )
+    assert bounded.rdd.getNumPartitions() == 4
+    assert sorted(r.offset for r in bounded.collect()) == list(range(start, start + 100))
+    end = filled.end
+    assert _read(spark, cluster.brokers, startingOffset=end, endingOffset=end).count() == 0
+
+
+def test_partitions_read_from_every_replica_in_turn():
+    replicas = ["a:1", "b:2", "c:3"]
+    ranges = split(0, 250, 100, replicas)
+    assert [(r.start, r.end) for r in ranges] == [(0, 100), (100, 200), (200, 250)]
+    assert [r.replicas for r in ranges] == [
+        ("a:1", "b:2", "c:3"),
+        ("b:2", "c:3", "a:1"),
+        ("c:3", "a:1", "b:2"),
+    ]
+    assert split(0, 10, 100, []) == [OffsetRange(0, 10, ())]
+
+
+def test_a_partition_falls_back_when_its_replicas_fail(cluster, filled):
+    """A dead node first, then one that is alive: the range is read whole, once."""
+    options = Options(tuple(cluster.brokers.split(",")), timeout_s=10.0)
+    dead = "127.0.0.1:1"
+    start, end = filled.start, filled.start + 3000
+    for replicas in ((dead, cluster.address(2)), (dead,), ()):
+        batches = list(read_range(options, OffsetRange(start, end, replicas)))
+        offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+        assert offsets == [r.offset for r in filled.records[:3000]], replicas
+
+
+def _stream(spark, brokers: str, sink: str, checkpoint: str, **options) -> None:
+    reader = spark.readStream.format("quorumlog").option("brokers", brokers)
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the stream did not finish within 120 s"
+    finally:
+        query.stop()
+
+
+def test_stream_restarts_from_its_checkpoint_exactly_once(spark, cluster, filled, tmp_path):
+    sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
+    start = filled.end - 1000  # the last 1,000 of the session's records, and whatever follows
+    with cluster.client() as client:
+        client.append([b"before-%d" % i for i in range(500)])
+    _stream(
+        spark, cluster.brokers, sink, checkpoint, startingOffset=start, maxRecordsPerTrigger=600
+    )
+    first_run = {r.offset for r in spark.read.parquet(sink).select("offset").collect()}
+    with cluster.client() as client:
+        client.append([b"after-%d" % i for i in range(700)])
+    expected = committed_from(cluster, start)
+    _stream(
+        spark, cluster.brokers, sink, checkpoint, startingOffset=start, maxRecordsPerTrigger=600
+    )
+
+    rows = spark.read.parquet(sink).collect()
+    assert len(first_run) >= 1500
+    assert sorted((r.offset, bytes(r.value)) for r in rows) == [
+        (r.offset, r.value) for r in expected
+    ], "every record once, none twice, across the restart"
+    batches = len([f for f in os.listdir(os.path.join(checkpoint, "commits")) if f.isdigit()])
+    assert batches >= 4, "maxRecordsPerTrigger cut the stream into micro-batches"
+
+
+RETENTION = """[log]
+segment_bytes_max = 32768
+retention_bytes = 65536
+"""
+
+
+def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_path):
+    """A stream stopped at offset N; retention then drops offsets past N. Restarted, it fails
+    by default and says why; with failOnDataLoss=false it goes on from the log start."""
     (tmp_path / "c").mkdir()
-    cluster = ProcessCluster(str(tmp_path / "c"))
+    config = tmp_path / "retention.toml"
+    config.write_text(RETENTION)
+    cluster = ProcessCluster(str(tmp_path / "c"), config_file=str(config))
     cluster.start_all()
     try:
         cluster.wait_for_leader()
-        with cluster.client() as c:
-            first = c.append([b"r%03d" % i for i in range(150)])
-            c.append([Record(b"keyed-%d" % i, key=b"k%d" % i) for i in range(3)])
-        brokers = cluster.brokers
+        sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
+        with cluster.client() as client:
+            client.append([b"early-%d" % i for i in range(100)])
+        _stream(spark, cluster.brokers, sink, checkpoint)
+        with cluster.client() as client:
+            read_up_to = client.end_offset(linearizable=True)
+            for _ in range(40):  # 40 appends of 8 KiB: several segments, past the limit
+                client.append([os.urandom(1000) for _ in range(8)])  # incompressible
+            deadline = time.monotonic() + 30
+            while client.start_offset() <= read_up_to + 1:  # retention runs every 5 s
+                assert time.monotonic() < deadline, "retention did not run"
+                time.sleep(0.2)
+            log_start = client.start_offset()
+        rest = committed_from(cluster, log_start)
 
-        df = spark.read.format("quorumlog").option("brokers", brokers).load()
-        assert df.schema.simpleString() == (
-            "struct<offset:bigint,key:binary,value:binary,timestamp:timestamp>"
-        )
-        rows = df.orderBy("offset").collect()
-        assert [bytes(r.value) for r in rows[:150]] == [b"r%03d" % i for i in range(150)]
-        assert rows[0].offset == first and rows[0].key is None
-        assert [bytes(r.key) for r in rows[150:]] == [b"k0", b"k1", b"k2"]
-        assert len({r.offset for r in rows}) == len(rows) == 153
+        with pytest.raises(Exception, match="removed by retention") as failure:
+            _stream(spark, cluster.brokers, sink, checkpoint)
+        assert 'option("failOnDataLoss", "false")' in str(failure.value)
+        options = Options(tuple(cluster.brokers.split(",")))
+        with pytest.raises(DataLossError, match=f"the log now starts at {log_start}"):
+            list(read_range(options, OffsetRange(read_up_to + 1, log_start + 5)))
 
-        bounded = (
-            spark.read.format("quorumlog")
-            .option("brokers", brokers)
-            .option("startingOffset", str(first + 10))
-            .option("endingOffset", str(first + 20))
-            .load()
-            .collect()
-        )
-        assert sorted(r.offset for r in bounded) == list(range(first + 10, first + 20))
-
-        out = spark.createDataFrame([(b"from-spark-%d" % i,) for i in range(40)], "value binary")
-        out.write.format("quorumlog").option("brokers", brokers).mode("append").save()
-        with cluster.client() as c:
-            values = {r.value for r in c.read(0, 1000)}
-        assert {b"from-spark-%d" % i for i in range(40)} <= values
-
-        checkpoint = str(tmp_path / "checkpoint")
-        sink = str(tmp_path / "sink")
-
-        def run_stream() -> None:
-            query = (
-                spark.readStream.format("quorumlog")
-                .option("brokers", brokers)
-                .option("maxRecordsPerTrigger", "50")
-                .load()
-                .writeStream.format("parquet")
-                .option("path", sink)
-                .option("checkpointLocation", checkpoint)
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination(120)
-
-        run_stream()
-        with cluster.client() as c:
-            c.append([b"late-%d" % i for i in range(30)])
-        run_stream()
-        streamed = spark.read.parquet(sink).collect()
-        offsets = [r.offset for r in streamed]
-        assert len(offsets) == len(set(offsets)), "no record twice across restarts"
-        assert len(offsets) == 153 + 40 + 30, "every record once"
+        _stream(spark, cluster.brokers, sink, checkpoint, failOnDataLoss="false")
+        offsets = sorted(r.offset for r in spark.read.parquet(sink).select("offset").collect())
+        assert offsets[:100] == list(range(offsets[0], offsets[0] + 100))
+        assert offsets[100:] == [r.offset for r in rest], "skipped to the log start, then all"
     finally:
         cluster.stop_all()
