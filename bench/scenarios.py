@@ -16,6 +16,7 @@ SCENARIOS = {
     "scale": "bench.scale",
     "sim": "bench.sim",
     "nemesis": "bench.nemesis",
+    "spark": "bench.spark",
 }
 
 
