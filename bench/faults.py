@@ -7,7 +7,8 @@
   so this is a fault a real disk can have and quorumlog must survive.
 - `damage`: what bit rot and bad tools do: a cut tail, a flipped bit in the last batch
   (both torn tails: the node cuts them and starts), a flipped bit in the middle of a segment
-  (corruption: the node must refuse to start, exit 3, rather than serve wrong data).
+  or in the term/vote metadata (corruption: the node must refuse to start, exit 3, rather
+  than serve wrong data or forget its vote).
 """
 
 from __future__ import annotations
@@ -15,11 +16,15 @@ from __future__ import annotations
 import os
 import random
 
+from log.metadata import METADATA_FILE
 from log.segment import SEGMENT_SUFFIX
 
 TAIL = ("cut-tail", "flip-last-batch")  # torn tails: the node starts
-MIDDLE = "flip-middle"  # corruption: the node refuses to start
-DAMAGE = (*TAIL, MIDDLE)
+MIDDLE = "flip-middle"  # corruption: the node refuses to start; --repair cuts the log there
+METADATA = "flip-metadata"  # corruption: refuses to start; the operator restores the file
+DAMAGE = (*TAIL, MIDDLE, METADATA)
+MIDDLE_BYTES_MIN = 16 * 1024
+REFUSED = (MIDDLE, METADATA)
 
 
 def segments(data_dir: str) -> list[str]:
@@ -58,20 +63,27 @@ def lose_unsynced(data_dir: str, journal: str, rng: random.Random) -> int:
 
 
 def damage(data_dir: str, kind: str, rng: random.Random) -> str | None:
-    """Damage the newest non-empty segment; returns what was done, or None if no data."""
-    paths = [p for p in segments(data_dir) if os.path.getsize(p) > 64]
+    """Damage a stopped node's files; returns what was done, or None if there was no data
+    to damage (segments smaller than MIDDLE_BYTES_MIN are left alone for MIDDLE)."""
+    if kind == METADATA:
+        path = os.path.join(data_dir, METADATA_FILE)
+        return _flip(path, rng.randrange(os.path.getsize(path)), rng)
+    paths = [p for p in segments(data_dir) if os.path.getsize(p) > MIDDLE_BYTES_MIN]
     if not paths:
         return None
+    if kind == MIDDLE:  # in the first half, so that valid batches follow the damage
+        path = rng.choice(paths)
+        return _flip(path, rng.randrange(os.path.getsize(path) // 2), rng)
     path = paths[-1]
     size = os.path.getsize(path)
     if kind == "cut-tail":
-        cut = rng.randint(1, min(size - 1, 4096))
+        cut = rng.randint(1, 4096)
         os.truncate(path, size - cut)
         return f"{path}: cut {cut} bytes off the tail"
-    position = size - rng.randint(1, min(size, 40)) if kind == "flip-last-batch" else size // 2
-    if kind == MIDDLE:
-        path = paths[len(paths) // 2] if len(paths) > 1 else path
-        position = rng.randint(0, max(0, os.path.getsize(path) // 2 - 1))
+    return _flip(path, size - rng.randint(1, 40), rng)
+
+
+def _flip(path: str, position: int, rng: random.Random) -> str:
     with open(path, "r+b") as f:
         f.seek(position)
         byte = f.read(1)

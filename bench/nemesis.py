@@ -343,34 +343,45 @@ class Nemesis:
         return disk.lose_unsynced(data, os.path.join(data, "sync-journal"), self.rng)
 
     async def damage(self) -> None:
-        """Restart a follower on damaged segments: a torn tail is cut, damage in the
-        middle makes it refuse to start (and it comes back only with --repair)."""
+        """Restart a follower on damaged files. A torn tail is cut and the node starts;
+        damage in the middle of a segment or in the metadata makes it refuse to start
+        (exit 3). It comes back with --repair (segments) or a restored file (metadata)."""
         if not (followers := self.followers()):
             return
         node_id = self.rng.choice(followers)
         await self.kill(node_id)
+        data = self.cluster.data_dir(node_id)
         kind = self.rng.choice(disk.DAMAGE)
-        what = disk.damage(self.cluster.data_dir(node_id), kind, self.rng)
+        metadata = os.path.join(data, disk.METADATA_FILE)
+        with open(metadata, "rb") as f:
+            saved_metadata = f.read()
+        what = disk.damage(data, kind, self.rng)
         self.event("damage", node=node_id, kind=kind, what=what)
         self.start(node_id)
+        refused = what is not None and kind in disk.REFUSED
         proc = self.cluster.procs[node_id]
-        with trio.move_on_after(STARTUP_REFUSAL_S if kind == disk.MIDDLE else 3.0):
+        with trio.move_on_after(STARTUP_REFUSAL_S if refused else 3.0):
             while proc.poll() is None:
                 await trio.sleep(0.1)
         code = proc.poll()
-        if what is None or kind != disk.MIDDLE:
+        if not refused:
             if code is not None:
                 self.history.violations.append(f"node {node_id} did not start after {what}")
             return
         if code != 3:
             self.history.violations.append(
-                f"node {node_id} started on damaged storage ({what}): exit {code}"
+                f"node {node_id} did not refuse damaged storage ({what}): exit {code}"
             )
             return
         self.cluster.procs.pop(node_id)
         await self.hold()
-        self.start(node_id, ["--repair"])
-        self.event("repair", node=node_id)
+        if kind == disk.METADATA:
+            with open(metadata, "wb") as f:
+                f.write(saved_metadata)
+            self.start(node_id)
+        else:
+            self.start(node_id, ["--repair"])
+        self.event("restored" if kind == disk.METADATA else "repaired", node=node_id)
 
     async def membership(self) -> None:
         """One change: add a node, remove one, replace one, or move the leadership."""

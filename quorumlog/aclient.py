@@ -146,10 +146,11 @@ class AsyncClient(ClientBase):
             with trio.move_on_after(ATTEMPT_S) as attempt:
                 try:
                     reply = await self._call_once(address, message)
-                    if attempts.on_reply(address, reply):
-                        return reply
                 except (ConnectionClosed, UnreachableError) as exc:
                     attempts.on_unreachable(address, exc)
+                else:
+                    if attempts.on_reply(address, reply):
+                        return reply
             if attempt.cancelled_caught:
                 attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
             await trio.sleep(attempts.pause_s())

@@ -162,9 +162,6 @@ class Client(ClientBase):
                 )
                 try:
                     reply = self._call_once(address, message, attempt_end)
-                    if attempts.on_reply(address, reply):
-                        return reply
-                    problem = reply.message
                 except (ConnectionLost, UnreachableError) as exc:
                     attempts.on_unreachable(address, exc)
                     problem = str(exc)
@@ -172,7 +169,13 @@ class Client(ClientBase):
                     if time.monotonic() >= deadline:
                         raise CallTimeoutError(f"gave up after {self.timeout:g} s: {exc}") from None
                     attempts.on_unreachable(address, exc)
-                    problem = f"{address} did not answer within {attempt_s:g} s"
+                    problem = f"{address} did not answer in time"
+                else:
+                    # Outside the try: an error the reply carries (a transfer that timed
+                    # out, say) is the answer, not a broker that failed to answer.
+                    if attempts.on_reply(address, reply):
+                        return reply
+                    problem = reply.message
             pause = attempts.pause_s()
             if time.monotonic() + pause >= deadline:
                 raise CallTimeoutError(f"gave up after {self.timeout:g} s: {problem}")
