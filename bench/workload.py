@@ -327,11 +327,13 @@ def peak_rss_row(cluster: ProcessCluster, figure: str = "peak RSS per node") -> 
 
 
 async def status_of(address: str) -> dict | None:
+    reply = None
     try:
         with trio.fail_after(2.0):
             async with open_connection(address) as conn:
                 reply = await conn.request(StatusRequest())
-    except (TransportError, trio.TooSlowError, OSError):
+    # The connection's nursery wraps what breaks inside it in an ExceptionGroup.
+    except* (TransportError, trio.TooSlowError, OSError):
         return None
     return reply.status if isinstance(reply, StatusReply) else None
 
