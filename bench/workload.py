@@ -334,7 +334,7 @@ async def status_of(address: str) -> dict | None:
                 reply = await conn.request(StatusRequest())
     # The connection's nursery wraps what breaks inside it in an ExceptionGroup.
     except* (TransportError, trio.TooSlowError, OSError):
-        return None
+        pass  # reply stays None: unreachable
     return reply.status if isinstance(reply, StatusReply) else None
 
 
