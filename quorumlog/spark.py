@@ -23,18 +23,21 @@ replays a micro-batch after a restart). A read is cut into partitions of
 parallel, while a task still reads tens of megabytes, far more than it costs to start. Each
 partition reads from one replica that had the range committed when the read was planned,
 partition i from the i-th of them, so that the tasks spread over the nodes; a replica that
-fails or is behind hands over to the next. Rows go to Spark as Arrow
-record batches (about 3x cheaper than tuples).
+fails or is behind hands over to the next. Rows go to Spark as Arrow record batches
+(about 3x faster than tuples: ../shared/notes/pyspark-datasource.md).
 
-Writes are exactly once for a retried task, given the same rows in the same order (a
-deterministic input, as Spark's own retries assume). Every task appends with acks=quorum
-under producer ids derived from the write, the partition and, for streams, the query and
-the micro-batch, with sequence numbers counted from 0: a retry (or a micro-batch replayed
-after a restart) sends the same (producer id, sequence) pairs, and the leader answers them
-with the offsets of the first run instead of writing again. A producer id covers
-APPENDS_PER_PRODUCER appends, fewer than the APPENDS_PER_PRODUCER_MAX each node remembers
-per producer (actors/producers.py). Nodes forget the least recently used of their 100,000
-producers, so a retry after that many other producers wrote may write again.
+Writes: a retried task does not write twice. Every task appends with acks=quorum under
+producer ids derived from the write (an id made on the driver; for streams, the query's id,
+which the checkpoint keeps, and the micro-batch) and the partition, with sequence numbers
+counted from 0 and one batch per append: a retry, or a micro-batch replayed after a
+restart, sends the same (producer id, sequence) pairs, and the leader answers them with the
+first run's offsets instead of writing again. That assumes the retry has the same rows in
+the same order (a deterministic input, as Spark's own recomputation does); where it does
+not, the first run's appends stand for the sequence numbers both sent. A producer id covers
+APPENDS_PER_PRODUCER appends, well inside the APPENDS_PER_PRODUCER_MAX each node remembers
+per producer (actors/producers.py); nodes forget the least recently used of their 100,000
+producers, so a retry after that many other producers wrote may write again. Each task's
+commit message (`Appended`) carries its count and first and last offsets.
 
 Needs pyspark >= 4.2 (admission control and Trigger.AvailableNow) and pyarrow.
 """
@@ -47,11 +50,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
+import structlog
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
@@ -87,7 +91,7 @@ ARROW_SCHEMA = pa.schema(
 )
 RECORDS_PER_PARTITION = 50_000
 ROWS_PER_ARROW_BATCH_MAX = 10_000
-REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn; then the next, then the leader
+REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn at a call; then the next one
 RETRY_PAUSE_S = 0.1
 # Appends under one producer id: well inside the 1,024 a node remembers per producer.
 APPENDS_PER_PRODUCER = 256
@@ -100,6 +104,9 @@ KAFKA_NAMES = {  # options of Spark's Kafka source that users carry over
     "maxoffsetspertrigger": "maxRecordsPerTrigger",
     "kafka.bootstrap.servers": "brokers",
 }
+
+
+logger = structlog.get_logger("quorumlog.spark")
 
 
 class DataLossError(QuorumLogError):
@@ -243,25 +250,26 @@ class OffsetRange(InputPartition):
     replicas: tuple[str, ...] = ()
 
 
-def split(start: int, end: int, per_partition: int, replicas: list[str]) -> list[OffsetRange]:
+def split(
+    start: int, end: int, per_partition: int, ready: Sequence[str], behind: Sequence[str] = ()
+) -> list[OffsetRange]:
     """[start, end) in ranges of `per_partition` offsets, the i-th one reading from the i-th
-    replica first (round robin), then from the others in turn."""
+    ready replica first (round robin), then from the other ready ones, then the others."""
     out = []
     for i, s in enumerate(range(start, end, per_partition)):
-        turn = i % len(replicas) if replicas else 0
-        out.append(
-            OffsetRange(s, min(end, s + per_partition), (*replicas[turn:], *replicas[:turn]))
-        )
+        turn = i % len(ready) if ready else 0
+        replicas = (*ready[turn:], *ready[:turn], *behind)
+        out.append(OffsetRange(s, min(end, s + per_partition), replicas))
     return out
 
 
-def replicas_with(client: Client, last_offset: int) -> list[str]:
-    """Addresses of the members that answer, those that have committed `last_offset` first
-    (in node id order); [] if no member list can be had."""
+def replicas_with(client: Client, last_offset: int) -> tuple[list[str], list[str]]:
+    """Addresses of the members that answer: those that have committed `last_offset`, and
+    the others, in node id order; nothing if no member list can be had."""
     try:
         statuses = client.status()
     except QuorumLogError:
-        return []
+        return [], []
     addresses: dict[int, str] = {}
     for status in statuses:
         addresses.update(members_of(status))
@@ -271,13 +279,14 @@ def replicas_with(client: Client, last_offset: int) -> list[str]:
         if address is None or "commit_offset" not in status:
             continue  # unreachable, or not a member
         (ready if status["commit_offset"] >= last_offset else behind).append(address)
-    return ready + behind
+    return ready, behind
 
 
 def planned(options: Options, client: Client, start: int, end: int) -> list[OffsetRange]:
     if start >= end:
         return [OffsetRange(start, start)]
-    return split(start, end, options.records_per_partition, replicas_with(client, end - 1))
+    ready, behind = replicas_with(client, end - 1)
+    return split(start, end, options.records_per_partition, ready, behind)
 
 
 class RangeReads:
@@ -340,13 +349,10 @@ class RangeReads:
             self._rediscover()
 
     def _rediscover(self) -> None:
-        try:
-            with self._options.client() as client:
-                members = replicas_with(client, self._end - 1)
-        except QuorumLogError:
-            return
-        if members:
-            self._sources, self._turn = members, 0
+        with self._options.client() as client:
+            ready, behind = replicas_with(client, self._end - 1)
+        if ready or behind:
+            self._sources, self._turn = ready + behind, 0
 
     def log_start(self) -> int:
         """The lowest log start of the replicas that answer (where reading can go on)."""
@@ -384,6 +390,9 @@ def read_range(options: Options, partition: OffsetRange | None) -> Iterator[pa.R
                         f"retention before they were read (the log now starts at {log_start}); "
                         'option("failOnDataLoss", "false") skips them'
                     ) from None
+                logger.warning(
+                    "records_lost_skipped", first_offset=offset, log_start_offset=log_start
+                )
                 offset = max(offset + 1, log_start)
                 continue
             if not records:
@@ -664,9 +673,7 @@ logger.repl.level = error
 """
 
 
-def local_session(
-    app_name: str, master: str = "local[2]", fast_start: bool = True
-) -> SparkSession:
+def local_session(app_name: str, master: str = "local[2]", fast_start: bool = True) -> SparkSession:
     """A quiet local SparkSession with this source registered, for tests, examples and
     benchmarks (../shared/notes/pyspark-datasource.md has the why of each setting). Workers
     run this interpreter, which has quorumlog installed. `fast_start` stops the JVM's JIT

@@ -66,6 +66,8 @@ def test_partitions_read_from_every_replica_in_turn():
         ("c:3", "a:1", "b:2"),
     ]
     assert split(0, 10, 100, []) == [OffsetRange(0, 10, ())]
+    behind = split(0, 200, 100, ["a:1", "b:2"], ["c:3"])
+    assert [r.replicas for r in behind] == [("a:1", "b:2", "c:3"), ("b:2", "a:1", "c:3")]
 
 
 def test_a_partition_falls_back_when_its_replicas_fail(cluster, filled):
@@ -156,6 +158,9 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         with pytest.raises(Exception, match="removed by retention") as failure:
             _stream(spark, cluster.brokers, sink, checkpoint)
         assert 'option("failOnDataLoss", "false")' in str(failure.value)
+        batch = spark.read.format("quorumlog").option("brokers", cluster.brokers)
+        with pytest.raises(Exception, match="startingOffset 0 was removed by retention"):
+            batch.option("startingOffset", "0").load().collect()
         options = Options(tuple(cluster.brokers.split(",")))
         with pytest.raises(DataLossError, match=f"the log now starts at {log_start}"):
             list(read_range(options, OffsetRange(read_up_to + 1, log_start + 5)))
