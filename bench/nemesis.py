@@ -461,7 +461,8 @@ class Nemesis:
                     try:
                         await c.append([f"healed-{self.plan.seed}".encode()])
                         return self.now() - start
-                    except QuorumLogError:
+                    except QuorumLogError as exc:
+                        self.event("append after healing failed", error=str(exc))
                         await trio.sleep(0.1)
         return None
 

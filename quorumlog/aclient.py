@@ -69,10 +69,18 @@ class AsyncClient(ClientBase):
         self._nursery = await self._nursery_manager.__aenter__()
         return self
 
-    async def __aexit__(self, *exc) -> bool | None:
+    async def __aexit__(self, exc_type, exc, tb) -> bool | None:
         assert self._nursery is not None and self._nursery_manager is not None
         self._nursery.cancel_scope.cancel()
-        return await self._nursery_manager.__aexit__(*exc)
+        try:
+            return await self._nursery_manager.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The connection tasks end quietly when cancelled, so a group holding only the
+            # body's own error is that error: raise it as `async with` users expect
+            # (`except QuorumLogError` around the block), not wrapped in a group.
+            if exc is not None and group.exceptions == (exc,):
+                raise exc from None
+            raise
 
     async def append(
         self, records: Iterable[bytes | Record], acks: str = "quorum", details: bool = False

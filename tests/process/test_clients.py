@@ -66,6 +66,15 @@ def test_bad_input_gets_clear_errors(cluster):
             c.append([b"x"], acks="sometimes")
 
 
+def test_errors_leave_async_with_unwrapped():
+    async def main():
+        async with AsyncClient("127.0.0.1:1", timeout=0.5, direct=True) as c:
+            await c.end_offset()
+
+    with pytest.raises(QuorumLogError):  # not an ExceptionGroup from the client's nursery
+        trio.run(main)
+
+
 def test_unreachable_brokers_fail_within_the_timeout():
     (port,) = free_ports(1)
     start = time.monotonic()
