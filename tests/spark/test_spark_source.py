@@ -81,6 +81,20 @@ def test_a_partition_falls_back_when_its_replicas_fail(cluster, filled):
         assert offsets == [r.offset for r in filled.records[:3000]], replicas
 
 
+def test_a_batch_read_goes_on_with_a_node_down(spark, cluster, filled):
+    """A follower killed: the read is planned over the replicas that answer (a replica
+    that fails during the read hands over: test_a_partition_falls_back...)."""
+    leader = cluster.wait_for_leader()
+    follower = next(i for i in cluster.ids if i != leader)
+    cluster.kill(follower)
+    try:
+        df = _read(spark, cluster.brokers, startingOffset=filled.start, endingOffset=filled.end)
+        offsets = [r.offset for r in df.select("offset").collect()]
+    finally:
+        cluster.start(follower)
+    assert sorted(offsets) == [r.offset for r in filled.records]
+
+
 def _stream(spark, brokers: str, sink: str, checkpoint: str, **options) -> None:
     reader = spark.readStream.format("quorumlog").option("brokers", brokers)
     for name, value in options.items():
