@@ -1,9 +1,12 @@
 """The node: the actor around RaftCore, its mailbox, and the client handler.
 
 One task (the main loop) owns the core and reads the mailbox: peer messages, client appends,
-"flushed". After each round of inputs it persists term and vote if they changed (before
-anything is sent: storage rule 1), sends the core's outbox, answers the appends whose
-durability was reached, and asks the flusher for a flush. Timers are the core's deadlines,
+"flushed". After each round of inputs it appends the round's client appends together (one
+write, one AppendEntries per follower, one flush for all of them), persists term and vote
+if they changed (before anything is sent: storage rule 1), sends the core's outbox, answers
+the appends whose durability was reached, and asks the flusher for a flush. Client appends
+come without a task each: the transport hands them over (`take_request`) and the main loop
+answers them through the connection's reply path. Timers are the core's deadlines,
 waited for on trio's clock. The node's nursery supervises it all: a storage error anywhere
 stops the whole node (fail-stop).
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -57,7 +60,7 @@ from transport.messages import (
 from transport.messages import (
     Role as ConnectionRole,
 )
-from transport.network import ConnectionInfo, Handler, NodeTransport
+from transport.network import Answer, ConnectionInfo, Handler, NodeTransport
 
 logger = structlog.get_logger("quorumlog.node")
 
@@ -107,6 +110,46 @@ class Pending:
         return self.value
 
 
+class Answered:
+    """A client append's result, handed straight to the connection's reply path
+    (`take_request`): no task waits for it. Counts the append in the node's stats."""
+
+    __slots__ = ("_acks", "_answer", "_bytes", "_done", "_started", "_stats")
+
+    def __init__(
+        self, answer: Answer, stats: NodeStats, acks: Acks, size: int, started: float
+    ) -> None:
+        self._answer = answer
+        self._stats = stats
+        self._acks = acks
+        self._bytes = size
+        self._started = started
+        self._done = False
+
+    def resolve(self, value: Message) -> None:
+        if self._done:
+            return
+        self._done = True
+        if type(value) is AppendReply:
+            elapsed = trio.current_time() - self._started
+            self._stats.append_done(self._acks.name.lower(), self._bytes, elapsed)
+        self._answer(value)
+
+
+class NodeHandler:
+    """What the node gives its transport: every message goes to `Node.handle`; client
+    appends are taken without a task of their own (`Node.take_request`)."""
+
+    __slots__ = ("_handle", "take_request")
+
+    def __init__(self, node: Node) -> None:
+        self._handle = node.handle
+        self.take_request = node.take_request
+
+    def __call__(self, peer: ConnectionInfo, message: Message) -> Awaitable[Message | None]:
+        return self._handle(peer, message)
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInput:
     sender: int
@@ -118,7 +161,7 @@ class PeerInput:
 class ClientAppend:
     batches: list[tuple[BatchHeader, memoryview]]  # checked by the handler
     acks: Acks
-    reply: Pending | None
+    reply: Pending | Answered | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +177,7 @@ class QuorumWaiter:
     term: int
     first_offset: int
     last_offset: int
-    reply: Pending
+    reply: Pending | Answered
 
 
 class Node:
@@ -178,7 +221,8 @@ class Node:
             dirty_offset=self.log.dirty_offset,
             config=self.core.config.to_json() if self.core.config else None,
         )
-        async with open_transport(self.handle) as transport, trio.open_nursery() as nursery:
+        handler = NodeHandler(self)
+        async with open_transport(handler) as transport, trio.open_nursery() as nursery:
             self._transport = transport
             transport.set_peers(self._peer_addresses())
             nursery.start_soon(self._flusher.run)
@@ -195,34 +239,42 @@ class Node:
 
     async def _main_loop(self) -> None:
         core = self.core
+        mailbox = self._mailbox
+        appends: list[ClientAppend] = []
         while True:
             with trio.move_on_at(core.next_deadline()):
-                self._handle_input(await self._mailbox.receive())
+                self._handle_input(await mailbox.receive(), appends)
                 for _ in range(ROUND_INPUTS_MAX - 1):
                     try:
-                        self._handle_input(self._mailbox.receive_nowait())
+                        self._handle_input(mailbox.receive_nowait(), appends)
                     except trio.WouldBlock:
                         break
             now = trio.current_time()
+            if appends:
+                # The round's appends go to the log together: one write, one AppendEntries
+                # per follower, one flush (they were independent of the round's other
+                # inputs: a step-down among them answers them not_leader, as it should).
+                self._append(appends, now)
+                appends = []
             if now >= core.next_deadline():
                 core.tick(now)
             core.pump()
             await self._perform()
 
-    def _handle_input(self, item: object) -> None:
+    def _handle_input(self, item: object, appends: list[ClientAppend]) -> None:
         core = self.core
-        now = trio.current_time()
         match item:
+            case ClientAppend():
+                appends.append(item)
+                return
             case PeerInput(sender, message, processed):
-                core.step(sender, message, now)
+                core.step(sender, message, trio.current_time())
                 if processed is not None:
                     processed.set()
-            case ClientAppend(batches, acks, reply):
-                self._append(batches, acks, reply, now)
             case Flushed():
-                core.on_flushed(now)
+                core.on_flushed(trio.current_time())
             case CoreCall(fn, reply):
-                core.now = now
+                core.now = trio.current_time()
                 try:
                     reply.resolve(fn(core))
                 except Exception as exc:  # handed to the caller, who answers the client
@@ -230,38 +282,70 @@ class Node:
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
-    def _append(
-        self,
-        batches: list[tuple[BatchHeader, memoryview]],
-        acks: Acks,
-        reply: Pending | None,
-        now: float,
-    ) -> None:
+    def _append(self, appends: list[ClientAppend], now: float) -> None:
+        """Append a round's client appends with one log append (they share its write, the
+        next AppendEntries and the next flush); answer or queue a waiter for each."""
         core = self.core
         if core.is_leader and core.transfer is not None:
-            self._held.append(ClientAppend(batches, acks, reply))
+            self._held.extend(appends)
             return
         if not core.is_leader:
-            if reply is not None:
-                reply.resolve(self.not_leader(core.leader_id))
+            answer = self.not_leader(core.leader_id)
+            for item in appends:
+                if item.reply is not None:
+                    item.reply.resolve(answer)
             return
-        try:
-            earlier = core.find_duplicate(batches[0][0]) if len(batches) == 1 else None
-        except StaleSequenceError as exc:
-            if reply is not None:
-                reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
-            return
-        if earlier is not None:
-            # A retry of an append already in the log: answer with its offsets.
-            first, last = earlier.first_offset, earlier.last_offset
-        else:
-            first, last = core.propose(batches, now)
-        if reply is None:
-            return
-        if acks is Acks.QUORUM and last > core.commit_offset:
-            self._waiters.append(QuorumWaiter(core.term, first, last, reply))
-        else:
-            reply.resolve(self._append_reply(first, last))
+        placed: list[tuple[BatchHeader, memoryview]] = []
+        # (first, last) of each append, None where it was answered already.
+        offsets: list[tuple[int, int] | None] = []
+        # Idempotent batches placed in this round, so that a retry in the same round is
+        # answered with them, as the producer table answers it for earlier rounds.
+        in_round: dict[tuple[int, int], tuple[int, int]] = {}
+        next_offset = core.log.dirty_offset + 1
+        for item in appends:
+            batches = item.batches
+            if len(batches) == 1:
+                header = batches[0][0]
+                try:
+                    earlier = core.find_duplicate(header)
+                except StaleSequenceError as exc:
+                    if item.reply is not None:
+                        item.reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
+                    offsets.append(None)
+                    continue
+                if earlier is None and header.producer_id >= 0:
+                    found = in_round.get((header.producer_id, header.producer_seq))
+                    if found is not None:
+                        offsets.append(found)
+                        continue
+                if earlier is not None:
+                    # A retry of an append already in the log: answer with its offsets.
+                    offsets.append((earlier.first_offset, earlier.last_offset))
+                    continue
+            first = next_offset
+            for header, _ in batches:
+                last = next_offset + header.record_count - 1
+                if header.producer_id >= 0:
+                    in_round[(header.producer_id, header.producer_seq)] = (next_offset, last)
+                next_offset = last + 1
+            placed += batches
+            offsets.append((first, next_offset - 1))
+        if placed:
+            proposed = core.propose(placed, now)
+            assert proposed[1] == next_offset - 1, (proposed, next_offset)
+        commit = core.commit_offset
+        majority: tuple[int, int] | None = None  # computed once for all answered now
+        for item, where in zip(appends, offsets, strict=True):
+            reply = item.reply
+            if where is None or reply is None:
+                continue
+            first, last = where
+            if item.acks is Acks.QUORUM and last > commit:
+                self._waiters.append(QuorumWaiter(core.term, first, last, reply))
+            else:
+                if majority is None:
+                    majority = core.majority_offsets()
+                reply.resolve(AppendReply(first, last, commit, *majority))
 
     async def _perform(self) -> None:
         core = self.core
@@ -277,9 +361,7 @@ class Node:
             transport.send_nowait(to, message)
         if self._held and core.transfer is None:
             held, self._held = self._held, deque()
-            now = trio.current_time()
-            for item in held:
-                self._append(item.batches, item.acks, item.reply, now)
+            self._append(list(held), trio.current_time())
         self._answer_waiters()
         self.round_done.set()  # wakes admin calls waiting for a state of the core
         self.round_done = trio.Event()
@@ -342,10 +424,6 @@ class Node:
         await self._inbox.send(CoreCall(fn, reply))
         return await reply.wait()
 
-    def _append_reply(self, first: int, last: int) -> AppendReply:
-        flushed, dirty = self.core.majority_offsets()
-        return AppendReply(first, last, self.core.commit_offset, flushed, dirty)
-
     def address_of(self, node_id: int | None) -> str | None:
         config = self.core.config
         return None if node_id is None or config is None else config.addresses.get(node_id)
@@ -388,7 +466,33 @@ class Node:
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 
-    async def _on_append_request(self, request: AppendRequest) -> Message:
+    def take_request(self, peer: ConnectionInfo, message: Message, answer: Answer) -> bool:
+        """A client append, put in the mailbox without a task to wait for it: the main
+        loop answers it through `answer` (transport/network.py). False for anything else,
+        and when the mailbox is full (the handler then waits for room)."""
+        if type(message) is not AppendRequest:
+            return False
+        checked = self._check_append(message)
+        if not isinstance(checked, list):
+            answer(checked)
+            return True
+        acks = message.acks
+        size = len(message.batches)
+        reply = Answered(answer, self.stats, acks, size, trio.current_time())
+        try:
+            self._inbox.send_nowait(
+                ClientAppend(checked, acks, None if acks is Acks.NONE else reply)
+            )
+        except trio.WouldBlock:
+            return False
+        if acks is Acks.NONE:
+            reply.resolve(self._received_reply())
+        return True
+
+    def _check_append(
+        self, request: AppendRequest
+    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
+        """The request's batches, checked (CRCs, types, producer stamp), or why not."""
         if len(request.batches) > self.settings.append_bytes_max:
             return ErrorReply(
                 ErrorCode.TOO_LARGE,
@@ -400,26 +504,36 @@ class Node:
             batches = split_batches(request.batches)
         except BatchError as exc:
             return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
-        headers = [h for h, _ in batches]
-        if not headers or any(h.batch_type is not BatchType.DATA for h in headers):
+        if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
             return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
         if request.producer_id >= 0 and (
-            len(headers) != 1
-            or (headers[0].producer_id, headers[0].producer_seq)
+            len(batches) != 1
+            or (batches[0][0].producer_id, batches[0][0].producer_seq)
             != (request.producer_id, request.producer_seq)
         ):
             return ErrorReply(
                 ErrorCode.PROTOCOL,
                 "an idempotent append is one batch stamped with its producer id and sequence",
             )
+        return batches
+
+    def _received_reply(self) -> AppendReply:
+        """The answer to an acks=none append: received, no offsets yet."""
+        flushed, dirty = self.core.majority_offsets()
+        return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+
+    async def _on_append_request(self, request: AppendRequest) -> Message:
+        """The waiting path of an append (the mailbox was full for `take_request`)."""
+        checked = self._check_append(request)
+        if not isinstance(checked, list):
+            return checked
         started = trio.current_time()
         if request.acks is Acks.NONE:
-            await self._inbox.send(ClientAppend(batches, request.acks, None))
-            flushed, dirty = self.core.majority_offsets()
-            answer: Message = AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+            await self._inbox.send(ClientAppend(checked, request.acks, None))
+            answer: Message = self._received_reply()
         else:
             reply = Pending()
-            await self._inbox.send(ClientAppend(batches, request.acks, reply))
+            await self._inbox.send(ClientAppend(checked, request.acks, reply))
             answer = await reply.wait()
         if isinstance(answer, AppendReply):
             elapsed = trio.current_time() - started

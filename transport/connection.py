@@ -3,13 +3,16 @@ correlation id, and inbound messages handed to the handler.
 
 Several requests may be in flight each way (pipelining). The reader hands one-way messages
 to the handler in order and waits for it, and stops reading while `inflight_max` requests
-are being served: a busy handler slows this connection down, it never grows a queue.
+are being served: a busy handler slows this connection down, it never grows a queue. A
+request the handler takes (`take_request`, transport/network.py) holds its slot until it is
+answered, without a task of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -17,7 +20,7 @@ from transport.codec import Frame, encode_frame_parts
 from transport.errors import ConnectionClosed, ProtocolError, TransportError
 from transport.framing import FrameDecoder
 from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message
-from transport.network import ConnectionInfo, Handler, Limits
+from transport.network import ConnectionInfo, Handler, Limits, request_taker
 
 # Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024), and
 # passed to one sendmsg call: each call takes what the socket has room for, and handing it
@@ -58,6 +61,7 @@ class Connection:
         self._decoder = decoder
         self._limits = limits
         self._handler = handler
+        self._take_request = request_taker(handler)
         # Each item is one frame, as the pieces encode_frame_parts made.
         self._outgoing_send, self._outgoing_receive = trio.open_memory_channel[tuple[bytes, ...]](
             limits.send_queue_max
@@ -243,10 +247,17 @@ class Connection:
             raise ProtocolError(f"unexpected {kind.__name__}: this side only takes replies")
         if frame.correlation_id == 0:
             await handler(self.info, message)
-        else:
-            await self._serving_slots.acquire()
-            assert self._nursery is not None
-            self._nursery.start_soon(self._serve, handler, frame)
+            return
+        slots = self._serving_slots
+        try:
+            slots.acquire_nowait()  # the read that brought this frame was the checkpoint
+        except trio.WouldBlock:
+            await slots.acquire()
+        take = self._take_request
+        if take is not None and take(self.info, message, partial(self._answer, frame)):
+            return  # its slot is released by _answer
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve, handler, frame)
 
     def _resolve(self, frame: Frame) -> None:
         pending = self._pending.get(frame.correlation_id)
@@ -257,6 +268,38 @@ class Connection:
             raise ProtocolError(f"reply to request {frame.correlation_id}, never sent")
         # else the requester stopped waiting (its deadline passed): a late reply is harmless.
 
+    def _answer(self, frame: Frame, reply: Message) -> None:
+        """The reply to a request the handler took (`take_request`): queued without waiting
+        when the send queue has room, else by a task that waits for room."""
+        if type(reply) not in REPLY_TYPES:
+            raise TypeError(f"handler answered a request with {type(reply).__name__}")
+        if self._ended:
+            self._serving_slots.release()
+            return  # the reply goes with the connection
+        data = self._reply_frame(frame, reply)
+        try:
+            self._outgoing_send.send_nowait(data)
+        except trio.WouldBlock:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._send_reply, data)
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        self._serving_slots.release()
+
+    async def _send_reply(self, data: tuple[bytes, ...]) -> None:
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._outgoing_send.send(data)
+        finally:
+            self._serving_slots.release()
+
+    def _reply_frame(self, frame: Frame, reply: Message) -> tuple[bytes, ...]:
+        try:
+            return self._encode(frame.correlation_id, reply)
+        except ValueError as exc:
+            return self._encode(frame.correlation_id, ErrorReply(ErrorCode.TOO_LARGE, str(exc)))
+
     async def _serve(self, handler: Handler, frame: Frame) -> None:
         try:
             reply = await handler(self.info, frame.message)
@@ -264,10 +307,7 @@ class Connection:
                 return
             if type(reply) not in REPLY_TYPES:
                 raise TypeError(f"handler answered a request with {type(reply).__name__}")
-            try:
-                data = self._encode(frame.correlation_id, reply)
-            except ValueError as exc:
-                data = self._encode(frame.correlation_id, ErrorReply(ErrorCode.TOO_LARGE, str(exc)))
+            data = self._reply_frame(frame, reply)
             # If the connection is gone, the reply goes with it.
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await self._outgoing_send.send(data)

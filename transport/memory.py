@@ -27,6 +27,7 @@ import random
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -34,7 +35,7 @@ from transport.codec import Frame, encode_frame
 from transport.errors import ConnectionClosed
 from transport.framing import decode_frame
 from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message, Role
-from transport.network import DEFAULT_LIMITS, ConnectionInfo, Handler, Limits
+from transport.network import DEFAULT_LIMITS, ConnectionInfo, Handler, Limits, request_taker
 
 EndpointId = int | str  # node ids are ints; clients are "client-<n>"
 
@@ -263,6 +264,7 @@ class _Endpoint:
         self.nursery = nursery
         self._network = network
         self._handler = handler
+        self._take_request = request_taker(handler)
         self._pending: dict[int, _Pending] = {}
         self._next_correlation_id = 1
         self.heard_from: set[EndpointId] = set()  # who reached this endpoint (its way back)
@@ -304,14 +306,18 @@ class _Endpoint:
         assert self._handler is not None, "only nodes are sent requests and one-way messages"
         if frame.correlation_id == 0:
             await self._handler(sender, message)
-        else:
+            return
+        take = self._take_request
+        if take is None or not take(sender, message, partial(self._answer, src, frame)):
             self.nursery.start_soon(self._serve, src, sender, frame)
 
     async def _serve(self, src: EndpointId, sender: ConnectionInfo, frame: Frame) -> None:
         assert self._handler is not None
         reply = await self._handler(sender, frame.message)
-        if reply is None:
-            return
+        if reply is not None:
+            self._answer(src, frame, reply)
+
+    def _answer(self, src: EndpointId, frame: Frame, reply: Message) -> None:
         if type(reply) not in REPLY_TYPES:
             raise TypeError(f"handler answered a request with {type(reply).__name__}")
         try:

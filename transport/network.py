@@ -17,6 +17,12 @@ A node's actors see three things, whatever the network underneath:
    Batches arrive as the bytes that were sent and are not checked here: the receiver checks
    them (log/batch.py) before it trusts them.
 
+   A handler may also have a method `take_request(peer, message, answer) -> bool`: a
+   request it can start without waiting (a client append put in the node's mailbox). True
+   means it took the request and calls `answer(reply)` exactly once, from the trio thread,
+   at once or later; False sends the request to the handler as above. It spares a task and
+   two task switches per request, which single-record appends feel.
+
 2. A `NodeTransport` to reach the other nodes by id:
    - `send_nowait(peer_id, message) -> bool` one-way, never blocks. It goes over this
      node's link to that peer or, while there is none or it is down, back over the
@@ -70,6 +76,14 @@ class ConnectionInfo:
 
 
 Handler = Callable[[ConnectionInfo, Message], Awaitable[Message | None]]
+Answer = Callable[[Message], None]
+
+
+def request_taker(
+    handler: Handler | None,
+) -> Callable[[ConnectionInfo, Message, Answer], bool] | None:
+    """The handler's `take_request` method, if it has one (see above)."""
+    return getattr(handler, "take_request", None)
 
 
 @dataclass(frozen=True, slots=True)

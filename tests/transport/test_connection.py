@@ -225,3 +225,54 @@ async def test_a_raising_handler_is_a_bug_that_stops_the_connection_loudly(autoj
                 nursery.start_soon(client.request, StatusRequest())
             await trio.sleep_forever()
     assert raised.group_contains(RuntimeError, match="bug in the handler", depth=None)
+
+
+class Taker:
+    """A handler that takes ReadRequests (answered later, some at once) and leaves the rest
+    to its coroutine, as the node does with client appends."""
+
+    def __init__(self) -> None:
+        self.waiting = []  # (request, answer)
+        self.served = 0
+
+    async def __call__(self, peer, message):
+        self.served += 1
+        return StatusReply({"served": True})
+
+    def take_request(self, peer, message, answer):
+        if not isinstance(message, ReadRequest):
+            return False
+        if message.offset % 2:
+            answer(ReadReply(b"at once", message.offset, 0))
+        else:
+            self.waiting.append((message, answer))
+        return True
+
+
+async def test_a_handler_may_take_requests_and_answer_them_later(autojump_clock):
+    taker = Taker()
+    client, server = pair(taker, limits=Limits(inflight_max=4, send_queue_max=2))
+    answers = {}
+
+    async def ask(offset):
+        answers[offset] = await client.request(ReadRequest(offset, 100))
+
+    async def answer_later():
+        while len(answers) < 12:
+            await trio.sleep(0.1)
+            for message, answer in taker.waiting:
+                answer(ReadReply(b"later", message.offset, 0))
+            taker.waiting.clear()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.run)
+        nursery.start_soon(server.run)
+        nursery.start_soon(answer_later)
+        async with trio.open_nursery() as requests:
+            for offset in range(12):
+                requests.start_soon(ask, offset)
+            status = await client.request(StatusRequest())
+        nursery.cancel_scope.cancel()
+    expected = {o: ReadReply(b"at once" if o % 2 else b"later", o, 0) for o in range(12)}
+    assert answers == expected
+    assert status == StatusReply({"served": True}) and taker.served == 1
