@@ -8,6 +8,8 @@ healed. A violation is a broken promise; `leader`/`none` losses are figures, not
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -128,20 +130,18 @@ def unavailable_s(history: History, start: float, end: float) -> float:
     """Time without a quorum acknowledgement, counting gaps over UNAVAILABLE_GAP_S."""
     times = sorted(a.end for a in history.appends if a.acks == "quorum" and a.outcome == "ok")
     edges = [start, *times, end]
-    return sum(b - a for a, b in zip(edges, edges[1:]) if b - a > UNAVAILABLE_GAP_S)
+    return sum(b - a for a, b in itertools.pairwise(edges) if b - a > UNAVAILABLE_GAP_S)
 
 
 def _covers(offsets: list[int], data_offsets: list[int]) -> bool:
     """A reader's offsets hold every data offset between its first and its last."""
-    import bisect
-
     lo = bisect.bisect_left(data_offsets, offsets[0])
     hi = bisect.bisect_right(data_offsets, offsets[-1])
     return data_offsets[lo:hi] == sorted(set(offsets))
 
 
 def _first_difference(a: list, b: list) -> int | str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             return x[0]
     return "the end of the shorter"

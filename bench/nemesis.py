@@ -153,7 +153,7 @@ class Nemesis:
 
     async def _producer(self, name: str, stop: trio.Event) -> None:
         rng = random.Random(f"{self.plan.seed}-{name}")
-        acks_levels, weights = zip(*ACKS_WEIGHTS.items())
+        acks_levels, weights = list(ACKS_WEIGHTS), list(ACKS_WEIGHTS.values())
         async with AsyncClient(self.cluster.brokers, timeout=5.0) as client:
             n = 0
             while not stop.is_set():
@@ -430,7 +430,11 @@ class Nemesis:
         self.faults_injected += 1
         self.event("step", index=index, fault=name)
         async with trio.open_nursery() as nursery:
-            if name != "membership" and "membership" in self.plan.faults and self.rng.random() < 0.5:
+            if (
+                name != "membership"
+                and "membership" in self.plan.faults
+                and self.rng.random() < 0.5
+            ):
                 nursery.start_soon(self.membership)  # a change during the fault
                 self.faults_injected += 1
             await self.fault(name)()
@@ -456,7 +460,7 @@ class Nemesis:
     async def first_quorum_ack(self) -> float | None:
         start = self.now()
         with trio.move_on_after(RECOVERY_TIMEOUT_S):
-            async with AsyncClient(self.cluster.brokers, timeout=RECOVERY_TIMEOUT_S) as c:
+            async with AsyncClient(self.cluster.brokers, timeout=5.0) as c:
                 while True:
                     try:
                         await c.append([f"healed-{self.plan.seed}".encode()])
@@ -480,7 +484,10 @@ class Nemesis:
             self._nursery = nursery
             for i in range(1, len(self.cluster.ports) + 1):
                 await nursery.start(
-                    serve_front, self.links, i, self.cluster.ports[i - 1],
+                    serve_front,
+                    self.links,
+                    i,
+                    self.cluster.ports[i - 1],
                     self.cluster.listen_ports[i - 1],
                 )
             for i in self.cluster.ids:
@@ -572,9 +579,13 @@ def run(
                 with contextlib.suppress(OSError):
                     keep = os.path.join(out_dir, f"nemesis-seed{s}-nodes")
                     _keep_node_logs(root, keep)
-        replay = f"quorumlog bench nemesis --seed {s} --faults {','.join(chosen)} --steps {plan.steps}"
+        replay = (
+            f"quorumlog bench nemesis --seed {s} --faults {','.join(chosen)} --steps {plan.steps}"
+        )
         if result["violations"]:
-            print(f"seed {s} broke a promise: {result['details']['violations'][:5]}", file=sys.stderr)
+            print(
+                f"seed {s} broke a promise: {result['details']['violations'][:5]}", file=sys.stderr
+            )
             print(f"replay: {replay}  (history: {history_path})", file=sys.stderr)
         result["details"].update(history=history_path, replay=replay)
         rows.append({"figure": "nemesis run", **result})
@@ -585,5 +596,8 @@ def _keep_node_logs(root: str, keep: str) -> None:
     os.makedirs(keep, exist_ok=True)
     for name in os.listdir(root):
         if name.endswith(".log"):
-            with open(os.path.join(root, name), "rb") as src, open(os.path.join(keep, name), "wb") as dst:
+            with (
+                open(os.path.join(root, name), "rb") as src,
+                open(os.path.join(keep, name), "wb") as dst,
+            ):
                 dst.write(src.read())
