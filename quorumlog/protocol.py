@@ -230,24 +230,29 @@ class Attempts:
     """One call's tries: which broker to ask next, from the hints replies give, and how
     long to wait before asking. A hint that names a broker that just failed is stale (the
     survivors still name the dead leader until they elect a new one) and is ignored; a
-    fresh hint is followed at once, without backing off."""
+    fresh hint is followed at once, without backing off. "Just": until every broker has
+    been asked once more, since a node that failed while restarting may lead by now."""
 
     def __init__(self, router: Router):
         self._router = router
-        self._failed: set[str] = set()
+        self._failed: dict[str, int] = {}  # broker -> tries made when it failed
         self._tried: list[str] = []
         self._fresh_hint = False
+
+    def _just_failed(self, address: str | None) -> bool:
+        failed_at = self._failed.get(address) if address is not None else None
+        return failed_at is not None and len(self._tried) - failed_at <= len(self._router.brokers)
 
     def pick(self, to_leader: bool) -> str:
         router = self._router
         if router.direct:
             return router.brokers[0]
-        if to_leader and router.leader and router.leader not in self._failed:
+        if to_leader and router.leader and not self._just_failed(router.leader):
             address = router.leader
         else:
             brokers = router.brokers
             untried = [b for b in brokers if b not in self._tried and b not in self._failed]
-            alive = [b for b in brokers if b not in self._failed] or brokers
+            alive = [b for b in brokers if not self._just_failed(b)] or brokers
             address = untried[0] if untried else router.rng.choice(alive)
         self._tried.append(address)
         return address
@@ -258,7 +263,7 @@ class Attempts:
         Retrying is safe: appends are idempotent, everything else only reads.
         """
         router = self._router
-        self._failed.discard(address)
+        self._failed.pop(address, None)
         if not isinstance(reply, ErrorReply):
             if isinstance(reply, LEADER_REPLIES):
                 router.leader = address  # only a leader answers these
@@ -266,7 +271,7 @@ class Attempts:
         if reply.code not in RETRIABLE or router.direct:
             raise error_from(reply)
         hint = reply.leader_address
-        self._fresh_hint = hint is not None and hint != address and hint not in self._failed
+        self._fresh_hint = hint is not None and hint != address and not self._just_failed(hint)
         router.leader = hint if self._fresh_hint else None
         return False
 
@@ -276,7 +281,7 @@ class Attempts:
             if isinstance(error, QuorumLogError):
                 raise error
             raise UnreachableError(f"{address}: {error}") from None
-        self._failed.add(address)
+        self._failed[address] = len(self._tried)
         self._fresh_hint = False
         if router.leader == address:
             router.leader = None
