@@ -12,7 +12,7 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql import Row
 
-import quorumlog.spark
+import quorumlog.spark.writer
 from quorumlog.spark import Options, producer_id, write_rows
 from tests.spark.helpers import committed_from
 
@@ -38,8 +38,8 @@ def test_write_a_dataframe_and_read_it_back(spark, cluster):
 def test_a_retried_task_writes_its_rows_once(cluster, monkeypatch):
     """The same task run twice, as Spark retries it: the second run is answered with the
     first run's offsets. Small producer chunks, so that the task spans several ids."""
-    monkeypatch.setattr(quorumlog.spark, "WRITE_RECORDS_PER_APPEND", 10)
-    monkeypatch.setattr(quorumlog.spark, "APPENDS_PER_PRODUCER", 4)
+    monkeypatch.setattr(quorumlog.spark.writer, "WRITE_RECORDS_PER_APPEND", 10)
+    monkeypatch.setattr(quorumlog.spark.writer, "APPENDS_PER_PRODUCER", 4)
     options = Options(tuple(cluster.brokers.split(",")))
     rows = [Row(key=None, value=b"retried-%03d" % i) for i in range(95)]  # 10 appends
     with cluster.client() as client:
