@@ -57,6 +57,10 @@ GROUP = 0  # one Raft group per cluster for now; every message carries it
 UNKNOWN_TERM = -1
 # How much of the log's tail a starting node reads to learn recent producer sequences.
 PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
+# Recoveries shorter than this are not logged: under load a follower is often a chunk or
+# two behind for a moment (a round of appends larger than chunk_bytes_max), hundreds of
+# times a second, and a log line each time costs more than the AppendEntries.
+RECOVERY_LOG_BYTES_MIN = 1024 * 1024
 
 
 class Role(enum.Enum):
@@ -352,7 +356,7 @@ class RaftCore:
         offset = first
         for header in headers:
             if header.producer_id >= 0:
-                self.producers.note_batch(replace(header, base_offset=offset, term=self.term))
+                self.producers.note_batch(header.placed(offset, self.term))
             offset += header.record_count
         return first, last
 
@@ -625,13 +629,16 @@ class RaftCore:
             if chunk.last_offset < log.dirty_offset and not p.recovering:
                 p.recovering = True
                 p.recovery_started_bytes = self.recovery_bytes_sent
-                logger.info(
-                    "recovery_started",
-                    node_id=self.id,
-                    peer=p.node_id,
-                    match_offset=p.match_offset,
-                    dirty_offset=log.dirty_offset,
-                )
+                # Bytes behind, estimated from this chunk's bytes per offset.
+                behind = len(chunk.data) * (log.dirty_offset - prev) // (chunk.last_offset - prev)
+                if behind >= RECOVERY_LOG_BYTES_MIN:
+                    logger.info(
+                        "recovery_started",
+                        node_id=self.id,
+                        peer=p.node_id,
+                        match_offset=p.match_offset,
+                        dirty_offset=log.dirty_offset,
+                    )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
             flush = s.recovery_flush_every_chunk if p.recovering else s.follower_inline_flush
@@ -686,13 +693,15 @@ class RaftCore:
                 self._maybe_timeout_now()
             if p.recovering and p.match_offset >= self.log.dirty_offset:
                 p.recovering = False
-                logger.info(
-                    "recovery_finished",
-                    node_id=self.id,
-                    peer=p.node_id,
-                    match_offset=p.match_offset,
-                    bytes_sent=self.recovery_bytes_sent - p.recovery_started_bytes,
-                )
+                sent = self.recovery_bytes_sent - p.recovery_started_bytes
+                if sent >= RECOVERY_LOG_BYTES_MIN:
+                    logger.info(
+                        "recovery_finished",
+                        node_id=self.id,
+                        peer=p.node_id,
+                        match_offset=p.match_offset,
+                        bytes_sent=sent,
+                    )
             self._maybe_commit()
         elif reply.result is AppendResult.FAILURE and is_append:
             p.probing = True

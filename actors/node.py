@@ -450,7 +450,11 @@ class Node:
                 await self._inbox.send(PeerInput(peer.node_id, message, processed))
                 await processed.wait()
                 return self.core.heartbeat_reply()
-            await self._inbox.send(PeerInput(peer.node_id, message))
+            item = PeerInput(peer.node_id, message)
+            try:
+                self._inbox.send_nowait(item)  # the read that brought it was the checkpoint
+            except trio.WouldBlock:
+                await self._inbox.send(item)
             return None
         match message:
             case AppendRequest():

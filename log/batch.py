@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -67,8 +67,10 @@ class BatchError(ValueError):
     """A byte string is not a valid batch (bad magic, checksum or length)."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """A batch's header, unpacked. A named tuple rather than a frozen dataclass: one is made
+    for every batch that enters a node, and a tuple is made several times faster."""
+
     base_offset: int
     term: int
     producer_id: int
@@ -87,6 +89,21 @@ class BatchHeader:
     @property
     def total_bytes(self) -> int:
         return HEADER_BYTES + self.payload_bytes
+
+    def placed(self, base_offset: int, term: int) -> BatchHeader:
+        """This header at `base_offset` in `term` (the leader's patch)."""
+        return BatchHeader(
+            base_offset,
+            term,
+            self.producer_id,
+            self.producer_seq,
+            self.record_count,
+            self.timestamp_ms,
+            self.batch_type,
+            self.compression,
+            self.payload_bytes,
+            self.payload_crc,
+        )
 
 
 def build_batch(
@@ -152,16 +169,16 @@ def parse_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
     if payload_bytes > PAYLOAD_BYTES_MAX:
         raise BatchError(f"payload of {payload_bytes} bytes exceeds {PAYLOAD_BYTES_MAX}")
     return BatchHeader(
-        base_offset=fields[2],
-        term=fields[3],
-        producer_id=fields[4],
-        producer_seq=fields[5],
-        record_count=record_count,
-        timestamp_ms=fields[7],
-        batch_type=batch_type,
-        compression=compression,
-        payload_bytes=payload_bytes,
-        payload_crc=fields[12],
+        fields[2],  # base_offset
+        fields[3],  # term
+        fields[4],  # producer_id
+        fields[5],  # producer_seq
+        record_count,
+        fields[7],  # timestamp_ms
+        batch_type,
+        compression,
+        payload_bytes,
+        fields[12],  # payload_crc
     )
 
 

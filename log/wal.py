@@ -19,7 +19,7 @@ import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import structlog
@@ -380,7 +380,7 @@ class Log:
         for i, batch in enumerate(batches):
             header = parse_header(batch) if headers is None else headers[i]
             patched = with_offset_and_term(batch, next_offset, term)
-            placed.append((replace(header, base_offset=next_offset, term=term), patched))
+            placed.append((header.placed(next_offset, term), patched))
             next_offset += header.record_count
         self._write(placed)
         for header, patched in placed:

@@ -93,17 +93,33 @@ class Connection:
 
     async def request(self, message: Message) -> Message:
         """Send a request and wait for its reply; raises ConnectionClosed if the connection ends."""
-        async with self._request_slots:
+        slots = self._request_slots
+        # Waiting for the reply is this call's checkpoint: a free slot and room in the queue
+        # are taken without yielding (two scheduler passes fewer per request).
+        try:
+            slots.acquire_nowait()
+        except trio.WouldBlock:
+            await slots.acquire()
+        try:
             correlation_id = self._next_correlation_id
             self._next_correlation_id += 1
             frame = self._encode(correlation_id, message)
             pending = _Pending()
             self._pending[correlation_id] = pending
             try:
-                await self._enqueue(frame)
+                if self._ended:
+                    raise self._closed_error()
+                try:
+                    self._outgoing_send.send_nowait(frame)
+                except trio.WouldBlock:
+                    await self._enqueue(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    raise self._closed_error() from None
                 await pending.done.wait()
             finally:
                 del self._pending[correlation_id]
+        finally:
+            slots.release()
         if pending.error is not None:
             raise pending.error
         assert pending.reply is not None
