@@ -26,6 +26,7 @@ raw loopback trio socket carrying the same bytes (`ratio_loopback`).
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -33,13 +34,14 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.report import print_table
+from bench.report import median, print_table
 from bench.workload import (
     ACKS,
     KIB,
     AppendRun,
     closed_loop,
     latency_fields,
+    leader_address,
     make_batches,
     open_loop,
     peak_rss_row,
@@ -279,7 +281,56 @@ def _baseline_rows(before: dict, after: dict, batch_bytes: int) -> list[dict]:
     return rows
 
 
+def single_record(runs: int = 5, duration_s: float = 2.0, acks: str = "quorum") -> list[dict]:
+    """Only the single-record case (window 64), `runs` times on one cluster, for profiling
+    and before/after comparisons: a row per run, then the median, and the CPU each process
+    spent per counted append (on a shared machine CPU per append is steadier than rate)."""
+    single = make_batches(1, count=64)
+    rows = []
+    with running_cluster("produce-single") as cluster:
+        address = leader_address(cluster)
+        trio.run(lambda: closed_loop(address, single, 1, ACKS[acks], 64, duration_s=0.5))
+        pids = {f"node{i}": p.pid for i, p in cluster.procs.items()}
+        before = {name: _cpu_s(pid) for name, pid in pids.items()}
+        client_before = sum(os.times()[:2])
+        appends = 0
+        for i in range(runs):
+            result = trio.run(
+                lambda: closed_loop(
+                    address, single, 1, ACKS[acks], 64, duration_s=duration_s, warmup_s=0.2
+                )
+            )
+            appends += result.appends
+            rows.append(_row(f"1-record appends w64 {acks} run {i + 1}", result, acks=acks))
+        cpu = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
+        cpu["client"] = sum(os.times()[:2]) - client_before
+        leader = f"node{cluster.wait_for_leader()}"
+    rows.append(
+        {
+            "figure": f"1-record appends w64 {acks} median of {runs}",
+            "records_s": median(r["records_s"] for r in rows),
+            **{
+                f"{'leader' if name == leader else name}_cpu_us_per_append": 1e6 * s / appends
+                for name, s in cpu.items()
+            },
+        }
+    )
+    return rows
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 if __name__ == "__main__":
     start = time.perf_counter()
-    print_table("bench produce", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))
+    if "--single" in sys.argv:
+        # python -m bench.produce --single [RUNS]: the single-record case alone.
+        runs = [int(a) for a in sys.argv[1:] if a.isdigit()]
+        print_table("bench produce, single-record", single_record(runs[0] if runs else 5))
+    else:
+        print_table("bench produce", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))
     print(f"{time.perf_counter() - start:.1f} s", file=sys.stderr)
