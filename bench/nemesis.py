@@ -60,7 +60,8 @@ FAULTS = (
 ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
 SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
 RECOVERY_TIMEOUT_S = 60.0
-STARTUP_REFUSAL_S = 10.0  # CONTRACT: damaged storage exits 3 within 10 s
+STARTUP_REFUSAL_S = 10.0
+FSYNC_DELAY_MS = 20  # CONTRACT: damaged storage exits 3 within 10 s
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,12 @@ class Nemesis:
             plan.size,
             ports=free_ports(count),
             listen_ports=free_ports(count),
-            env={"QUORUMLOG_FAULT_SYNC_JOURNAL": "1"},
+            # A journal of fsyncs (a crash can lose what was unsynced) and a slow disk, so
+            # that there is something unsynced to lose.
+            env={
+                "QUORUMLOG_FAULT_SYNC_JOURNAL": "1",
+                "QUORUMLOG_FAULT_FSYNC_DELAY_MS": str(FSYNC_DELAY_MS),
+            },
         )
         self.links = Links(random.Random(plan.seed + 1))
         self.history = History()

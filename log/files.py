@@ -9,6 +9,7 @@ the in-memory disk runs it inline so that a simulation stays deterministic.
 from __future__ import annotations
 
 import os
+import time
 from typing import Protocol
 
 
@@ -76,11 +77,14 @@ class SyncJournal:
     """For the fault harness: a line "PATH<TAB>BYTES" after every fsync, saying how much of
     PATH is durable. After a SIGKILL the page cache still holds every write, so a harness
     that wants the disk of a power loss cuts each file back to its last line (bench/faults.py).
-    Appended without fsync: the page cache keeps it across a kill, which is all it models."""
+    Appended without fsync: the page cache keeps it across a kill, which is all it models.
+    `fsync_delay_s` makes every fsync that much slower, as a slow device would, so that more
+    is unsynced at any moment for the harness to take away."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, fsync_delay_s: float = 0.0):
         self._path = path
         self._fd: int | None = None  # opened at the first record: the directory comes later
+        self.fsync_delay_s = fsync_delay_s
 
     def record(self, path: str, durable_bytes: int) -> None:
         if self._fd is None:
@@ -132,7 +136,10 @@ class OsFile:
 
     def fsync(self) -> None:
         # A failed fsync may have dropped dirty pages: never retry it (rule 8).
-        size = self.size() if self._journal is not None else 0  # what this fsync covers
+        size = 0
+        if self._journal is not None:
+            size = self.size()  # what this fsync covers
+            time.sleep(self._journal.fsync_delay_s)  # on the log's fsync thread
         try:
             os.fsync(self._fd)
         except OSError as exc:
@@ -146,10 +153,10 @@ class OsFile:
 
 
 class OsFileSystem:
-    """The real disk; with a `sync_journal` path, fsyncs are also recorded there."""
+    """The real disk; with a `sync_journal`, fsyncs are also recorded there."""
 
-    def __init__(self, sync_journal: str | None = None):
-        self._journal = SyncJournal(sync_journal) if sync_journal else None
+    def __init__(self, sync_journal: SyncJournal | None = None):
+        self._journal = sync_journal
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)

@@ -21,7 +21,7 @@ import trio
 from actors.node import Node
 from actors.settings import RaftSettings
 from actors.storage import BootstrapError, open_storage
-from log.files import CorruptionError, OsFileSystem, StorageError
+from log.files import CorruptionError, OsFileSystem, StorageError, SyncJournal
 from log.wal import LogConfig, WorkerThread
 from quorumlog.metrics import serve_metrics
 from transport.addresses import is_loopback, parse_address
@@ -124,11 +124,13 @@ def parse_peers(text: str | None) -> dict[int, str] | None:
     return peers
 
 
-def _sync_journal(data_dir: str) -> str | None:
-    """For the fault harness only (bench/faults.py): record what each fsync made durable."""
-    if os.environ.get("QUORUMLOG_FAULT_SYNC_JOURNAL") == "1":
-        return os.path.join(data_dir, "sync-journal")
-    return None
+def _sync_journal(data_dir: str) -> SyncJournal | None:
+    """For the fault harness only (bench/faults.py): record what each fsync made durable,
+    and slow fsyncs down by QUORUMLOG_FAULT_FSYNC_DELAY_MS."""
+    if os.environ.get("QUORUMLOG_FAULT_SYNC_JOURNAL") != "1":
+        return None
+    delay_ms = float(os.environ.get("QUORUMLOG_FAULT_FSYNC_DELAY_MS", "0"))
+    return SyncJournal(os.path.join(data_dir, "sync-journal"), delay_ms / 1000)
 
 
 def serve(options: ServeOptions) -> int:

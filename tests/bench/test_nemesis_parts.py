@@ -10,7 +10,7 @@ import trio
 from bench import faults
 from bench.history import Append, History, check
 from bench.proxy import Links, serve_front
-from log.files import OsFileSystem
+from log.files import OsFileSystem, SyncJournal
 from quorumlog.localcluster import free_ports
 from transport.codec import encode_frame
 from transport.messages import Hello, Role, StatusRequest
@@ -72,7 +72,7 @@ def test_lose_unsynced_keeps_what_fsync_covered(tmp_path):
     data = tmp_path / "node"
     (data / "log").mkdir(parents=True)
     journal = str(data / "sync-journal")
-    fs = OsFileSystem(sync_journal=journal)
+    fs = OsFileSystem(sync_journal=SyncJournal(journal))
     segment = fs.open(str(data / "log" / f"{0:020d}.log"), create=True)
     segment.append(b"x" * 1000)
     segment.fsync()
