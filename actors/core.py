@@ -57,9 +57,9 @@ GROUP = 0  # one Raft group per cluster for now; every message carries it
 UNKNOWN_TERM = -1
 # How much of the log's tail a starting node reads to learn recent producer sequences.
 PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
-# Recoveries shorter than this are not logged: under load a follower is often a chunk or
-# two behind for a moment (a round of appends larger than chunk_bytes_max), hundreds of
-# times a second, and a log line each time costs more than the AppendEntries.
+# Recoveries shorter than this are not logged: under load a follower may be a little more
+# than steady_bytes_max behind for a moment, many times a second, and a log line each time
+# costs more than the AppendEntries.
 RECOVERY_LOG_BYTES_MIN = 1024 * 1024
 
 
@@ -622,10 +622,12 @@ class RaftCore:
             # Below our log start the term is unknown: everything there is committed.
             prev_term = UNKNOWN_TERM if 0 <= prev < log.log_start_offset else self.term_at(prev)
             if p.next_offset <= log.dirty_offset:
-                chunk = log.read(p.next_offset, s.chunk_bytes_max)
+                steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
+                budget = s.steady_bytes_max if steady else s.chunk_bytes_max
+                chunk = log.read(p.next_offset, budget)
             else:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
-            # More than this chunk to send: the follower is recovering (seed 004).
+            # More than this message to send: the follower is recovering (seed 004).
             if chunk.last_offset < log.dirty_offset and not p.recovering:
                 p.recovering = True
                 p.recovery_started_bytes = self.recovery_bytes_sent

@@ -11,8 +11,13 @@ class RaftSettings:
     # Each election timeout is drawn uniformly from [min, max] (Raft paper 5.2).
     election_timeout_min_s: float = 0.3
     election_timeout_max_s: float = 0.6
-    # Whole batches of about this many bytes per AppendEntries (seed 004's recovery chunks).
+    # Whole batches of about this many bytes per AppendEntries to a recovering follower
+    # (seed 004's recovery chunks).
     chunk_bytes_max: int = 32 * 1024
+    # ... and to a follower that keeps up: what arrived since the last message, up to this.
+    # A follower further behind than this is recovering. (At 32 KiB, every 64 KiB client
+    # batch made its followers "recover": one batch per message, +25% follower CPU.)
+    steady_bytes_max: int = 1024 * 1024
     # AppendEntries in flight per follower once its match point is known: several for a
     # recovering follower (the stream), one in steady state, so that appends arriving
     # meanwhile share the next message instead of each getting its own (measured: +35%
@@ -36,6 +41,6 @@ class RaftSettings:
         assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
         assert self.election_timeout_min_s <= self.election_timeout_max_s
         assert (
-            self.chunk_bytes_max > 0
+            0 < self.chunk_bytes_max <= self.steady_bytes_max
             and min(self.recovery_inflight_max, self.steady_inflight_max) > 0
         )
