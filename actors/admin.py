@@ -11,6 +11,10 @@ it commits. Answers say what to do next:
   UNKNOWN: leadership moved meanwhile. All four: retry, against the leader of the moment;
 - TIMEOUT: a step did not finish in time; before the joint entry the change was rolled back
   to the starting configuration, and the message says which step failed.
+
+A client retrying after a try whose outcome it does not know (the connection broke, the
+answer timed out, leadership moved) marks the call `retry`: if the configuration already is
+what the call asks for, the first try made the change and the answer is success.
 """
 
 from __future__ import annotations
@@ -92,6 +96,12 @@ async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
     if not core.is_leader:
         raise NotLeaderError(core.leader_id)
     config = core.config
+    if args.get("retry") and _made_already(config, op, args):
+        # A retry whose first try's answer was lost: the change is there, so it succeeded
+        # (without this, "remove 4" retried would be refused: "4 is not a member").
+        if op == "add_member" and args.get("wait") and not config.is_voter(args["node_id"]):
+            return await _execute(node, (WaitPromoted(args["node_id"]),))
+        return AdminReply({"config": config.to_json()})
     match op:
         case "add_member":
             plan = plan_add(
@@ -118,6 +128,22 @@ async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
         case _:
             raise ConfigChangeError(f"unknown admin call {op!r}")
     return await _execute(node, plan)
+
+
+def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
+    """Whether the configuration already is what the call asks for."""
+    match op:
+        case "add_member":
+            return config.addresses.get(check_node_id(args["node_id"])) == args["address"]
+        case "remove_member":
+            return check_node_id(args["node_id"]) not in config.members
+        case "replace_member":
+            old, new = check_node_id(args["old_id"]), check_node_id(args["new_id"])
+            return old not in config.members and config.is_voter(new)
+        case "set_members":
+            wanted = {check_node_id(int(k)) for k in args["members"]}
+            return not config.is_joint and config.voters == wanted
+    return False
 
 
 async def _execute(node: Node, plan: tuple[Step, ...]) -> Message:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from quorumlog.connection import ConnectionLost, SyncConnection
 from quorumlog.errors import (
@@ -33,6 +33,8 @@ from transport.messages import (
     AppendReply,
     EndOffsetReply,
     EndOffsetRequest,
+    ErrorCode,
+    ErrorReply,
     Message,
     ReadReply,
     ReadRequest,
@@ -117,7 +119,7 @@ class Client(ClientBase):
         deadline = time.monotonic() + self.timeout
         request = AdminRequest(op, {**args, "timeout_s": self.timeout})
         # A membership change may take long (a learner catching up): no per-try cap.
-        reply = self._call(request, deadline, to_leader=True, attempt_s=None)
+        reply = self._call(request, deadline, to_leader=True, attempt_s=None, as_retry=_retry)
         assert isinstance(reply, AdminReply)
         return reply.result
 
@@ -150,7 +152,9 @@ class Client(ClientBase):
         *,
         to_leader: bool,
         attempt_s: float | None = ATTEMPT_S,
+        as_retry: Callable[[Message], Message] | None = None,
     ) -> Message:
+        """`as_retry`: the message to send after a try whose outcome is unknown."""
         attempts = self._router.call()
         problem = "no broker answered"
         while True:
@@ -165,12 +169,19 @@ class Client(ClientBase):
                 except (ConnectionLost, UnreachableError) as exc:
                     attempts.on_unreachable(address, exc)
                     problem = str(exc)
+                    if isinstance(exc, ConnectionLost) and as_retry is not None:
+                        message = as_retry(message)
                 except CallTimeoutError as exc:
                     if time.monotonic() >= deadline:
                         raise CallTimeoutError(f"gave up after {self.timeout:g} s: {exc}") from None
                     attempts.on_unreachable(address, exc)
                     problem = f"{address} did not answer in time"
+                    if as_retry is not None:
+                        message = as_retry(message)
                 else:
+                    unknown = isinstance(reply, ErrorReply) and reply.code is ErrorCode.UNKNOWN
+                    if unknown and as_retry is not None:
+                        message = as_retry(message)
                     # Outside the try: an error the reply carries (a transfer that timed
                     # out, say) is the answer, not a broker that failed to answer.
                     if attempts.on_reply(address, reply):
@@ -191,3 +202,9 @@ class Client(ClientBase):
             self._connections.pop(address, None)
             connection.close()
             raise
+
+
+def _retry(request: Message) -> Message:
+    """An admin call sent again after a try whose outcome is unknown (actors/admin.py)."""
+    assert isinstance(request, AdminRequest)
+    return AdminRequest(request.op, {**request.args, "retry": True})

@@ -10,9 +10,13 @@ from __future__ import annotations
 import subprocess
 import time
 
+import trio
+
 from quorumlog import Client
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 from tests.process.test_failover import Producer, check_no_loss
+from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
+from transport.tcp import open_connection
 
 
 def ql(*args: str) -> subprocess.CompletedProcess:
@@ -121,3 +125,22 @@ def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_
             check_no_loss(c, producer.acked)
     finally:
         joiner.stop_all()
+
+
+def test_a_retried_change_that_was_made_already_succeeds(cluster):
+    """The answer to a change can be lost (a broken connection, a leader change); the client
+    sends it again marked `retry`, and the leader answers from the configuration it finds."""
+    leader = cluster.wait_for_leader()
+    removed = next(i for i in cluster.ids if i != leader)
+    with cluster.client() as c:
+        c.admin("remove_member", node_id=removed)
+
+    async def ask(args: dict):
+        async with open_connection(cluster.address(leader)) as conn:
+            return await conn.request(AdminRequest("remove_member", args))
+
+    retried = trio.run(ask, {"node_id": removed, "retry": True})
+    assert isinstance(retried, AdminReply), retried
+    assert removed not in retried.result["config"]["voters"]
+    first_time = trio.run(ask, {"node_id": removed})
+    assert isinstance(first_time, ErrorReply) and first_time.code is ErrorCode.REFUSED
