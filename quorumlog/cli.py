@@ -208,6 +208,9 @@ def bench(
                 click.echo(f"chart written to {path}", err=True)
         except RuntimeError as exc:
             raise click.ClickException(str(exc)) from None
+    broken = [row["seed"] for row in results.get("nemesis", []) if row["violations"]]
+    if broken:  # last: the figures and charts hold the details and the replay command
+        raise click.ClickException(f"nemesis: seeds {broken} broke a promise (see above)")
 
 
 @main.command()

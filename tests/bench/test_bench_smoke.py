@@ -235,3 +235,23 @@ def test_plots_from_rows(tmp_path):
         "run-scale.png",
     ]
     assert all(os.path.getsize(p) > 1000 for p in written)
+
+
+def test_nemesis_smallest_through_the_command_line(tmp_path):
+    from click.testing import CliRunner
+
+    from quorumlog.cli import main
+
+    out = tmp_path / "nemesis.jsonl"
+    args = ["bench", "nemesis", "--seed", "5", "--faults", "kill-follower", "--steps", "1"]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["scenario"] == "nemesis" and row["seed"] == 5 and row["violations"] == 0
+    assert row["faults"] >= 1 and row["lost q/l/n"].startswith("0/")
+    details = row["details"]
+    assert details["quorum_acked"] > 0 and details["violations"] == []
+    assert "--seed 5 --faults kill-follower --steps 1" in details["replay"]
+    assert os.path.exists(details["history"])
+    bad = CliRunner().invoke(main, ["bench", "nemesis", "--faults", "no-such-fault"])
+    assert bad.exit_code == 2 and "kill-leader" in bad.output
