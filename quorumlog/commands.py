@@ -23,6 +23,7 @@ from rich.table import Table
 
 from quorumlog.client import Client
 from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
+from quorumlog.protocol import read_secret_file
 
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
@@ -36,13 +37,9 @@ def read_secret(path: str | None) -> bytes | None:
     if path is None:
         return None
     try:
-        with open(path, "rb") as f:
-            secret = f.read().strip()
-    except OSError as exc:
-        raise click.UsageError(f"cannot read the secret file {path}: {exc}") from None
-    if not secret:
-        raise click.UsageError(f"the secret file {path} is empty")
-    return secret
+        return read_secret_file(path)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def client_option_decorators(command: Callable, required: bool = True) -> Callable:

@@ -62,6 +62,19 @@ class AppendResult:
     majority_dirty_offset: int
 
 
+def read_secret_file(path: str) -> bytes:
+    """The cluster secret in a file (surrounding whitespace dropped); ValueError if the file
+    cannot be read or holds nothing."""
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the secret file {path}: {exc}") from None
+    if not secret:
+        raise ValueError(f"the secret file {path} is empty")
+    return secret
+
+
 def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
     items = brokers.split(",") if isinstance(brokers, str) else list(brokers)
     out = [b.strip() for b in items if b.strip()]

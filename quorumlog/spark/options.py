@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
+from quorumlog.protocol import read_secret_file
 
 RECORDS_PER_PARTITION = 50_000
 REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn at a call; then the next one
@@ -82,13 +83,9 @@ def _secret(path: str | None) -> bytes | None:
     if path is None:
         return None
     try:
-        with open(path, "rb") as f:
-            secret = f.read().strip()
-    except OSError as exc:
-        raise ValueError(f"option secretFile: cannot read {path}: {exc}") from None
-    if not secret:
-        raise ValueError(f"option secretFile: {path} is empty")
-    return secret
+        return read_secret_file(path)
+    except ValueError as exc:
+        raise ValueError(f"option secretFile: {exc}") from None
 
 
 def _number(options, name: str, default, kind: type):

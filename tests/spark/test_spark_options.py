@@ -53,7 +53,7 @@ def test_options_are_parsed_and_defaulted(tmp_path):
         ({"timeout": "-1"}, "option timeout must be a positive number \\(seconds\\)"),
         ({"timeout": "nan"}, "option timeout"),
         ({"failOnDataLoss": "yes"}, "option failOnDataLoss must be true or false, not 'yes'"),
-        ({"secretFile": "/nonexistent/secret"}, "option secretFile: cannot read"),
+        ({"secretFile": "/nonexistent/secret"}, "option secretFile: cannot read the secret file"),
         ({"startingOffsets": "earliest"}, "no option 'startingoffsets': use 'startingOffset'"),
         ({"kafka.bootstrap.servers": "h:1"}, "use 'brokers'"),
     ],
