@@ -57,6 +57,10 @@ FAULTS = (
     "damage",
     "membership",
 )
+# Faults that can run together: one on the links, one on the processes.
+LINK_FAULTS = frozenset({"isolate-leader", "partition", "bridge", "one-way", "slow", "flap"})
+PROCESS_FAULTS = frozenset({"kill-leader", "kill-follower", "kill-majority", "pause-leader"})
+COMBINED_SHARE = 0.3
 ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
 SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
 RECOVERY_TIMEOUT_S = 60.0
@@ -120,6 +124,8 @@ class Nemesis:
         return sorted({*self.config["voters"], *self.config["learners"]})
 
     def start(self, node_id: int, extra: list[str] | None = None) -> None:
+        if node_id in self.running:
+            return  # two faults at once may both restart it: one process per data folder
         # Nodes beyond the first voters were added by membership changes: they join.
         self.cluster.start(node_id, extra, join=node_id > self.plan.size)
         if node_id not in self.started:
@@ -432,18 +438,22 @@ class Nemesis:
         return getattr(self, name.replace("-", "_"))
 
     async def step(self, index: int) -> None:
-        name = self.rng.choice(self.plan.faults)
-        self.faults_injected += 1
-        self.event("step", index=index, fault=name)
+        """One fault; sometimes a second one at the same time: a process fault during a
+        link fault (or the reverse), and a membership change during either."""
+        names = [self.rng.choice(self.plan.faults)]
+        for family, other in ((LINK_FAULTS, PROCESS_FAULTS), (PROCESS_FAULTS, LINK_FAULTS)):
+            partners = sorted(other & set(self.plan.faults))
+            if names[0] in family and partners and self.rng.random() < COMBINED_SHARE:
+                names.append(self.rng.choice(partners))
+        during = names[0] != "membership" and "membership" in self.plan.faults
+        if during and self.rng.random() < 0.5:
+            names.append("membership")
+        self.faults_injected += len(names)
+        self.event("step", index=index, faults=names)
         async with trio.open_nursery() as nursery:
-            if (
-                name != "membership"
-                and "membership" in self.plan.faults
-                and self.rng.random() < 0.5
-            ):
-                nursery.start_soon(self.membership)  # a change during the fault
-                self.faults_injected += 1
-            await self.fault(name)()
+            for name in names[1:]:
+                nursery.start_soon(self.fault(name))
+            await self.fault(names[0])()
 
     async def heal_all(self) -> None:
         self.links.heal()
