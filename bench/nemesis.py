@@ -120,6 +120,12 @@ class Nemesis:
         return sorted(i for i, p in self.cluster.procs.items() if p.poll() is None)
 
     @property
+    def brokers(self) -> str:
+        """Every address a node may have: membership changes can replace all the first
+        nodes, and a client that knows only those would find nobody."""
+        return ",".join(self.cluster.address(i) for i in range(1, len(self.cluster.ports) + 1))
+
+    @property
     def members(self) -> list[int]:
         return sorted({*self.config["voters"], *self.config["learners"]})
 
@@ -166,7 +172,7 @@ class Nemesis:
     async def _producer(self, name: str, stop: trio.Event) -> None:
         rng = random.Random(f"{self.plan.seed}-{name}")
         acks_levels, weights = list(ACKS_WEIGHTS), list(ACKS_WEIGHTS.values())
-        async with AsyncClient(self.cluster.brokers, timeout=5.0) as client:
+        async with AsyncClient(self.brokers, timeout=5.0) as client:
             n = 0
             while not stop.is_set():
                 value = f"{name}-{n}".encode()
@@ -426,7 +432,7 @@ class Nemesis:
         args = dict(args)
         op = args.pop("op")
         try:
-            with Client(self.cluster.brokers, timeout=15.0) as client:
+            with Client(self.brokers, timeout=15.0) as client:
                 client.admin(op, **args)
             return "ok"
         except QuorumLogError as exc:
@@ -476,7 +482,7 @@ class Nemesis:
     async def first_quorum_ack(self) -> float | None:
         start = self.now()
         with trio.move_on_after(RECOVERY_TIMEOUT_S):
-            async with AsyncClient(self.cluster.brokers, timeout=5.0) as c:
+            async with AsyncClient(self.brokers, timeout=5.0) as c:
                 while True:
                     try:
                         await c.append([f"healed-{self.plan.seed}".encode()])
