@@ -12,9 +12,9 @@ checker (bench/history.py) compares the history with every member's log.
 
     quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
 
-The schedule (which faults, on which nodes, for how long) is a function of the seed; the
-timing of real processes is not, so a replay repeats the same faults, not the same
-interleaving. Every run writes its history (faults and appends, as JSON lines) beside
+The schedule's random draws (which faults, for how long, which of the candidate nodes) come
+from the seed; the timing of real processes does not, and the candidates can depend on it
+(who leads when the fault starts), so a replay repeats the faults, not the interleaving. Every run writes its history (faults and appends, as JSON lines) beside
 the figures.
 """
 
