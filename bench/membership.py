@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 import sys
 import threading
@@ -23,7 +22,7 @@ from bench.report import print_table
 from bench.workload import IncompressibleRecords, peak_rss_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 
 ELECTION_TIMEOUT_MAX_S = 0.6
 FILL_RECORD_BYTES = 16 * 1024
@@ -70,28 +69,6 @@ def ql(*args: str) -> None:
         raise RuntimeError(f"quorumlog {' '.join(args)} failed: {out.stderr.decode().strip()}")
 
 
-def start_joiner(cluster: ProcessCluster, node_id: int) -> tuple[str, subprocess.Popen]:
-    (port,) = free_ports(1)
-    address = f"127.0.0.1:{port}"
-    log = open(os.path.join(cluster.root, f"join{node_id}.log"), "ab")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            *QUORUMLOG,
-            "serve",
-            "--id",
-            str(node_id),
-            "--data",
-            os.path.join(cluster.root, f"join{node_id}"),
-            "--listen",
-            address,
-            "--join",
-        ],
-        stdout=log,
-        stderr=log,
-    )
-    return address, proc
-
-
 def leader_of(cluster: ProcessCluster, brokers: str) -> int:
     with Client(brokers, timeout=10) as c:
         return next(s["node_id"] for s in c.status() if s.get("role") == "leader")
@@ -100,19 +77,13 @@ def leader_of(cluster: ProcessCluster, brokers: str) -> int:
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     sizes = TINY if tiny else QUICK if quick else FULL
     rows = []
-    joiners: list[subprocess.Popen] = []
     with running_cluster("membership") as cluster:
-        try:
-            _measure(cluster, sizes, rows, joiners)
-            rows.append(peak_rss_row(cluster))
-        finally:
-            for proc in joiners:
-                proc.terminate()
-                proc.wait(timeout=20)
+        _measure(cluster, sizes, rows)
+        rows.append(peak_rss_row(cluster))
     return rows
 
 
-def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict], joiners: list) -> None:
+def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict]) -> None:
     brokers = cluster.brokers
     producer = Producer(brokers)
     producer.start()
@@ -123,8 +94,7 @@ def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict], joiners: l
         baseline = producer.longest_gap_s(start, time.monotonic())
         rows.append({"figure": "longest gap, no change (baseline)", "gap_s": baseline})
 
-        address, proc = start_joiner(cluster, 4)
-        joiners.append(proc)
+        address = cluster.start_joiner(4)
         brokers += "," + address
         old = leader_of(cluster, brokers)
         start = time.monotonic()
@@ -148,8 +118,7 @@ def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict], joiners: l
 
     # A learner far behind: fill the log, then add it and time the promotion.
     fill_s = _fill(brokers, sizes.behind_mb)
-    address, proc = start_joiner(cluster, 5)
-    joiners.append(proc)
+    address = cluster.start_joiner(5)
     with Client(brokers, timeout=10) as c:
         end = c.end_offset()
     start = time.monotonic()

@@ -20,7 +20,9 @@ from quorumlog.errors import (
     UnreachableError,
 )
 from quorumlog.protocol import (
+    ATTEMPT_S,
     READ_BYTES_MAX,
+    STATUS_TIMEOUT_S,
     AppendResult,
     ClientBase,
     Record,
@@ -45,9 +47,6 @@ from transport.messages import (
 )
 from transport.network import DEFAULT_LIMITS
 from transport.tcp import dial
-
-STATUS_TIMEOUT_S = 2.0
-ATTEMPT_S = 2.0  # one try at one broker; then the next (idempotent appends: safe)
 
 
 class AsyncClient(ClientBase):

@@ -18,7 +18,9 @@ from quorumlog.errors import (
     UnreachableError,
 )
 from quorumlog.protocol import (
+    ATTEMPT_S,
     READ_BYTES_MAX,
+    STATUS_TIMEOUT_S,
     AppendResult,
     ClientBase,
     Record,
@@ -41,10 +43,6 @@ from transport.messages import (
     StatusReply,
     StatusRequest,
 )
-
-STATUS_TIMEOUT_S = 2.0
-# One try at one broker; then the next (idempotent appends make that safe).
-ATTEMPT_S = 2.0
 
 
 class Client(ClientBase):

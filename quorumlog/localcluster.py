@@ -79,6 +79,15 @@ class ProcessCluster:
         self.procs[node_id] = proc
         return proc
 
+    def start_joiner(self, node_id: int) -> str:
+        """Start a node outside the configuration (`serve --join`) on a port of its own,
+        for a membership change to add; returns its address."""
+        assert self.listen_ports is self.ports, "joiners listen where they are reached"
+        while len(self.ports) < node_id:
+            self.ports += free_ports(1)
+        self.start(node_id, join=True)
+        return self.address(node_id)
+
     def start_all(self) -> None:
         for i in self.ids:
             self.start(i)

@@ -62,6 +62,12 @@ class AppendResult:
     majority_dirty_offset: int
 
 
+# One try at one broker; then the next (idempotent appends make that safe). A node that
+# went silent (paused, cut off) must not hold a whole call.
+ATTEMPT_S = 2.0
+STATUS_TIMEOUT_S = 2.0  # each member's answer to a status call
+
+
 def read_secret_file(path: str) -> bytes:
     """The cluster secret in a file (surrounding whitespace dropped); ValueError if the file
     cannot be read or holds nothing."""

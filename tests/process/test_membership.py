@@ -13,7 +13,7 @@ import time
 import trio
 
 from quorumlog import Client
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from tests.process.test_failover import Producer, check_no_loss
 from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
 from transport.tcp import open_connection
@@ -21,42 +21,6 @@ from transport.tcp import open_connection
 
 def ql(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=60)
-
-
-class Joiner:
-    """Nodes started with --join, outside the cluster's own bookkeeping."""
-
-    def __init__(self, root: str):
-        self.root = root
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.addresses: dict[int, str] = {}
-
-    def start(self, node_id: int) -> str:
-        (port,) = free_ports(1)
-        address = f"127.0.0.1:{port}"
-        log = open(f"{self.root}/join{node_id}.log", "ab")  # noqa: SIM115
-        self.procs[node_id] = subprocess.Popen(
-            [
-                *QUORUMLOG,
-                "serve",
-                "--id",
-                str(node_id),
-                "--data",
-                f"{self.root}/join{node_id}",
-                "--listen",
-                address,
-                "--join",
-            ],
-            stdout=log,
-            stderr=log,
-        )
-        self.addresses[node_id] = address
-        return address
-
-    def stop_all(self) -> None:
-        for proc in self.procs.values():
-            proc.terminate()
-            proc.wait(timeout=20)
 
 
 def voters(cluster: ProcessCluster, brokers: str) -> list[int]:
@@ -69,15 +33,14 @@ def voters(cluster: ProcessCluster, brokers: str) -> list[int]:
     )
 
 
-def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_path):
+def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster):
     cluster.wait_for_leader()
-    joiner = Joiner(str(tmp_path))
     producer = Producer(cluster)
     producer.start()
     try:
         brokers = cluster.brokers
         for node_id in (4, 5):
-            address = joiner.start(node_id)
+            address = cluster.start_joiner(node_id)
             brokers += "," + address
             out = ql(
                 "members", "-b", brokers, "add", str(node_id), address, "--wait", "--timeout", "30"
@@ -96,7 +59,7 @@ def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_
         remaining = [i for i in (1, 2, 3, 4, 5) if i != target]
         assert voters(cluster, brokers) == remaining
 
-        new_address = joiner.start(6)
+        new_address = cluster.start_joiner(6)
         brokers += "," + new_address
         old = remaining[0]
         out = ql("members", "-b", brokers, "replace", str(old), "6", new_address, "--timeout", "30")
@@ -105,8 +68,7 @@ def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_
         assert voters(cluster, brokers) == remaining
 
         keep = remaining[:3]
-        addresses = {**{i: cluster.address(i) for i in cluster.ids}, **joiner.addresses}
-        spec = ",".join(f"{i}={addresses[i]}" for i in keep)
+        spec = ",".join(f"{i}={cluster.address(i)}" for i in keep)
         out = ql("members", "-b", brokers, "set", spec, "--timeout", "30")
         assert out.returncode == 0, out.stderr
         assert voters(cluster, brokers) == keep
@@ -117,14 +79,11 @@ def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster, tmp_
     finally:
         producer.stop.set()
         producer.join(timeout=30)
-    try:
-        assert len(producer.acked) > 0
-        statuses = Client(brokers, timeout=10).status()
-        leader = next(s for s in statuses if s.get("role") == "leader")
-        with Client(leader["members"][str(leader["node_id"])], direct=True) as c:
-            check_no_loss(c, producer.acked)
-    finally:
-        joiner.stop_all()
+    assert len(producer.acked) > 0
+    statuses = Client(brokers, timeout=10).status()
+    leader = next(s for s in statuses if s.get("role") == "leader")
+    with Client(leader["members"][str(leader["node_id"])], direct=True) as c:
+        check_no_loss(c, producer.acked)
 
 
 def test_a_retried_change_that_was_made_already_succeeds(cluster):
