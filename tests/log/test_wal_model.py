@@ -91,8 +91,9 @@ class LogMachine(RuleBasedStateMachine):
         self.start = self.log.log_start_offset
         recovered = read_all(self.log)
         self.model = [(self.log.term_at(o), v) for o, v in recovered]
-        self.batch_starts = [b for b in self.batch_starts if b <= self.log.dirty_offset]
-        self.batch_starts = sorted(set(self.batch_starts) | {self.start} if recovered else set())
+        # From the log itself: an unsynced truncation can be undone by the crash, bringing
+        # back batches the model had cut (then the old boundaries are the true ones).
+        self.batch_starts = sorted({self.log.batch_start(o) for o, _ in recovered})
         self.term = max(self.term, self.log.last_term)
         self.flushed = self.log.flushed_offset
 
