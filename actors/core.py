@@ -607,7 +607,9 @@ class RaftCore:
         if p.probing:
             return 1
         s = self.settings
-        return s.recovery_inflight_max if p.recovering else s.steady_inflight_max
+        if p.recovering:
+            return max(1, s.recovery_window_bytes // s.chunk_bytes_max)
+        return s.steady_inflight_max
 
     def _send_appends(self, p: Progress) -> None:
         log = self.log

@@ -18,11 +18,14 @@ class RaftSettings:
     # A follower further behind than this is recovering. (At 32 KiB, every 64 KiB client
     # batch made its followers "recover": one batch per message, +25% follower CPU.)
     steady_bytes_max: int = 1024 * 1024
-    # AppendEntries in flight per follower once its match point is known: several for a
-    # recovering follower (the stream), one in steady state, so that appends arriving
+    # Bytes of chunks in flight to a recovering follower: the stream (measured with 32 KiB
+    # chunks: catch-up 110 MB/s at 8 in flight, 160 at 16, 200 at 32, 270 at 64, 280 at
+    # 128). In whole chunks, at least one; 64 of 32 KiB stay well inside a connection's
+    # send queue (transport.network.Limits.send_queue_max frames).
+    recovery_window_bytes: int = 2 * 1024 * 1024
+    # AppendEntries in flight to a follower that keeps up: one, so that appends arriving
     # meanwhile share the next message instead of each getting its own (measured: +35%
     # single-record appends/s at window 64 against 8 in flight).
-    recovery_inflight_max: int = 8
     steady_inflight_max: int = 1
     # Steady state: ask followers to fsync before replying (True), or let them reply at
     # once and report their flushed offset when their background flush ends (False).
@@ -42,5 +45,5 @@ class RaftSettings:
         assert self.election_timeout_min_s <= self.election_timeout_max_s
         assert (
             0 < self.chunk_bytes_max <= self.steady_bytes_max
-            and min(self.recovery_inflight_max, self.steady_inflight_max) > 0
+            and min(self.recovery_window_bytes, self.steady_inflight_max) > 0
         )

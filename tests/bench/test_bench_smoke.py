@@ -139,11 +139,12 @@ def test_recovery(tmp_path):
     rows = _by_figure(_written(tmp_path, "recovery", recovery.run(quick=True, tiny=True)))
     timings = ("up_s", "first_byte_s", "caught_up_s", "flushed_s", "catchup_mb_s", "ratio_to_raw")
     lazy = rows["catch-up lazy (flush=false), 32KiB chunks"]
-    flush = rows["catch-up flush per chunk, 32KiB chunks"]
-    for row in (lazy, flush):
+    flushes = [rows[recovery.FLUSH_PER_CHUNK], rows[recovery.FLUSH_PIPELINED]]
+    for row in (lazy, *flushes):
         _positive(row, "mb_behind", *timings)
         assert row["up_s"] <= row["first_byte_s"] <= row["caught_up_s"] <= row["flushed_s"]
-    _positive(flush, "ratio_flush_to_lazy", "ratio_streaming_flush_to_lazy")
+    for row in flushes:
+        _positive(row, "ratio_flush_to_lazy", "ratio_streaming_flush_to_lazy")
     curve = [r for r in rows.values() if r["figure"].startswith("catch-up curve")]
     assert [r["chunk_kib"] for r in curve] == [k // 1024 for k in recovery.TINY.chunk_sizes]
     for row in curve:
