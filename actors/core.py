@@ -61,6 +61,9 @@ PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
 # than steady_bytes_max behind for a moment, many times a second, and a log line each time
 # costs more than the AppendEntries.
 RECOVERY_LOG_BYTES_MIN = 1024 * 1024
+# AppendEntries in flight to a recovering follower at most, whatever the chunk size: a
+# connection's send queue holds 128 frames (transport.network.Limits), heartbeats included.
+RECOVERY_INFLIGHT_MAX = 64
 
 
 class Role(enum.Enum):
@@ -117,6 +120,10 @@ class RaftCore:
         self.leader_since_s = 0.0
         self.votes: dict[int, bool] = {}
         self.progress: dict[int, Progress] = {}
+        # Leader: entries up to here have a caller waiting for their commit (quorum appends,
+        # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
+        # fsync them before replying.
+        self.awaited_offset = -1
         # Follower replies waiting for a flush: (offset that must be flushed, leader id).
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
@@ -251,6 +258,7 @@ class RaftCore:
         self.progress = {}
         self._sync_progress()
         self.log.append([barrier_batch()], self.term)
+        self.awaited_offset = self.log.dirty_offset
         self.flush_urgent = True
         logger.info(
             "became_leader",
@@ -344,15 +352,19 @@ class RaftCore:
             # A background flush ended: report it now rather than at the next heartbeat.
             self._send(self.leader_id, self.heartbeat_reply())
 
-    def propose(self, batches: list[tuple[BatchHeader, memoryview]], now: float) -> tuple[int, int]:
+    def propose(
+        self, batches: list[tuple[BatchHeader, memoryview]], now: float, awaited: bool
+    ) -> tuple[int, int]:
         """Append client batches (checked, with their headers) on the leader; returns
-        (first, last) offset."""
+        (first, last) offset. `awaited`: a client waits for their commit (acks=quorum)."""
         self.now = now
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
         first = self.log.dirty_offset + 1
         headers = [h for h, _ in batches]
         last = self.log.append([b for _, b in batches], self.term, headers)
+        if awaited:
+            self.awaited_offset = last
         offset = first
         for header in headers:
             if header.producer_id >= 0:
@@ -608,7 +620,7 @@ class RaftCore:
             return 1
         s = self.settings
         if p.recovering:
-            return max(1, s.recovery_window_bytes // s.chunk_bytes_max)
+            return max(1, min(RECOVERY_INFLIGHT_MAX, s.recovery_window_bytes // s.chunk_bytes_max))
         return s.steady_inflight_max
 
     def _send_appends(self, p: Progress) -> None:
@@ -645,7 +657,12 @@ class RaftCore:
                     )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
-            flush = s.recovery_flush_every_chunk if p.recovering else s.follower_inline_flush
+            if p.recovering:
+                flush = s.recovery_flush_every_chunk
+            else:
+                flush = s.follower_flush == "always" or (
+                    s.follower_flush == "quorum" and self.awaited_offset >= p.next_offset
+                )
             self._send(
                 p.node_id,
                 AppendEntries(
@@ -690,6 +707,10 @@ class RaftCore:
                 p.probing = False
                 p.inflight = 0
             p.next_offset = max(p.next_offset, p.match_offset + 1)
+            if not is_append and not p.inflight and not p.probing:
+                # Nothing in flight, yet it lacks entries we sent: they were lost, and a late
+                # reply to an older message freed their slot in the window. Send them again.
+                p.next_offset = p.match_offset + 1
             if sender in self.config.learners_to_promote:
                 p.rate = p.rate.observe(now, p.match_offset)
                 self._maybe_promote()
@@ -772,7 +793,7 @@ class RaftCore:
             raise NotLeaderError(self.leader_id)
         check_safe_transition(self.config, config)
         self.log.append([config_batch(config)], self.term)
-        offset = self.log.dirty_offset
+        offset = self.awaited_offset = self.log.dirty_offset
         self.configs.appended(offset, config)
         self._sync_progress()
         logger.info("config_appended", node_id=self.id, offset=offset, config=config.to_json())

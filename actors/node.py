@@ -302,6 +302,7 @@ class Node:
         # answered with them, as the producer table answers it for earlier rounds.
         in_round: dict[tuple[int, int], tuple[int, int]] = {}
         next_offset = core.log.dirty_offset + 1
+        awaited = False  # a quorum append among those placed
         for item in appends:
             batches = item.batches
             if len(batches) == 1:
@@ -330,8 +331,9 @@ class Node:
                 next_offset = last + 1
             placed += batches
             offsets.append((first, next_offset - 1))
+            awaited = awaited or item.acks is Acks.QUORUM
         if placed:
-            proposed = core.propose(placed, now)
+            proposed = core.propose(placed, now, awaited)
             assert proposed[1] == next_offset - 1, (proposed, next_offset)
         commit = core.commit_offset
         majority: tuple[int, int] | None = None  # computed once for all answered now

@@ -8,9 +8,10 @@ connection to the leader (the window is the number of tasks, so of appends in fl
 - open loop: acks=quorum single-record appends at a fixed arrival rate of half the
   closed-loop peak above, latency counted from each append's scheduled send time;
 - follower flush: 64 KiB batches, window 64, acks quorum, on two fresh clusters running
-  side by side, one with the default lazy follower flush (followers answer at once and
-  report their flushes after), one with `follower_inline_flush = true`, measured in turn
-  for a few rounds so that both see the same background load.
+  side by side, one with the default `follower_flush = "quorum"` (followers fsync quorum
+  entries before they answer), one with `"lazy"` (they answer at once and report their
+  flushes after), measured in turn for a few rounds so that both see the same background
+  load.
 
 Closed-loop rows give records/s and MB/s as acknowledged, p50/p99 from the exact sample, and
 `commit_records_s`: records over the time until every node held and committed them (for
@@ -225,20 +226,21 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
 
 
 def _follower_flush_rows(sizes: Sizes, big: list[bytes]) -> list[dict]:
-    """Two fresh clusters side by side, lazy and inline follower flush, measured in turn
-    (so that both see the same background load); each row merges its side's rounds."""
-    runs: dict[bool, list[tuple[AppendRun, float]]] = {False: [], True: []}
+    """Two fresh clusters side by side, lazy and inline (the default) follower flush,
+    measured in turn (so that both see the same background load); each row merges its
+    side's rounds."""
+    runs: dict[str, list[tuple[AppendRun, float]]] = {"lazy": [], "quorum": []}
     with (
-        running_cluster("produce-lazy") as lazy,
-        running_cluster("produce-inline", raft={"follower_inline_flush": True}) as inline,
+        running_cluster("produce-lazy", raft={"follower_flush": "lazy"}) as lazy,
+        running_cluster("produce-inline") as inline,
     ):
         for _ in range(sizes.flush_rounds):
-            for flag, cluster in ((False, lazy), (True, inline)):
+            for flag, cluster in (("lazy", lazy), ("quorum", inline)):
                 runs[flag].append(
                     _closed(cluster, sizes, big, BATCH_RECORDS, "quorum", 64, sizes.flush_s)
                 )
     rows = []
-    for flag in (False, True):
+    for flag in ("lazy", "quorum"):
         merged = AppendRun(
             appends=sum(r.appends for r, _ in runs[flag]),
             records=sum(r.records for r, _ in runs[flag]),
@@ -248,13 +250,13 @@ def _follower_flush_rows(sizes: Sizes, big: list[bytes]) -> list[dict]:
         )
         rows.append(
             _row(
-                f"64KiB w64 quorum, follower_inline_flush={str(flag).lower()}",
+                f"64KiB w64 quorum, follower_flush={flag}",
                 merged,
                 sum(d for _, d in runs[flag]),
                 acks="quorum",
                 window=64,
                 records_per_append=BATCH_RECORDS,
-                follower_inline_flush=flag,
+                follower_flush=flag,
                 rounds=sizes.flush_rounds,
             )
         )

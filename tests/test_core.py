@@ -20,6 +20,7 @@ from transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,
+    HeartbeatReply,
     VoteReply,
     VoteRequest,
 )
@@ -99,7 +100,7 @@ def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
 def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
     core = make_core()
     elect(core)
-    _, last = core.propose(split_batches(batch_of(b"x", b"y")), 10.0)
+    _, last = core.propose(split_batches(batch_of(b"x", b"y")), 10.0, awaited=True)
     # Follower 2 holds everything but flushed nothing: no commit.
     core.step(2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10.0)
     assert core.commit_offset == -1
@@ -111,6 +112,25 @@ def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
     flush(core.log)
     core.on_flushed(10.0)
     assert core.commit_offset == last
+
+
+def test_entries_lost_after_a_late_reply_freed_their_slot_are_sent_again():
+    core = make_core()
+    elect(core)
+    ok = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
+    core.step(2, ok, 10.0)  # follower 2 holds the barrier (offset 0)
+    core.propose(split_batches(batch_of(b"x")), 10.0, awaited=True)
+    core.pump()
+    sent = [m for to, m in core.take_outbox() if to == 2]
+    assert [m.prev_offset for m in sent] == [0]
+    # A late duplicate of the earlier reply frees the window; the AppendEntries is lost.
+    core.step(2, ok, 10.1)
+    core.pump()
+    assert core.take_outbox() == [], "it thinks offset 1 is on its way"
+    core.step(2, HeartbeatReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.2)
+    core.pump()
+    resent = [m for to, m in core.take_outbox() if to == 2]
+    assert [m.prev_offset for m in resent] == [0], "nothing in flight, offset 1 missing: resent"
 
 
 def test_a_follower_truncates_a_conflicting_suffix():

@@ -120,9 +120,9 @@ def test_produce(tmp_path):
     _positive(open_loop, *LATENCY, "target_rate_s")
     peak = rows["1-record appends w64 quorum"]["records_s"]
     assert open_loop["target_rate_s"] == pytest.approx(max(peak / 2, 10.0))
-    lazy = rows["64KiB w64 quorum, follower_inline_flush=false"]
-    inline = rows["64KiB w64 quorum, follower_inline_flush=true"]
-    assert (lazy["follower_inline_flush"], inline["follower_inline_flush"]) == (False, True)
+    lazy = rows["64KiB w64 quorum, follower_flush=lazy"]
+    inline = rows["64KiB w64 quorum, follower_flush=quorum"]
+    assert (lazy["follower_flush"], inline["follower_flush"]) == ("lazy", "quorum")
     _positive(lazy, *LATENCY, *RATIOS)
     _positive(inline, *LATENCY, *RATIOS, "ratio_to_lazy")
     for figure in (
