@@ -620,7 +620,8 @@ class RaftCore:
             return 1
         s = self.settings
         if p.recovering:
-            return max(1, min(RECOVERY_INFLIGHT_MAX, s.recovery_window_bytes // s.chunk_bytes_max))
+            chunk = max(s.chunk_bytes_max, p.chunk_bytes)
+            return max(1, min(RECOVERY_INFLIGHT_MAX, s.recovery_window_bytes // chunk))
         return s.steady_inflight_max
 
     def _send_appends(self, p: Progress) -> None:
@@ -657,6 +658,7 @@ class RaftCore:
                     )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
+                p.chunk_bytes = len(chunk.data)
             if p.recovering:
                 flush = s.recovery_flush_every_chunk
             else:

@@ -25,6 +25,9 @@ class Progress:
     # More than one chunk behind: streamed in chunks without follower flushes (seed 004).
     recovering: bool = False
     recovery_started_bytes: int = 0  # the leader's recovery byte count when it began
+    # Size of the last chunk sent: batches larger than a chunk make larger chunks, and the
+    # recovery window counts in these, so that its bytes stay bounded.
+    chunk_bytes: int = 0
     # How fast the match offset moves (kept for learners: the promotion rule).
     rate: ReplicationRate = field(default_factory=ReplicationRate)
     last_contact_s: float = -math.inf

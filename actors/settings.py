@@ -22,7 +22,8 @@ class RaftSettings:
     steady_bytes_max: int = 1024 * 1024
     # Bytes of chunks in flight to a recovering follower: the stream (measured with 32 KiB
     # chunks: catch-up 110 MB/s at 8 in flight, 160 at 16, 200 at 32, 270 at 64, 280 at
-    # 128). In whole chunks, at least one and at most 64 (actors.core.RECOVERY_INFLIGHT_MAX).
+    # 128). In chunks as large as the last one sent (a batch larger than a chunk is sent
+    # whole), at least one and at most 64 (actors.core.RECOVERY_INFLIGHT_MAX).
     recovery_window_bytes: int = 2 * 1024 * 1024
     # AppendEntries in flight to a follower that keeps up: one, so that appends arriving
     # meanwhile share the next message instead of each getting its own (measured: +35%

@@ -133,6 +133,29 @@ def test_entries_lost_after_a_late_reply_freed_their_slot_are_sent_again():
     assert [m.prev_offset for m in resent] == [0], "nothing in flight, offset 1 missing: resent"
 
 
+def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
+    core = make_core()
+    elect(core)
+    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    rng = random.Random(7)
+    # Batches of 600 KiB, larger than a 32 KiB chunk: each is sent whole.
+    for _ in range(10):
+        core.propose(split_batches(batch_of(rng.randbytes(600 * 1024))), 10.0, awaited=True)
+    core.pump()
+    sent = [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
+    assert len(sent) > 1, "recovery streams several chunks"
+    assert sum(len(m.batches) for m in sent) <= SETTINGS.recovery_window_bytes
+    # Small batches: whole 32 KiB chunks, as many as the window holds.
+    core = make_core()
+    elect(core)
+    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    for _ in range(3000):
+        core.propose(split_batches(batch_of(rng.randbytes(1000))), 10.0, awaited=True)
+    core.pump()
+    sent = [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
+    assert len(sent) == SETTINGS.recovery_window_bytes // SETTINGS.chunk_bytes_max
+
+
 def test_a_follower_truncates_a_conflicting_suffix():
     core = make_core(term=1)
     core.log.append([batch_of(b"a")], term=1)  # 0
