@@ -456,6 +456,8 @@ class RaftCore:
                 self.producers.truncate(0)
                 self.configs.truncated(0)
                 self.verified_offset = prev
+                if req.base_config:
+                    self._adopt_base_config(req.base_config, prev)
         elif prev > log.dirty_offset:
             self._reject(sender, log.dirty_offset, log.last_term)
             return
@@ -499,6 +501,23 @@ class RaftCore:
             self.flush_urgent = True
         else:
             self._send(sender, self._append_reply(AppendResult.SUCCESS))
+
+    def _adopt_base_config(self, data: bytes, offset: int) -> None:
+        """The committed configuration in force at `offset`, just below our log, which
+        starts again after it: it becomes ours, durably (a restart must not fall back)."""
+        try:
+            ((header, batch),) = split_batches(data)
+            if header.batch_type is not BatchType.CONFIG:
+                raise BatchError(f"a {header.batch_type.name} batch")
+            config = config_of(batch, header)
+        except (BatchError, ValueError) as exc:
+            logger.error("bad_base_config_from_leader", node_id=self.id, error=str(exc))
+            return
+        self.configs = ConfigTracker(config, offset)
+        self.meta = replace(self.meta, config=config.to_wire(), config_offset=offset)
+        self.metadata_dirty = True
+        self._config_changed()
+        logger.info("config_from_leader", node_id=self.id, offset=offset, config=config.to_json())
 
     def _on_heartbeat(self, sender: int, hb: Heartbeat, now: float) -> None:
         self._heard_from_leader(hb.leader_id, now)
@@ -636,6 +655,14 @@ class RaftCore:
             prev = p.next_offset - 1
             # Below our log start the term is unknown: everything there is committed.
             prev_term = UNKNOWN_TERM if 0 <= prev < log.log_start_offset else self.term_at(prev)
+            base_config = b""
+            committed = self.configs.committed
+            if (
+                prev_term == UNKNOWN_TERM
+                and committed is not None
+                and self.configs.committed_offset < log.log_start_offset
+            ):
+                base_config = config_batch(committed)  # its entry is gone from our log
             if p.next_offset <= log.dirty_offset:
                 steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
                 budget = s.steady_bytes_max if steady else s.chunk_bytes_max
@@ -676,6 +703,7 @@ class RaftCore:
                     self.commit_offset,
                     chunk.data,
                     flush,
+                    base_config,
                 ),
             )
             p.inflight += 1

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import random
 
-from actors.core import RaftCore, Role, barrier_batch
+from actors.core import UNKNOWN_TERM, RaftCore, Role, barrier_batch
 from actors.settings import RaftSettings
 from log.batch import split_batches
 from log.memdisk import MemoryFileSystem
 from log.metadata import ConsensusMetadata
-from log.wal import Log, run_inline
+from log.wal import Log, LogConfig, run_inline
 from membership.config import Configuration
 from tests.log.helpers import batch_of
 from transport.messages import (
@@ -27,6 +27,7 @@ from transport.messages import (
 
 SETTINGS = RaftSettings()
 PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
+BOOTSTRAP = Configuration.bootstrap(PEERS)
 
 
 def flush(log: Log) -> int:
@@ -38,12 +39,17 @@ def flush(log: Log) -> int:
     raise AssertionError("the in-memory flush never suspends")
 
 
-def make_core(node_id: int = 1, term: int = 1, now: float = 0.0) -> RaftCore:
+def make_core(
+    node_id: int = 1,
+    term: int = 1,
+    now: float = 0.0,
+    config: Configuration | None = BOOTSTRAP,
+    log_config: LogConfig | None = None,
+) -> RaftCore:
     fs = MemoryFileSystem()
-    log = Log.open(fs, "/log", run_sync=run_inline)
-    meta = ConsensusMetadata(
-        "x", current_term=term, config=Configuration.bootstrap(PEERS).to_wire()
-    )
+    log = Log.open(fs, "/log", log_config, run_sync=run_inline)
+    wire = config.to_wire() if config is not None else None
+    meta = ConsensusMetadata("x", current_term=term, config=wire)
     return RaftCore(node_id, log, meta, SETTINGS, random.Random(node_id), now)
 
 
@@ -154,6 +160,33 @@ def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
     core.pump()
     sent = [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
     assert len(sent) == SETTINGS.recovery_window_bytes // SETTINGS.chunk_bytes_max
+
+
+def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retention_removed():
+    leader = make_core(log_config=LogConfig(segment_bytes_max=4096))
+    elect(leader)
+    for i in range(20):
+        leader.propose(split_batches(batch_of(random.Random(i).randbytes(1000))), 10.0, True)
+    flush(leader.log)
+    leader.step(3, AppendEntriesReply(0, 3, leader.term, 20, 20, AppendResult.SUCCESS, -1, -1), 10)
+    leader.on_flushed(10.0)
+    assert leader.commit_offset == 20
+    start = leader.log.truncate_prefix(leader.commit_offset)
+    assert start > 0, "retention removed the oldest segments"
+    # Follower 2 has nothing: the leader sends from its log start, prev term unknown.
+    reply = AppendEntriesReply(0, 2, leader.term, -1, -1, AppendResult.FAILURE, -1, 0)
+    leader.step(2, reply, 10.0)
+    leader.pump()
+    (reset,) = [m for to, m in leader.take_outbox() if to == 2]
+    assert (reset.prev_offset, reset.prev_term) == (start - 1, UNKNOWN_TERM)
+    assert reset.base_config, "the committed configuration's entry is not in the log"
+    # A node that knows no configuration (it joined) takes it, durably.
+    joiner = make_core(2, term=leader.term, config=None)
+    assert joiner.role is Role.LEARNER
+    joiner.step(1, reset, 10.0)
+    assert joiner.config == BOOTSTRAP and joiner.role is Role.FOLLOWER
+    assert joiner.metadata_dirty and joiner.meta.config == BOOTSTRAP.to_wire()
+    assert joiner.log.log_start_offset == start
 
 
 def test_a_follower_truncates_a_conflicting_suffix():

@@ -188,7 +188,7 @@ class _Spec:
     get_fields: Callable[[Any], tuple[Any, ...]]
     decode_fast: Callable[[list], Any]  # the message, or None if any field is wrong
     checks: tuple[Callable[[object], Any], ...]  # per field: the value, or ProtocolError
-    splice_index: int | None  # the one bytes field worth framing around, if any
+    splice_index: int | None  # the bytes field worth framing around (the first), if any
 
 
 def _spec(cls: type) -> _Spec:
@@ -202,7 +202,7 @@ def _spec(cls: type) -> _Spec:
         get_fields=_fields_getter(names),
         decode_fast=_compile_decoder(cls, names, hints),
         checks=tuple(_check_for(hints[name]) for name in names),
-        splice_index=bytes_fields[0] if len(bytes_fields) == 1 else None,
+        splice_index=bytes_fields[0] if bytes_fields else None,
     )
 
 

@@ -103,6 +103,10 @@ class AppendEntries:
     leader_commit: int
     batches: bytes  # whole batches, concatenated; b"" carries only offsets
     flush: bool  # ask the follower to fsync before it replies (recovery sends False)
+    # With prev_term unknown (the follower starts its log again at the leader's log start):
+    # a config batch of the committed configuration, when retention removed its entry from
+    # the leader's log, so that the follower does not go on with an older one; else b"".
+    base_config: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ def test_batches_travel_as_the_same_bytes(payload_bytes):
     message = AppendEntries(1, 7, 2, 39, 3, 20, batches, False)
     frame = encode_frame(5, message)
     # The spliced fast path and msgpack's own encoding must be the same bytes on the wire.
-    generic = msgpack.packb([AppendEntries.TAG, 5, 1, 7, 2, 39, 3, 20, batches, False])
+    generic = msgpack.packb([AppendEntries.TAG, 5, 1, 7, 2, 39, 3, 20, batches, False, b""])
     assert body_of(frame) == generic
     decoded = decode_body(body_of(frame)).message
     assert decoded.batches == batches
@@ -113,7 +113,7 @@ GOOD = [Heartbeat.TAG, 0, 1, 2, 3, 4, 5, 6]
         ({"tag": 1}, "array"),
         (5, "array"),
         ([VoteRequest.TAG, 0, 1, 2, 3, 4, 5, 1, False], "bool"),
-        ([AppendEntries.TAG, 0, 1, 2, 3, 4, 5, 6, "batches", True], "bytes"),
+        ([AppendEntries.TAG, 0, 1, 2, 3, 4, 5, 6, "batches", True, b""], "bytes"),
         ([ErrorReply.TAG, 0, 42, "m", None, None], "ErrorCode"),
         ([ErrorReply.TAG, 0, ErrorCode.AUTH, b"m", None, None], "str"),
         ([ErrorReply.TAG, 0, ErrorCode.AUTH, "m", "1", None], "int"),
