@@ -513,6 +513,8 @@ class RaftCore:
         except (BatchError, ValueError) as exc:
             logger.error("bad_base_config_from_leader", node_id=self.id, error=str(exc))
             return
+        if self.configs.committed is not None and self.configs.committed_offset > offset:
+            return  # ours is later (the leader may not know yet that it committed)
         self.configs = ConfigTracker(config, offset)
         self.meta = replace(self.meta, config=config.to_wire(), config_offset=offset)
         self.metadata_dirty = True
@@ -622,6 +624,9 @@ class RaftCore:
     def _retransmit_stalled(self, now: float) -> None:
         for p in self.progress.values():
             if p.inflight and now - p.last_reply_s >= self.settings.retransmit_timeout_s:
+                sent = p.next_offset - 1
+                if p.dirty_offset >= sent > p.flushed_offset:
+                    continue  # it holds what we sent (heartbeats say): its reply waits on fsync
                 # Requests or replies were lost: probe again; the reply's hint repositions us.
                 p.inflight = 0
                 p.probing = True

@@ -22,8 +22,10 @@ class RaftSettings:
     steady_bytes_max: int = 1024 * 1024
     # Bytes of chunks in flight to a recovering follower: the stream (measured with 32 KiB
     # chunks: catch-up 110 MB/s at 8 in flight, 160 at 16, 200 at 32, 270 at 64, 280 at
-    # 128). In chunks as large as the last one sent (a batch larger than a chunk is sent
-    # whole), at least one and at most 64 (actors.core.RECOVERY_INFLIGHT_MAX).
+    # 128). Counted in chunks as large as the last one sent (a batch larger than a chunk is
+    # sent whole), at least one and at most 64 (actors.core.RECOVERY_INFLIGHT_MAX); so
+    # about this many bytes, plus the message that started the recovery (up to
+    # steady_bytes_max) and one batch.
     recovery_window_bytes: int = 2 * 1024 * 1024
     # AppendEntries in flight to a follower that keeps up: one, so that appends arriving
     # meanwhile share the next message instead of each getting its own (measured: +35%
@@ -33,8 +35,8 @@ class RaftSettings:
     # holds entries a caller waits to see committed (acks=quorum appends, configurations),
     # as seed 004 does: one reply per message, sent once durable (measured: +5-8%
     # single-record quorum appends/s against "lazy"); the other entries are flushed in the
-    # background and reported after. "always": every AppendEntries; "lazy": none (replies
-    # at once, flushes reported when they end).
+    # background and reported after. "always": every AppendEntries (recovery chunks follow
+    # recovery_flush_every_chunk); "lazy": none (replies at once, flushes reported after).
     follower_flush: str = "quorum"
     # Recovery: ask the follower to fsync every chunk (the baseline seed 004 improves on).
     recovery_flush_every_chunk: bool = False

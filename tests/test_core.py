@@ -45,12 +45,13 @@ def make_core(
     now: float = 0.0,
     config: Configuration | None = BOOTSTRAP,
     log_config: LogConfig | None = None,
+    settings: RaftSettings = SETTINGS,
 ) -> RaftCore:
     fs = MemoryFileSystem()
     log = Log.open(fs, "/log", log_config, run_sync=run_inline)
     wire = config.to_wire() if config is not None else None
     meta = ConsensusMetadata("x", current_term=term, config=wire)
-    return RaftCore(node_id, log, meta, SETTINGS, random.Random(node_id), now)
+    return RaftCore(node_id, log, meta, settings, random.Random(node_id), now)
 
 
 def elect(core: RaftCore, now: float = 10.0) -> None:
@@ -120,6 +121,49 @@ def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
     assert core.commit_offset == last
 
 
+def caught_up_leader(settings: RaftSettings = SETTINGS) -> RaftCore:
+    """A leader whose follower 2 holds its barrier (offset 0), nothing in flight."""
+    core = make_core(settings=settings)
+    elect(core)
+    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    return core
+
+
+def sent_to_2(core: RaftCore) -> list[AppendEntries]:
+    core.pump()
+    return [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
+
+
+def test_followers_fsync_before_replying_to_what_a_caller_waits_to_see_committed():
+    for policy, flushes in (("quorum", [False, True]), ("lazy", [False, False])):
+        core = caught_up_leader(RaftSettings(follower_flush=policy))
+        flags = []
+        for awaited in (False, True):  # an acks=leader append, then an acks=quorum one
+            core.propose(split_batches(batch_of(b"x")), 10.0, awaited)
+            (message,) = sent_to_2(core)
+            flags.append(message.flush)
+            ok = AppendEntriesReply(
+                0, 2, core.term, -1, core.log.dirty_offset, AppendResult.SUCCESS, -1, -1
+            )
+            core.step(2, ok, 10.0)
+        assert flags == flushes, policy
+
+
+def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
+    core = caught_up_leader()
+    core.propose(split_batches(batch_of(b"x")), 10.0, awaited=True)
+    assert [m.flush for m in sent_to_2(core)] == [True]
+    # Heartbeats show it holds offset 1, not flushed yet; its reply waits for that.
+    holds = HeartbeatReply(0, 2, core.term, 0, 1, AppendResult.SUCCESS, -1, -1)
+    core.step(2, holds, 10.1)
+    core.tick(10.0 + 3 * SETTINGS.retransmit_timeout_s)
+    assert sent_to_2(core) == [], "no resend, no probe"
+    # Once flushed, a reply that still has not come was lost: probe again.
+    core.step(2, HeartbeatReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.7)
+    core.tick(10.8)
+    assert len(sent_to_2(core)) == 1
+
+
 def test_entries_lost_after_a_late_reply_freed_their_slot_are_sent_again():
     core = make_core()
     elect(core)
@@ -187,6 +231,12 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     assert joiner.config == BOOTSTRAP and joiner.role is Role.FOLLOWER
     assert joiner.metadata_dirty and joiner.meta.config == BOOTSTRAP.to_wire()
     assert joiner.log.log_start_offset == start
+    # A node that knows a later committed configuration keeps it.
+    later = Configuration.bootstrap({**PEERS, 4: "127.0.0.1:7004"})
+    follower = make_core(3, term=leader.term, config=later)
+    follower.configs.committed_offset = start + 5
+    follower.step(1, reset, 10.0)
+    assert follower.config == later
 
 
 def test_a_follower_truncates_a_conflicting_suffix():
