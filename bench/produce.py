@@ -7,6 +7,9 @@ connection to the leader (the window is the number of tasks, so of appends in fl
 - one record per append, window 64, acks quorum | leader | none;
 - open loop: acks=quorum single-record appends at a fixed arrival rate of half the
   closed-loop peak above, latency counted from each append's scheduled send time;
+- the matrix: record size 100 B / 1 KiB / 16 KiB (appends of about 64 KiB) x acks quorum /
+  leader / none x window 1 / 16 / 64 x cluster size 3 / 5, a row each (`--quick` runs each
+  case for 1 s; the smoke test runs its corners);
 - follower flush: 64 KiB batches, window 64, acks quorum, on two fresh clusters running
   side by side, one with the default `follower_flush = "quorum"` (followers fsync quorum
   entries before they answer), one with `"lazy"` (they answer at once and report their
@@ -41,6 +44,7 @@ from bench.workload import (
     KIB,
     AppendRun,
     closed_loop,
+    closed_loop_row,
     latency_fields,
     leader_address,
     make_batches,
@@ -61,6 +65,14 @@ LEVELS = ("quorum", "leader", "none")
 
 
 @dataclass(frozen=True)
+class Matrix:
+    record_bytes: tuple[int, ...] = (100, 1024, 16 * KIB)
+    levels: tuple[str, ...] = LEVELS
+    windows: tuple[int, ...] = (1, 16, 64)
+    nodes: tuple[int, ...] = (3, 5)
+
+
+@dataclass(frozen=True)
 class Sizes:
     duration_s: float  # each closed-loop case
     warmup_s: float
@@ -69,6 +81,8 @@ class Sizes:
     loopback_s: float
     flush_rounds: int  # alternations lazy / inline of the follower flush comparison
     flush_s: float  # each side of each round
+    matrix_s: float  # each case of the matrix
+    matrix: Matrix = Matrix()
 
 
 FULL = Sizes(
@@ -79,6 +93,7 @@ FULL = Sizes(
     loopback_s=2.0,
     flush_rounds=5,
     flush_s=3.0,
+    matrix_s=3.0,
 )
 QUICK = Sizes(
     duration_s=2.0,
@@ -88,6 +103,7 @@ QUICK = Sizes(
     loopback_s=1.0,
     flush_rounds=3,
     flush_s=1.0,
+    matrix_s=1.0,
 )
 TINY = Sizes(
     duration_s=0.3,
@@ -97,6 +113,8 @@ TINY = Sizes(
     loopback_s=0.2,
     flush_rounds=1,
     flush_s=0.3,
+    matrix_s=0.2,
+    matrix=Matrix((100, 16 * KIB), ("quorum", "none"), (1, 64), (3,)),
 )
 
 
@@ -217,12 +235,30 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         )
         rss = peak_rss_row(cluster)
     rows += _follower_flush_rows(sizes, big)
+    rows += _matrix_rows(sizes)
     with tempfile.TemporaryDirectory(prefix="quorumlog-bench-produce-raw-") as raw_dir:
         after = _baselines(raw_dir, big[0], sizes)
     # The machine's limit is the best it showed in this run (other load may slow one try).
     base = {k: max(before[k], after[k]) for k in before}
     _add_ratios(rows, base)
     return [*rows, *_baseline_rows(before, after, len(big[0])), rss]
+
+
+def _matrix_rows(sizes: Sizes) -> list[dict]:
+    m = sizes.matrix
+    rows = []
+    for nodes in m.nodes:
+        with running_cluster(f"produce-matrix-{nodes}", size=nodes) as cluster:
+            for record_bytes in m.record_bytes:
+                for acks in m.levels:
+                    for window in m.windows:
+                        figure = f"matrix {record_bytes} B {acks} w{window} {nodes} nodes"
+                        rows.append(
+                            closed_loop_row(
+                                cluster, record_bytes, window, acks, sizes.matrix_s, figure=figure
+                            )
+                        )
+    return rows
 
 
 def _follower_flush_rows(sizes: Sizes, big: list[bytes]) -> list[dict]:

@@ -13,22 +13,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-import trio
-
 from bench.report import print_table
-from bench.workload import (
-    ACKS,
-    IncompressibleRecords,
-    closed_loop,
-    latency_fields,
-    make_batches,
-    running_cluster,
-    with_leader,
-)
+from bench.workload import IncompressibleRecords, closed_loop_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 
-APPEND_BYTES = 64 * 1024
 RECORD_SIZES = (100, 1024, 16 * 1024)
 WINDOWS = (1, 16, 64)
 
@@ -45,28 +34,7 @@ FULL = Sizes(duration_s=6.0, grow_mb=2000)
 
 
 def _step(cluster: ProcessCluster, sizes: Sizes, record_bytes: int, window: int, **what) -> dict:
-    per_append = max(1, APPEND_BYTES // record_bytes)
-    batches = make_batches(per_append, count=8, record_bytes=record_bytes)
-    result = with_leader(
-        cluster,
-        lambda address: trio.run(
-            lambda: closed_loop(
-                address, batches, per_append, ACKS["quorum"], window, duration_s=sizes.duration_s
-            )
-        ),
-    )
-    rss = cluster.peak_rss_mb()
-    return {
-        **what,
-        "record_bytes": record_bytes,
-        "window": window,
-        "nodes": cluster.size,
-        "records_s": result.records_s,
-        "mb_s": result.records_s * record_bytes / 1e6,
-        **latency_fields(result.latencies_s),
-        "errors": result.errors,
-        "peak_rss_mb_max": max(rss.values(), default=None),
-    }
+    return closed_loop_row(cluster, record_bytes, window, "quorum", sizes.duration_s, **what)
 
 
 def _grow(cluster: ProcessCluster, megabytes: int) -> None:

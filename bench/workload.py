@@ -358,6 +358,45 @@ async def wait_all_committed(
     return time.perf_counter() - start
 
 
+def closed_loop_row(
+    cluster: ProcessCluster,
+    record_bytes: int,
+    window: int,
+    acks: str,
+    duration_s: float,
+    append_bytes: int = 64 * KIB,
+    **what,
+) -> dict:
+    """One closed-loop case through the leader, appends of about `append_bytes` of
+    `record_bytes` records, then the wait until every node holds and commits it all (the
+    next case starts on a quiet cluster): a row of the figures and `what` it was."""
+    per_append = max(1, append_bytes // record_bytes)
+    batches = make_batches(per_append, count=8, record_bytes=record_bytes)
+
+    async def measure(address: str) -> AppendRun:
+        result = await closed_loop(
+            address, batches, per_append, ACKS[acks], window, duration_s=duration_s
+        )
+        status = await status_of(address)
+        await wait_all_committed(cluster, status["dirty_offset"] if status else result.last_offset)
+        return result
+
+    result = with_leader(cluster, lambda address: trio.run(measure, address))
+    rss = cluster.peak_rss_mb()
+    return {
+        **what,
+        "record_bytes": record_bytes,
+        "acks": acks,
+        "window": window,
+        "nodes": cluster.size,
+        "records_s": result.records_s,
+        "mb_s": result.records_s * record_bytes / 1e6,
+        **latency_fields(result.latencies_s),
+        "errors": result.errors,
+        "peak_rss_mb_max": max(rss.values(), default=None),
+    }
+
+
 # --- baselines ----------------------------------------------------------------------------
 
 

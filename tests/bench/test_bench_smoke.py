@@ -4,6 +4,7 @@ promises. No timing assertions: the numbers depend on the machine."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -125,6 +126,13 @@ def test_produce(tmp_path):
     assert (lazy["follower_flush"], inline["follower_flush"]) == ("lazy", "quorum")
     _positive(lazy, *LATENCY, *RATIOS)
     _positive(inline, *LATENCY, *RATIOS, "ratio_to_lazy")
+    m = produce.TINY.matrix
+    matrix = [r for r in rows.values() if r["figure"].startswith("matrix")]
+    cases = {(r["record_bytes"], r["acks"], r["window"], r["nodes"]) for r in matrix}
+    assert cases == set(itertools.product(m.record_bytes, m.levels, m.windows, m.nodes))
+    for row in matrix:
+        _positive(row, *LATENCY, *RATIOS, "peak_rss_mb_max")
+        assert row["errors"] == 0
     for figure in (
         "baseline raw disk, write+fsync per 64 KiB batch",
         "baseline raw disk, 64 KiB writes, fsync per 1 MiB",
