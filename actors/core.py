@@ -624,11 +624,11 @@ class RaftCore:
     def _retransmit_stalled(self, now: float) -> None:
         for p in self.progress.values():
             if p.inflight and now - p.last_reply_s >= self.settings.retransmit_timeout_s:
-                sent = p.next_offset - 1
+                sent = p.inflight[-1][0]
                 if p.dirty_offset >= sent > p.flushed_offset:
                     continue  # it holds what we sent (heartbeats say): its reply waits on fsync
                 # Requests or replies were lost: probe again; the reply's hint repositions us.
-                p.inflight = 0
+                p.forget_inflight()
                 p.probing = True
                 p.last_reply_s = now
 
@@ -639,19 +639,24 @@ class RaftCore:
         for p in self.progress.values():
             self._send_appends(p)
 
-    def _window(self, p: Progress) -> int:
+    def _may_send(self, p: Progress) -> bool:
+        """Whether the window has room for another AppendEntries to this follower."""
+        count = len(p.inflight)
         if p.probing:
-            return 1
+            return count == 0
         s = self.settings
         if p.recovering:
-            chunk = max(s.chunk_bytes_max, p.chunk_bytes)
-            return max(1, min(RECOVERY_INFLIGHT_MAX, s.recovery_window_bytes // chunk))
-        return s.steady_inflight_max
+            # At least one in flight, then up to the window's bytes (a batch larger than a
+            # chunk is sent whole, so chunks vary).
+            return count == 0 or (
+                count < RECOVERY_INFLIGHT_MAX and p.inflight_bytes < s.recovery_window_bytes
+            )
+        return count < s.steady_inflight_max
 
     def _send_appends(self, p: Progress) -> None:
         log = self.log
         s = self.settings
-        while p.inflight < self._window(p):
+        while self._may_send(p):
             if p.next_offset > log.dirty_offset and not p.probing:
                 return  # caught up; heartbeats carry the commit offset
             if p.next_offset < log.log_start_offset:
@@ -690,7 +695,6 @@ class RaftCore:
                     )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
-                p.chunk_bytes = len(chunk.data)
             if p.recovering:
                 flush = s.recovery_flush_every_chunk
             else:
@@ -711,7 +715,7 @@ class RaftCore:
                     base_config,
                 ),
             )
-            p.inflight += 1
+            p.sent(chunk.last_offset, len(chunk.data))
             if p.probing:
                 return  # wait for the answer before sending more
             p.next_offset = chunk.last_offset + 1
@@ -726,26 +730,23 @@ class RaftCore:
         is_append = isinstance(reply, AppendEntriesReply)
         if is_append:
             p.last_reply_s = now
-            p.inflight = max(0, p.inflight - 1)
         if reply.last_dirty < p.match_offset:
             # The follower knows less than we thought: it restarted (and may have lost its
             # unflushed tail), or this reply is older than one already seen. Flushed entries
             # survive a crash, so match falls back no further than them; probe from there.
             p.match_offset = max(reply.last_dirty, p.flushed_offset)
             p.probing = True
-            p.inflight = 0
+            p.forget_inflight()
         if reply.result is AppendResult.SUCCESS:
             p.match_offset = max(p.match_offset, reply.last_dirty)
             p.flushed_offset = max(p.flushed_offset, min(reply.last_flushed, p.match_offset))
             p.dirty_offset = reply.last_dirty
             if p.probing and is_append:
                 p.probing = False
-                p.inflight = 0
+                p.forget_inflight()
+            elif is_append:
+                p.answered_to(reply.last_dirty)
             p.next_offset = max(p.next_offset, p.match_offset + 1)
-            if not is_append and not p.inflight and not p.probing:
-                # Nothing in flight, yet it lacks entries we sent: they were lost, and a late
-                # reply to an older message freed their slot in the window. Send them again.
-                p.next_offset = p.match_offset + 1
             if sender in self.config.learners_to_promote:
                 p.rate = p.rate.observe(now, p.match_offset)
                 self._maybe_promote()
@@ -765,7 +766,7 @@ class RaftCore:
             self._maybe_commit()
         elif reply.result is AppendResult.FAILURE and is_append:
             p.probing = True
-            p.inflight = 0
+            p.forget_inflight()
             if reply.conflict_offset < p.match_offset:
                 # Its log is shorter than we believed matched: it lost entries it had
                 # reported (a damaged or lying disk). Trust what it says now.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from membership.catchup import ReplicationRate
@@ -18,20 +19,35 @@ class Progress:
     # The follower's reported flushed and dirty offsets (both at most what matches).
     flushed_offset: int = -1
     dirty_offset: int = -1
-    # AppendEntries sent and not yet answered.
-    inflight: int = 0
+    # AppendEntries sent and not yet answered, oldest first: (last offset it carries, its
+    # bytes). A reply frees those it covers (etcd's inflights), so a late duplicate of an
+    # answered one frees nothing.
+    inflight: deque[tuple[int, int]] = field(default_factory=deque)
+    inflight_bytes: int = 0
     # Looking for the match point: one request at a time until a success.
     probing: bool = True
     # More than one chunk behind: streamed in chunks without follower flushes (seed 004).
     recovering: bool = False
     recovery_started_bytes: int = 0  # the leader's recovery byte count when it began
-    # Size of the last chunk sent: batches larger than a chunk make larger chunks, and the
-    # recovery window counts in these, so that its bytes stay bounded.
-    chunk_bytes: int = 0
     # How fast the match offset moves (kept for learners: the promotion rule).
     rate: ReplicationRate = field(default_factory=ReplicationRate)
     last_contact_s: float = -math.inf
     last_reply_s: float = -math.inf
+
+    def sent(self, last_offset: int, size: int) -> None:
+        self.inflight.append((last_offset, size))
+        self.inflight_bytes += size
+
+    def answered_to(self, offset: int) -> None:
+        """The follower holds everything up to `offset`: those messages are answered."""
+        inflight = self.inflight
+        while inflight and inflight[0][0] <= offset:
+            self.inflight_bytes -= inflight.popleft()[1]
+
+    def forget_inflight(self) -> None:
+        """Lost or refused: whatever is in flight will be sent again."""
+        self.inflight.clear()
+        self.inflight_bytes = 0
 
     @property
     def acked_offset(self) -> int:

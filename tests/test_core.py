@@ -164,46 +164,44 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     assert len(sent_to_2(core)) == 1
 
 
-def test_entries_lost_after_a_late_reply_freed_their_slot_are_sent_again():
-    core = make_core()
-    elect(core)
+def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
+    core = caught_up_leader()
     ok = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
-    core.step(2, ok, 10.0)  # follower 2 holds the barrier (offset 0)
     core.propose(split_batches(batch_of(b"x")), 10.0, awaited=True)
-    core.pump()
-    sent = [m for to, m in core.take_outbox() if to == 2]
-    assert [m.prev_offset for m in sent] == [0]
-    # A late duplicate of the earlier reply frees the window; the AppendEntries is lost.
-    core.step(2, ok, 10.1)
-    core.pump()
-    assert core.take_outbox() == [], "it thinks offset 1 is on its way"
-    core.step(2, HeartbeatReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.2)
-    core.pump()
-    resent = [m for to, m in core.take_outbox() if to == 2]
-    assert [m.prev_offset for m in resent] == [0], "nothing in flight, offset 1 missing: resent"
+    assert [m.prev_offset for m in sent_to_2(core)] == [0]
+    # A late duplicate of the earlier answer: offset 1 is still in flight (then lost).
+    core.step(2, ok, 10.05)
+    core.propose(split_batches(batch_of(b"y")), 10.05, awaited=True)
+    assert sent_to_2(core) == [], "one AppendEntries at a time to a follower that keeps up"
+    # No answer within the retransmit timeout, and it does not hold offset 1: probe again;
+    # its refusal says where its log ends, and offset 1 goes again.
+    core.step(2, HeartbeatReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.1)
+    core.tick(10.1 + SETTINGS.retransmit_timeout_s)
+    assert len(sent_to_2(core)) == 1, "a probe"
+    no = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.FAILURE, 0, core.term)
+    core.step(2, no, 10.4)
+    assert [m.prev_offset for m in sent_to_2(core)] == [0]
 
 
 def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
-    core = make_core()
-    elect(core)
-    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    window = SETTINGS.recovery_window_bytes
     rng = random.Random(7)
-    # Batches of 600 KiB, larger than a 32 KiB chunk: each is sent whole.
-    for _ in range(10):
-        core.propose(split_batches(batch_of(rng.randbytes(600 * 1024))), 10.0, awaited=True)
-    core.pump()
-    sent = [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
-    assert len(sent) > 1, "recovery streams several chunks"
-    assert sum(len(m.batches) for m in sent) <= SETTINGS.recovery_window_bytes
-    # Small batches: whole 32 KiB chunks, as many as the window holds.
-    core = make_core()
-    elect(core)
-    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
-    for _ in range(3000):
-        core.propose(split_batches(batch_of(rng.randbytes(1000))), 10.0, awaited=True)
-    core.pump()
-    sent = [m for to, m in core.take_outbox() if to == 2 and isinstance(m, AppendEntries)]
-    assert len(sent) == SETTINGS.recovery_window_bytes // SETTINGS.chunk_bytes_max
+    # Batches of 600 KiB, larger than a 32 KiB chunk: each is sent whole; then small ones.
+    for size, count in ((600 * 1024, 10), (1000, 3000)):
+        core = caught_up_leader()
+        for _ in range(count):
+            core.propose(split_batches(batch_of(rng.randbytes(size))), 10.0, awaited=True)
+        sent = sent_to_2(core)
+        assert len(sent) > 1, "recovery streams several messages"
+        sizes = [len(m.batches) for m in sent]
+        assert sum(sizes[:-1]) < window <= sum(sizes), "it sends until the window is full"
+        # Each answer frees what it covers, and the stream goes on within the window.
+        last = split_batches(sent[0].batches)[-1][0].last_offset
+        core.step(
+            2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10
+        )
+        more = [len(m.batches) for m in sent_to_2(core)]
+        assert more and sum(sizes[1:] + more[:-1]) < window
 
 
 def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retention_removed():
