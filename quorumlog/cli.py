@@ -180,8 +180,13 @@ def bench(
     configure_logging(level=logging.WARNING)  # simulations log thousands of elections
     names = list(SCENARIOS) if name == "all" else [name]
     if out is None:
-        os.makedirs("bench-results", exist_ok=True)
         out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    try:
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "a"):
+            pass  # fail now, not after the scenarios ran
+    except OSError as exc:
+        raise click.UsageError(f"cannot write the figures to {out}: {exc}") from None
     results = {}
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)

@@ -251,7 +251,7 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
 
     from quorumlog.cli import main
 
-    out = tmp_path / "nemesis.jsonl"
+    out = tmp_path / "new" / "nemesis.jsonl"  # a folder that does not exist yet
     args = ["bench", "nemesis", "--seed", "5", "--faults", "kill-follower", "--steps", "1"]
     result = CliRunner().invoke(main, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -264,3 +264,7 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
     assert os.path.exists(details["history"])
     bad = CliRunner().invoke(main, ["bench", "nemesis", "--faults", "no-such-fault"])
     assert bad.exit_code == 2 and "kill-leader" in bad.output
+    unwritable = str(out / "under-a-file.jsonl")
+    bad = CliRunner().invoke(main, ["bench", "sim", "--seeds", "1", "--out", unwritable])
+    assert bad.exit_code == 2 and "cannot write the figures" in bad.output
+    assert "running" not in bad.output, "refused before any scenario ran"
