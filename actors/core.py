@@ -695,7 +695,6 @@ class RaftCore:
                     )
             if p.recovering:
                 self.recovery_bytes_sent += len(chunk.data)
-            if p.recovering:
                 flush = s.recovery_flush_every_chunk
             else:
                 flush = s.follower_flush == "always" or (

@@ -314,14 +314,14 @@ class Node:
                         item.reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
                     offsets.append(None)
                     continue
-                if earlier is None and header.producer_id >= 0:
-                    found = in_round.get((header.producer_id, header.producer_seq))
-                    if found is not None:
-                        offsets.append(found)
-                        continue
                 if earlier is not None:
                     # A retry of an append already in the log: answer with its offsets.
                     offsets.append((earlier.first_offset, earlier.last_offset))
+                    continue
+                if header.producer_id >= 0 and (
+                    found := in_round.get((header.producer_id, header.producer_seq))
+                ):
+                    offsets.append(found)  # retried within this round
                     continue
             first = next_offset
             for header, _ in batches:

@@ -32,7 +32,7 @@ class RaftSettings:
     steady_inflight_max: int = 1
     # Steady state: when followers fsync before replying. "quorum": when the AppendEntries
     # holds entries a caller waits to see committed (acks=quorum appends, configurations),
-    # as seed 004 does: one reply per message, sent once durable (measured: +5-8%
+    # as seed 004 does: one reply per message, sent once durable (measured: +5-9%
     # single-record quorum appends/s against "lazy"); the other entries are flushed in the
     # background and reported after. "always": every AppendEntries (recovery chunks follow
     # recovery_flush_every_chunk); "lazy": none (replies at once, flushes reported after).

@@ -44,6 +44,7 @@ from bench.workload import (
     KIB,
     AppendRun,
     closed_loop,
+    closed_loop_drained,
     closed_loop_row,
     latency_fields,
     leader_address,
@@ -53,8 +54,6 @@ from bench.workload import (
     raw_disk_mb_s,
     raw_loopback_mb_s,
     running_cluster,
-    status_of,
-    wait_all_committed,
     with_leader,
 )
 from quorumlog.localcluster import ProcessCluster
@@ -150,24 +149,15 @@ def _closed(
     window: int,
     duration_s: float | None = None,
 ) -> tuple[AppendRun, float]:
-    """One closed-loop case, then the wait until every node holds and commits all of it
-    (so that the next case starts on a quiet cluster): (the run, seconds of that wait)."""
-
-    async def measure(address: str) -> tuple[AppendRun, float]:
-        result = await closed_loop(
-            address,
-            batches,
-            records_per_batch,
-            ACKS[acks],
-            window,
-            duration_s=duration_s or sizes.duration_s,
-            warmup_s=sizes.warmup_s,
-        )
-        status = await status_of(address)
-        target = status["dirty_offset"] if status else result.last_offset
-        return result, await wait_all_committed(cluster, target)
-
-    return with_leader(cluster, lambda address: trio.run(measure, address))
+    return closed_loop_drained(
+        cluster,
+        batches,
+        records_per_batch,
+        acks,
+        window,
+        duration_s or sizes.duration_s,
+        sizes.warmup_s,
+    )
 
 
 def _baselines(root: str, batch: bytes, sizes: Sizes) -> dict:

@@ -358,6 +358,36 @@ async def wait_all_committed(
     return time.perf_counter() - start
 
 
+def closed_loop_drained(
+    cluster: ProcessCluster,
+    batches: Sequence[bytes],
+    records_per_batch: int,
+    acks: str,
+    window: int,
+    duration_s: float,
+    warmup_s: float = 0.0,
+) -> tuple[AppendRun, float]:
+    """One closed-loop case through the leader, then the wait until every node holds and
+    commits all of it (so that the next case starts on a quiet cluster): (the run, seconds
+    of that wait)."""
+
+    async def measure(address: str) -> tuple[AppendRun, float]:
+        result = await closed_loop(
+            address,
+            batches,
+            records_per_batch,
+            ACKS[acks],
+            window,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+        )
+        status = await status_of(address)
+        target = status["dirty_offset"] if status else result.last_offset
+        return result, await wait_all_committed(cluster, target)
+
+    return with_leader(cluster, lambda address: trio.run(measure, address))
+
+
 def closed_loop_row(
     cluster: ProcessCluster,
     record_bytes: int,
@@ -367,21 +397,11 @@ def closed_loop_row(
     append_bytes: int = 64 * KIB,
     **what,
 ) -> dict:
-    """One closed-loop case through the leader, appends of about `append_bytes` of
-    `record_bytes` records, then the wait until every node holds and commits it all (the
-    next case starts on a quiet cluster): a row of the figures and `what` it was."""
+    """`closed_loop_drained` with appends of about `append_bytes` of `record_bytes`
+    records: a row of the figures and `what` it was."""
     per_append = max(1, append_bytes // record_bytes)
     batches = make_batches(per_append, count=8, record_bytes=record_bytes)
-
-    async def measure(address: str) -> AppendRun:
-        result = await closed_loop(
-            address, batches, per_append, ACKS[acks], window, duration_s=duration_s
-        )
-        status = await status_of(address)
-        await wait_all_committed(cluster, status["dirty_offset"] if status else result.last_offset)
-        return result
-
-    result = with_leader(cluster, lambda address: trio.run(measure, address))
+    result, _ = closed_loop_drained(cluster, batches, per_append, acks, window, duration_s)
     rss = cluster.peak_rss_mb()
     return {
         **what,

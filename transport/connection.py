@@ -323,13 +323,10 @@ class Connection:
     async def _serve(self, handler: Handler, frame: Frame) -> None:
         try:
             reply = await handler(self.info, frame.message)
-            if reply is None:
-                return
-            if type(reply) not in REPLY_TYPES:
-                raise TypeError(f"handler answered a request with {type(reply).__name__}")
-            data = self._reply_frame(frame, reply)
-            # If the connection is gone, the reply goes with it.
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._outgoing_send.send(data)
-        finally:
+        except BaseException:
             self._serving_slots.release()
+            raise
+        if reply is None:
+            self._serving_slots.release()
+        else:
+            self._answer(frame, reply)  # releases the slot once the reply is queued
