@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
-from actors.core import NotLeaderError, RaftCore, Role
 from membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
@@ -49,6 +48,8 @@ from membership.driver import (
     plan_set,
     rollback_steps,
 )
+from raft.core import RaftCore
+from raft.roles import NotLeaderError, Role
 from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:

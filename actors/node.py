@@ -25,15 +25,15 @@ import structlog
 import trio
 
 from actors.admin import handle_admin
-from actors.core import RaftCore
 from actors.flusher import Flushed, Flusher
-from actors.producers import StaleSequenceError
-from actors.settings import RaftSettings
 from actors.stats import NodeStats
 from actors.storage import NodeStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
 from log.wal import OffsetOutOfRangeError, RunSync, run_inline
 from membership.quorum import has_quorum
+from raft.core import RaftCore
+from raft.producers import StaleSequenceError
+from raft.settings import RaftSettings
 from transport.errors import ConnectionClosed
 from transport.messages import (
     Acks,
@@ -68,6 +68,8 @@ MAILBOX_MAX = 1024
 RETENTION_CHECK_S = 5.0
 # Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
 ROUND_INPUTS_MAX = 256
+# The Raft group this node serves (one per node until the group manager lands).
+GROUP_ID = 0
 READ_BYTES_MAX = 4 * 1024 * 1024
 
 RAFT_TYPES = (
@@ -195,7 +197,9 @@ class Node:
         self.settings = settings
         self._run_sync = run_sync
         self.log = storage.log
-        self.core = RaftCore(node_id, storage.log, storage.meta, settings, rng, trio.current_time())
+        self.core = RaftCore(
+            node_id, GROUP_ID, storage.log, storage.meta, settings, rng, trio.current_time()
+        )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self.stats = NodeStats()
         self._flusher = Flusher(

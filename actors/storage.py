@@ -43,7 +43,7 @@ def open_storage(
     rng: random.Random,
     join: bool = False,
     log_config: LogConfig | None = None,
-    run_sync: RunSync | None = None,
+    run_sync: RunSync,
     repair: bool = False,
 ) -> NodeStorage:
     fs.makedirs(data_dir)

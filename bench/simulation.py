@@ -19,7 +19,6 @@ import trio
 import trio.testing
 
 from actors.node import Node
-from actors.settings import RaftSettings
 from actors.storage import open_storage
 from log.batch import BatchType, split_batches
 from log.files import StorageError
@@ -27,6 +26,7 @@ from log.memdisk import MemoryFileSystem
 from log.records import batch_records, make_data_batch
 from log.wal import run_inline
 from membership.quorum import has_quorum
+from raft.settings import RaftSettings
 from transport.errors import ConnectionClosed
 from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
 from transport.messages import Acks, AdminRequest, AppendReply, AppendRequest, ErrorCode, ErrorReply

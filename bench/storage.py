@@ -23,10 +23,11 @@ import time
 
 import trio
 
+from actors.worker import WorkerThread
 from bench.report import median
 from log.files import OsFileSystem
 from log.records import make_data_batch
-from log.wal import Log, LogConfig
+from log.wal import Log, LogConfig, run_inline
 
 RECORD_BYTES = 1024
 BATCH_RECORDS = 64
@@ -44,7 +45,8 @@ async def _log_append(
     directory: str, batch: bytes, count: int, group_commit: bool
 ) -> tuple[float, int]:
     """Append `count` batches; returns (seconds, fsync rounds)."""
-    log = Log.open(OsFileSystem(), directory, LogConfig())
+    worker = WorkerThread()
+    log = Log.open(OsFileSystem(), directory, LogConfig(), run_sync=worker)
     flushes = 0
     start = time.perf_counter()
     if not group_commit:
@@ -76,6 +78,7 @@ async def _log_append(
             appended.set()
     elapsed = time.perf_counter() - start
     log.close()
+    worker.stop()
     return elapsed, flushes
 
 
@@ -97,7 +100,7 @@ def _raw_append(path: str, batch: bytes, count: int, fsync_every: float) -> floa
 
 
 def _log_read(directory: str) -> tuple[float, int]:
-    log = Log.open(OsFileSystem(), directory, LogConfig(verify_on_open=False))
+    log = Log.open(OsFileSystem(), directory, LogConfig(verify_on_open=False), run_sync=run_inline)
     start = time.perf_counter()
     offset, total = 0, 0
     while offset <= log.dirty_offset:

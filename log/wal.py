@@ -2,7 +2,8 @@
 
 Three offsets describe it: `log_start_offset` (first retained), `dirty_offset` (last
 appended) and `flushed_offset` (last fsynced); -1 / start-1 when empty. Appends write to the
-page cache on the caller's thread; `flush()` runs fsync in a worker thread and coalesces
+page cache on the caller's thread; `flush()` runs fsync through `run_sync` (a worker thread
+in a node) and coalesces
 everything appended meanwhile into the next one (group commit is the flusher's loop).
 
 Invariants (checked on open, kept by every operation):
@@ -14,17 +15,12 @@ Invariants (checked on open, kept by every operation):
 from __future__ import annotations
 
 import bisect
-import contextlib
 import os
-import queue
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import structlog
-import trio
-from outcome import capture as outcome_capture
 
 from log.batch import BatchHeader, parse_header, with_offset_and_term
 from log.files import CorruptionError, File, FileSystem, read_whole_file, write_file_atomically
@@ -38,43 +34,6 @@ RunSync = Callable[..., Awaitable[Any]]
 async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
     """Run a blocking call on the event loop: for the in-memory disk in simulations."""
     return fn(*args)
-
-
-class WorkerThread:
-    """Runs blocking calls (fsync) on one long-lived thread, in order.
-
-    A hop to a dedicated thread costs a fraction of one through trio's thread pool, which
-    matters when every quorum append waits for an fsync.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name="log-fsync", daemon=True)
-            self._thread.start()
-        done = trio.Event()
-        outcome: list = []
-        self._queue.put((fn, args, trio.lowlevel.current_trio_token(), done, outcome))
-        # Shielded: the call runs to its end anyway, and the log must not move on (close
-        # files, say) while the thread still works on them.
-        with trio.CancelScope(shield=True):
-            await done.wait()
-        return outcome[0].unwrap()
-
-    def _serve(self) -> None:
-        while (job := self._queue.get()) is not None:
-            fn, args, token, done, outcome = job
-            outcome.append(outcome_capture(fn, *args))
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread = None
 
 
 def _base_offset(segment: Segment) -> int:
@@ -183,7 +142,8 @@ class Log:
         fs: FileSystem,
         directory: str,
         config: LogConfig | None = None,
-        run_sync: RunSync | None = None,
+        *,
+        run_sync: RunSync,
         repair: bool = False,
     ) -> Log:
         """Open (or create) the log in `directory`, recovering a torn tail.
@@ -193,7 +153,7 @@ class Log:
         With `repair=True` the log is cut at the damage instead (dangerous: data after it
         is lost on this node).
         """
-        log = cls(fs, directory, config or LogConfig(), run_sync or WorkerThread())
+        log = cls(fs, directory, config or LogConfig(), run_sync)
         fs.makedirs(directory)
         log._load_segments(repair)
         # What a previous process wrote may still be only in the page cache: make it
@@ -577,8 +537,6 @@ class Log:
             self._dir_dirty = True
 
     def close(self) -> None:
-        if isinstance(self._run_sync, WorkerThread):
-            self._run_sync.stop()
         for segment in self._segments:
             segment.file.close()
         self._segments.clear()

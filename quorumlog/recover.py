@@ -15,12 +15,12 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from actors.configs import config_batch, config_of
 from log.batch import BatchType, split_batches
 from log.files import OsFileSystem
 from log.metadata import MetadataStore
 from log.wal import Log, run_inline
 from membership.config import Configuration
+from raft.configs import config_batch, config_of
 
 LOG_DIR = "log"
 

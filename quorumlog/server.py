@@ -19,11 +19,12 @@ import structlog
 import trio
 
 from actors.node import Node
-from actors.settings import RaftSettings
 from actors.storage import BootstrapError, open_storage
+from actors.worker import WorkerThread
 from log.files import CorruptionError, OsFileSystem, StorageError, SyncJournal
-from log.wal import LogConfig, WorkerThread
+from log.wal import LogConfig
 from quorumlog.metrics import serve_metrics
+from raft.settings import RaftSettings
 from transport.addresses import is_loopback, parse_address
 from transport.tcp import open_tcp_transport
 
@@ -147,6 +148,7 @@ def serve(options: ServeOptions) -> int:
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
     rng = random.Random()
+    worker = WorkerThread()  # every fsync of this node runs there
     try:
         storage = open_storage(
             OsFileSystem(sync_journal=_sync_journal(options.data_dir)),
@@ -156,6 +158,7 @@ def serve(options: ServeOptions) -> int:
             join=options.join,
             log_config=options.log_config,
             repair=options.repair,
+            run_sync=worker,
         )
     except CorruptionError as exc:
         logger.error("damaged_storage", error=str(exc))
@@ -164,18 +167,18 @@ def serve(options: ServeOptions) -> int:
     except BootstrapError as exc:
         raise UsageError(str(exc)) from None
     try:
-        trio.run(_run, options, storage, rng)
+        trio.run(_run, options, storage, rng, worker)
     except StorageError as exc:
         logger.critical("fail_stop", error=str(exc))
         print(f"quorumlog serve: stopped on a storage error: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        worker.stop()
     return EXIT_OK
 
 
-async def _run(options: ServeOptions, storage, rng: random.Random) -> None:
-    node = Node(
-        options.node_id, storage, settings=options.settings, rng=rng, run_sync=WorkerThread()
-    )
+async def _run(options: ServeOptions, storage, rng: random.Random, worker: WorkerThread) -> None:
+    node = Node(options.node_id, storage, settings=options.settings, rng=rng, run_sync=worker)
 
     def open_transport(handler):
         # The node sets the peers from its configuration once it runs.

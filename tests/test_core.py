@@ -1,4 +1,4 @@
-"""The Raft rules of `actors/core.py`, one at a time: plain calls, no trio, no sockets.
+"""The Raft rules of `raft/core.py`, one at a time: plain calls, no trio, no sockets.
 
 Messages go in through `step`/`tick`/`on_flushed` with explicit times; what the core wants
 sent comes out of `take_outbox`. The in-memory disk stands in for the log's files.
@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import random
 
-from actors.core import UNKNOWN_TERM, RaftCore, Role, barrier_batch
-from actors.settings import RaftSettings
 from log.batch import split_batches
 from log.memdisk import MemoryFileSystem
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogConfig, run_inline
 from membership.config import Configuration
+from raft.core import RaftCore
+from raft.election import barrier_batch
+from raft.replication import UNKNOWN_TERM
+from raft.roles import Role
+from raft.settings import RaftSettings
 from tests.log.helpers import batch_of
 from transport.messages import (
     AppendEntries,
@@ -51,7 +54,7 @@ def make_core(
     log = Log.open(fs, "/log", log_config, run_sync=run_inline)
     wire = config.to_wire() if config is not None else None
     meta = ConsensusMetadata("x", current_term=term, config=wire)
-    return RaftCore(node_id, log, meta, settings, random.Random(node_id), now)
+    return RaftCore(node_id, 0, log, meta, settings, random.Random(node_id), now)
 
 
 def elect(core: RaftCore, now: float = 10.0) -> None:

@@ -8,12 +8,12 @@ import random
 import trio
 
 from actors.node import Node
-from actors.settings import RaftSettings
 from actors.storage import open_storage
 from log.batch import split_batches
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch
 from log.wal import run_inline
+from raft.settings import RaftSettings
 from transport.memory import MemoryNetwork
 from transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Role
 from transport.network import ConnectionInfo

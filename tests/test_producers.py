@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError
 from log.batch import parse_header
 from log.records import make_data_batch
+from raft.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError
 
 
 def header(producer_id: int, seq: int, base_offset: int, records: int = 1):

@@ -23,7 +23,7 @@ class RaftSettings:
     # Bytes of chunks in flight to a recovering follower: the stream (measured with 32 KiB
     # chunks: catch-up 110 MB/s at 8 in flight, 160 at 16, 200 at 32, 270 at 64, 280 at
     # 128). The leader sends while less than this is in flight, at least one message and
-    # at most 64 (actors.core.RECOVERY_INFLIGHT_MAX); a batch larger than a chunk is sent
+    # at most 64 (raft.core.RECOVERY_INFLIGHT_MAX); a batch larger than a chunk is sent
     # whole, so one message may pass the window by a batch.
     recovery_window_bytes: int = 2 * 1024 * 1024
     # AppendEntries in flight to a follower that keeps up: one, so that appends arriving

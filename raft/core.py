@@ -1,0 +1,341 @@
+"""One Raft group's rules, as plain synchronous code on plain state (etcd's raft.Step style).
+
+`RaftCore` takes inputs (a peer message, a tick, "flushed up to N", a client proposal) with
+the current time, changes its state, writes to the log's page cache, and leaves what must be
+done in its outputs: `outbox` (messages to send) and `metadata_dirty` (term or vote changed:
+persist before sending anything, storage rule 1). The node actor around it performs them.
+No trio, no sockets, no clock here: every time is passed in, all randomness comes from the
+`random.Random` the node is given.
+
+The rules are split by concern: elections (`raft/election.py`), the follower
+(`raft/follower.py`), the leader's replication (`raft/replication.py`) and configuration
+changes (`raft/reconfiguration.py`); this module holds the state, the inputs and status.
+
+Modifications to textbook Raft, from the seeds:
+- pre-vote, and vote requests ignored within the minimum election timeout of hearing from a
+  leader, except for a leadership transfer (seed 000, 001, 002);
+- a leader that has not heard from a majority for an election timeout steps down;
+- a new leader appends a barrier batch of its term; older entries commit through it (002);
+- commit = largest offset at most min(match, flushed) on a majority, of the current term,
+  and never above the node's own flushed offset (seed 004, RELIABILITY I4);
+- followers report flushed and dirty offsets; lagging followers get 32 KiB chunks without
+  forced flushes (seed 004's recovery).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import structlog
+
+from log.batch import BatchHeader, BatchType, split_batches
+from log.metadata import ConsensusMetadata
+from membership.config import Configuration
+from membership.quorum import committed_offset
+from raft.configs import ConfigTracker, config_of
+from raft.election import ElectionRules
+from raft.follower import FollowerRules
+from raft.producers import ProducerAppend, ProducerTable
+from raft.progress import Progress
+from raft.reconfiguration import ReconfigurationRules
+from raft.replication import ReplicationRules
+from raft.roles import NotLeaderError, Role
+from raft.settings import RaftSettings
+from raft.storage import RaftLog
+from transport.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    Heartbeat,
+    HeartbeatReply,
+    Message,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
+
+logger = structlog.get_logger("quorumlog.raft")
+
+# How much of the log's tail a starting node reads to learn recent producer sequences.
+PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
+
+
+class RaftCore(ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRules):
+    def __init__(
+        self,
+        node_id: int,
+        group_id: int,
+        log: RaftLog,
+        meta: ConsensusMetadata,
+        settings: RaftSettings,
+        rng: random.Random,
+        now: float,
+    ):
+        self.id = node_id
+        self.group_id = group_id  # every message this core sends carries it
+        self.log = log
+        self.meta = meta
+        self.settings = settings
+        self.rng = rng
+        committed = Configuration.from_wire(meta.config) if meta.config is not None else None
+        self.configs = ConfigTracker(committed, meta.config_offset)
+        self.leader_id: int | None = None
+        # Highest offset known committed; never above our flushed offset (I4).
+        self.commit_offset = -1
+        # Follower: highest offset known to match the current leader's log, and the last
+        # commit offset that leader announced (re-applied when a flush completes, rule 2).
+        self.verified_offset = -1
+        self.leader_commit = -1
+        self.last_leader_contact_s = -math.inf
+        self.election_deadline_s = 0.0
+        self.heartbeat_deadline_s = math.inf
+        self.leader_since_s = 0.0
+        self.votes: dict[int, bool] = {}
+        self.progress: dict[int, Progress] = {}
+        # Leader: entries up to here have a caller waiting for their commit (quorum appends,
+        # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
+        # fsync them before replying.
+        self.awaited_offset = -1
+        # Follower replies waiting for a flush: (offset that must be flushed, leader id).
+        self.pending_replies: list[tuple[int, int]] = []
+        self.reported_flushed = -1
+        self.producers = ProducerTable()
+        self.elections_started = 0
+        self.recovery_bytes_sent = 0
+        self._replay_tail()
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
+        # Outputs for the node actor.
+        self.outbox: list[tuple[int, Message]] = []
+        self.metadata_dirty = False
+        self.flush_urgent = False
+        self.now = now  # time of the input being handled
+        # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
+        self.transfer: tuple[int, float] | None = None
+        self._reset_election_deadline(now)
+
+    # ----------------------------------------------------------------- state and outputs
+
+    @property
+    def term(self) -> int:
+        return self.meta.current_term
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def config(self) -> Configuration | None:
+        """The configuration in effect: the last one appended (None before joining)."""
+        return self.configs.current
+
+    def _is_voter(self, node_id: int | None = None) -> bool:
+        config = self.config
+        return config is not None and config.is_voter(self.id if node_id is None else node_id)
+
+    def take_outbox(self) -> list[tuple[int, Message]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def next_deadline(self) -> float:
+        if self.role is Role.LEADER:
+            return self.heartbeat_deadline_s
+        if self.role is Role.LEARNER:
+            return math.inf
+        return self.election_deadline_s
+
+    def term_at(self, offset: int) -> int:
+        if offset < self.log.log_start_offset:
+            return 0  # before the retained log (or -1): only ever compared as committed
+        return self.log.term_at(offset)
+
+    def _send(self, to: int, message: Message) -> None:
+        self.outbox.append((to, message))
+
+    def _set_term(self, term: int, voted_for: int | None) -> None:
+        self.meta = self.meta.with_vote(term, voted_for)
+        self.metadata_dirty = True
+
+    def _reset_election_deadline(self, now: float) -> None:
+        s = self.settings
+        self.election_deadline_s = now + self.rng.uniform(
+            s.election_timeout_min_s, s.election_timeout_max_s
+        )
+
+    def _in_lease(self, now: float) -> bool:
+        """Heard from a live leader within the minimum election timeout (or we lead)."""
+        if self.role is Role.LEADER:
+            return True
+        recent = now - self.last_leader_contact_s < self.settings.election_timeout_min_s
+        return self.leader_id is not None and recent
+
+    # ----------------------------------------------------------------------- roles
+
+    def become_follower(self, term: int, leader_id: int | None, now: float) -> None:
+        was = self.role
+        if term > self.term:
+            self._set_term(term, None)
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
+        if leader_id != self.leader_id:
+            self.verified_offset = -1
+        self.leader_id = leader_id
+        self.progress.clear()
+        self.votes.clear()
+        self.transfer = None
+        self.heartbeat_deadline_s = math.inf
+        self._reset_election_deadline(now)
+        if was is Role.LEADER:
+            logger.info("stepped_down", node_id=self.id, term=self.term)
+
+    # ----------------------------------------------------------------------- inputs
+
+    def tick(self, now: float) -> None:
+        """Time passed: heartbeats, elections, lost-message recovery, leader step-down."""
+        self.now = now
+        if self.role is Role.LEADER:
+            if now >= self.heartbeat_deadline_s:
+                self._broadcast_heartbeat(now)
+            self._check_quorum(now)
+            if self.transfer is not None and now >= self.transfer[1]:
+                logger.warning("transfer_failed", node_id=self.id, target=self.transfer[0])
+                self.transfer = None
+            if self.role is Role.LEADER:
+                self._retransmit_stalled(now)
+                self._maybe_promote()
+                self.pump()
+        elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
+            self._start_pre_vote(now)
+
+    def step(self, sender: int, message: Message, now: float) -> None:
+        """A message from a peer. The term check happens once, here (etcd's Step)."""
+        self.now = now
+        term = message.term
+        if term > self.term:
+            match message:
+                case VoteRequest(pre_vote=True):
+                    pass  # a pre-vote does not raise anyone's term
+                case VoteReply(pre_vote=True, granted=True):
+                    pass  # granted pre-votes carry the term we would take
+                case VoteRequest(transfer=transfer) if self._in_lease(now) and not transfer:
+                    return  # a live leader exists: do not let this node disrupt it
+                case AppendEntries() | Heartbeat() | TimeoutNow():
+                    self.become_follower(term, message.leader_id, now)
+                case _:
+                    self.become_follower(term, None, now)
+        elif term < self.term:
+            match message:
+                case AppendEntries() | Heartbeat():
+                    # Tell the stale leader about the newer term so that it steps down.
+                    self._send(sender, self._append_reply(AppendResult.FAILURE))
+                case VoteRequest():
+                    self._send(
+                        sender,
+                        VoteReply(self.group_id, self.id, self.term, False, message.pre_vote),
+                    )
+            return
+        match message:
+            case VoteRequest():
+                self._on_vote_request(sender, message, now)
+            case VoteReply():
+                self._on_vote_reply(sender, message, now)
+            case AppendEntries():
+                self._on_append_entries(sender, message, now)
+            case Heartbeat():
+                self._on_heartbeat(sender, message, now)
+            case AppendEntriesReply() | HeartbeatReply():
+                self._on_append_reply(sender, message, now)
+            case TimeoutNow():
+                if self._is_voter() and self.role is not Role.LEADER:
+                    self._campaign(now, transfer=True)
+            case _:
+                raise AssertionError(f"not a Raft message: {message!r}")
+
+    def on_flushed(self, now: float) -> None:
+        """The log's flushed offset moved: commit may advance; waiting replies can go."""
+        self.now = now
+        flushed = self.log.flushed_offset
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+            return
+        self._follow_commit()
+        if self.leader_id is None:
+            return
+        ready = [p for p in self.pending_replies if p[0] <= flushed]
+        self.pending_replies = [p for p in self.pending_replies if p[0] > flushed]
+        for _, leader in ready:
+            self._send(leader, self._append_reply(AppendResult.SUCCESS))
+        if not ready and min(flushed, self.verified_offset) > self.reported_flushed:
+            # A background flush ended: report it now rather than at the next heartbeat.
+            self._send(self.leader_id, self.heartbeat_reply())
+
+    def propose(
+        self, batches: list[tuple[BatchHeader, memoryview]], now: float, awaited: bool
+    ) -> tuple[int, int]:
+        """Append client batches (checked, with their headers) on the leader; returns
+        (first, last) offset. `awaited`: a client waits for their commit (acks=quorum)."""
+        self.now = now
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        first = self.log.dirty_offset + 1
+        headers = [h for h, _ in batches]
+        last = self.log.append([b for _, b in batches], self.term, headers)
+        if awaited:
+            self.awaited_offset = last
+        offset = first
+        for header in headers:
+            if header.producer_id >= 0:
+                self.producers.note_batch(header.placed(offset, self.term))
+            offset += header.record_count
+        return first, last
+
+    def find_duplicate(self, header: BatchHeader) -> ProducerAppend | None:
+        """An earlier append of this idempotent batch (raises StaleSequenceError if too old)."""
+        if header.producer_id < 0:
+            return None
+        return self.producers.find(header.producer_id, header.producer_seq)
+
+    def _replay_tail(self) -> None:
+        """Learn recent producer sequences and the configurations appended after the last
+        committed one, from the log as it was found on start."""
+        log = self.log
+        producers_from = log.recent_start_offset(PRODUCER_SCAN_BYTES)
+        offset = max(log.log_start_offset, min(producers_from, self.configs.committed_offset + 1))
+        while offset <= log.dirty_offset:
+            chunk = log.read(offset, 1 << 20)
+            for header, batch in split_batches(chunk.data):
+                self._note_batch(header, batch, producers=header.base_offset >= producers_from)
+            offset = chunk.last_offset + 1
+
+    def _note_batch(self, header: BatchHeader, batch, producers: bool = True) -> None:
+        """Account for a batch now in the log: producer sequences, configurations."""
+        if header.batch_type is BatchType.CONFIG:
+            self.configs.appended(header.base_offset, config_of(batch, header))
+        elif producers:
+            self.producers.note_batch(header)
+
+    # ----------------------------------------------------------------------- reporting
+
+    def majority_offsets(self) -> tuple[int, int]:
+        """(flushed, dirty) offsets reached by a majority, as the leader sees them now."""
+        flushed = {p.node_id: p.flushed_offset for p in self.progress.values()}
+        dirty = {p.node_id: p.match_offset for p in self.progress.values()}
+        flushed[self.id] = self.log.flushed_offset
+        dirty[self.id] = self.log.dirty_offset
+        return committed_offset(self.config, flushed), committed_offset(self.config, dirty)
+
+    def status(self) -> dict:
+        log = self.log
+        out = {
+            "node_id": self.id,
+            "role": self.role.label,
+            "term": self.term,
+            "leader_id": self.leader_id,
+            "commit_offset": self.commit_offset,
+            "dirty_offset": log.dirty_offset,
+            "flushed_offset": log.flushed_offset,
+            "log_start_offset": log.log_start_offset,
+            "config": self.config.to_json() if self.config else None,
+        }
+        if self.role is Role.LEADER:
+            out["followers"] = {str(p.node_id): p.to_json() for p in self.progress.values()}
+        return out

@@ -1,0 +1,195 @@
+"""A follower's rules: AppendEntries and heartbeats from its leader, the commit it may
+follow, and the replies that report its flushed and dirty offsets (seed 004)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import structlog
+
+from log.batch import BatchError, BatchType, split_batches
+from raft.configs import ConfigTracker, config_of
+from raft.replication import UNKNOWN_TERM
+from raft.roles import Role
+from transport.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    Heartbeat,
+    HeartbeatReply,
+)
+
+logger = structlog.get_logger("quorumlog.raft")
+
+
+class FollowerRules:
+    """RaftCore's follower rules (mixed into RaftCore, whose state they use)."""
+
+    # ----------------------------------------------------------------------- follower
+
+    def _heard_from_leader(self, leader_id: int, now: float) -> None:
+        if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) or self.leader_id != leader_id:
+            self.become_follower(self.term, leader_id, now)
+        self.last_leader_contact_s = now
+        self._reset_election_deadline(now)
+
+    def _on_append_entries(self, sender: int, req: AppendEntries, now: float) -> None:
+        self._heard_from_leader(req.leader_id, now)
+        log = self.log
+        prev = req.prev_offset
+        if req.prev_term == UNKNOWN_TERM:
+            # The leader's log starts after `prev` (retention): everything up to it is
+            # committed. If our commit covers it, our log matches there; if not, we cannot
+            # vouch for it and start our log again where the leader's does.
+            if self.commit_offset < prev:
+                logger.warning(
+                    "log_reset_to_leader_start",
+                    node_id=self.id,
+                    next_offset=prev + 1,
+                    dirty_offset=log.dirty_offset,
+                    commit_offset=self.commit_offset,
+                )
+                log.reset(prev + 1)
+                self.producers.truncate(0)
+                self.configs.truncated(0)
+                self.verified_offset = prev
+                if req.base_config:
+                    self._adopt_base_config(req.base_config, prev)
+        elif prev > log.dirty_offset:
+            self._reject(sender, log.dirty_offset, log.last_term)
+            return
+        elif prev >= log.log_start_offset and log.term_at(prev) != req.prev_term:
+            # Skip back to the last entry that can match (etcd's findConflictByTerm).
+            last_of_term = log.last_offset_of_term(req.prev_term)
+            hint = min(prev, -1 if last_of_term is None else last_of_term)
+            hint = max(hint, log.log_start_offset - 1)
+            self._reject(sender, hint, self.term_at(hint) if hint >= 0 else 0)
+            return
+        try:
+            batches = split_batches(req.batches)
+        except BatchError as exc:
+            logger.error("bad_batch_from_leader", node_id=self.id, leader=sender, error=str(exc))
+            self._reject(sender, prev, self.term_at(prev) if prev >= 0 else 0)
+            return
+        last_new = batches[-1][0].last_offset if batches else prev
+        first_new = 0
+        for header, _ in batches:
+            if header.base_offset > log.dirty_offset:
+                break
+            if log.term_at(header.base_offset) != header.term:
+                # A conflict: drop our entry and all after it (Raft paper 5.3).
+                assert header.base_offset > self.commit_offset, "would truncate committed entries"
+                log.truncate_suffix(header.base_offset)
+                self.producers.truncate(header.base_offset)
+                self.configs.truncated(header.base_offset)
+                self.verified_offset = min(self.verified_offset, header.base_offset - 1)
+                break
+            first_new += 1  # already have this very batch (same offset and term)
+        if first_new < len(batches):
+            log.append_replicated(batches[first_new:])
+            for header, batch in batches[first_new:]:
+                self._note_batch(header, batch)
+            self._config_changed()
+        self.verified_offset = max(self.verified_offset, last_new)
+        self.leader_commit = max(self.leader_commit, req.leader_commit)
+        self._follow_commit()
+        if req.flush and log.flushed_offset < last_new:
+            self.pending_replies.append((last_new, sender))
+            self.flush_urgent = True
+        else:
+            self._send(sender, self._append_reply(AppendResult.SUCCESS))
+
+    def _adopt_base_config(self, data: bytes, offset: int) -> None:
+        """The committed configuration in force at `offset`, just below our log, which
+        starts again after it: it becomes ours, durably (a restart must not fall back)."""
+        try:
+            ((header, batch),) = split_batches(data)
+            if header.batch_type is not BatchType.CONFIG:
+                raise BatchError(f"a {header.batch_type.name} batch")
+            config = config_of(batch, header)
+        except (BatchError, ValueError) as exc:
+            logger.error("bad_base_config_from_leader", node_id=self.id, error=str(exc))
+            return
+        if self.configs.committed is not None and self.configs.committed_offset > offset:
+            return  # ours is later (the leader may not know yet that it committed)
+        self.configs = ConfigTracker(config, offset)
+        self.meta = replace(self.meta, config=config.to_wire(), config_offset=offset)
+        self.metadata_dirty = True
+        self._config_changed()
+        logger.info("config_from_leader", node_id=self.id, offset=offset, config=config.to_json())
+
+    def _on_heartbeat(self, sender: int, hb: Heartbeat, now: float) -> None:
+        self._heard_from_leader(hb.leader_id, now)
+        self.leader_commit = max(self.leader_commit, hb.leader_commit)
+        self._follow_commit()
+        self._send(sender, self.heartbeat_reply())
+
+    def _follow_commit(self) -> None:
+        """Commit what the leader committed, as far as we verifiably hold and flushed it."""
+        target = min(self.leader_commit, self.verified_offset, self.log.flushed_offset)
+        if target > self.commit_offset:
+            self._commit_to(target)
+
+    def _commit_to(self, offset: int) -> None:
+        self.commit_offset = offset
+        if self.configs.commit(offset):
+            # The committed configuration is durable state too (seed 000: "made durable on
+            # commit"); the node persists it before sending anything.
+            self.meta = replace(
+                self.meta,
+                config=self.configs.committed.to_wire(),
+                config_offset=self.configs.committed_offset,
+            )
+            self.metadata_dirty = True
+            logger.info(
+                "config_committed",
+                node_id=self.id,
+                offset=self.configs.committed_offset,
+                config=self.configs.committed.to_json(),
+            )
+            if self.role is Role.LEADER:
+                self._leader_config_committed()
+
+    def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
+        self._send(
+            leader,
+            AppendEntriesReply(
+                self.group_id,
+                self.id,
+                self.term,
+                self._reported_flushed(),
+                self.verified_offset,
+                AppendResult.FAILURE,
+                hint_offset,
+                hint_term,
+            ),
+        )
+
+    def _reported_flushed(self) -> int:
+        flushed = min(self.log.flushed_offset, self.verified_offset)
+        self.reported_flushed = max(self.reported_flushed, flushed)
+        return flushed
+
+    def _append_reply(self, result: AppendResult) -> AppendEntriesReply:
+        return AppendEntriesReply(
+            self.group_id,
+            self.id,
+            self.term,
+            self._reported_flushed(),
+            self.verified_offset,
+            result,
+            -1,
+            -1,
+        )
+
+    def heartbeat_reply(self) -> HeartbeatReply:
+        return HeartbeatReply(
+            self.group_id,
+            self.id,
+            self.term,
+            self._reported_flushed(),
+            self.verified_offset,
+            AppendResult.SUCCESS,
+            -1,
+            -1,
+        )

@@ -1,0 +1,117 @@
+"""Configuration changes on the leader and their effect on every node: learners promoted
+once caught up, joint consensus left at once, leadership transfer (seeds 000, 001)."""
+
+from __future__ import annotations
+
+import structlog
+
+from membership.catchup import is_caught_up
+from membership.changes import ConfigChangeError, check_safe_transition, leave_joint, promote
+from membership.config import Configuration
+from raft.configs import config_batch
+from raft.progress import Progress
+from raft.roles import NotLeaderError, Role
+from transport.messages import TimeoutNow
+
+logger = structlog.get_logger("quorumlog.raft")
+
+
+class ReconfigurationRules:
+    """RaftCore's membership rules (mixed into RaftCore, whose state they use)."""
+
+    # ----------------------------------------------------------------------- membership
+
+    def _config_changed(self) -> None:
+        """A configuration was appended or truncated: this node's role and the leader's
+        followers follow it at once (seed 000: a configuration applies on append)."""
+        if self.role is Role.LEADER:
+            self._sync_progress()
+            return
+        voter = self._is_voter()
+        if self.role is Role.LEARNER and voter:
+            self.role = Role.FOLLOWER
+            self._reset_election_deadline(self.now)
+        elif not voter and self.role is not Role.LEARNER:
+            self.role = Role.LEARNER  # removed or demoted: never campaigns again
+            self.votes.clear()
+
+    def _sync_progress(self) -> None:
+        """Replicate to every member of the current and the last committed configuration
+        (a removed node still learns of its removal)."""
+        members = set(self.config.members)
+        if self.configs.committed is not None:
+            members |= self.configs.committed.members
+        members.discard(self.id)
+        for peer in members - self.progress.keys():
+            self.progress[peer] = Progress(
+                peer, self.log.dirty_offset + 1, last_contact_s=self.now, last_reply_s=self.now
+            )
+        for peer in self.progress.keys() - members:
+            del self.progress[peer]
+
+    def propose_config(self, config: Configuration) -> int:
+        """Append a configuration on the leader; returns its offset. It takes effect now."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        check_safe_transition(self.config, config)
+        self.log.append([config_batch(config)], self.term)
+        offset = self.awaited_offset = self.log.dirty_offset
+        self.configs.appended(offset, config)
+        self._sync_progress()
+        logger.info("config_appended", node_id=self.id, offset=offset, config=config.to_json())
+        return offset
+
+    def _leader_config_committed(self) -> None:
+        committed = self.configs.committed
+        if not committed.is_voter(self.id):
+            # A leader outside C(new) steps down once C(new) commits (seed 001).
+            logger.info("leaving_as_leader", node_id=self.id, term=self.term)
+            self.become_follower(self.term, None, self.now)
+            return
+        if committed.is_joint and not self.configs.change_in_flight:
+            # Never stay in C(old,new): once it commits, move on to C(new) (seed 001).
+            self.propose_config(leave_joint(committed))
+        self._sync_progress()
+        self._maybe_promote()
+
+    def _maybe_promote(self) -> None:
+        """Promote a learner marked for it once its lag could be replicated within one
+        election timeout (Ongaro 4.2.1; Kudu's PRE_FOLLOWER); one change at a time."""
+        if self.role is not Role.LEADER or self.configs.change_in_flight:
+            return
+        config = self.config
+        for learner in sorted(config.learners_to_promote):
+            p = self.progress.get(learner)
+            if p is not None and self.caught_up(p):
+                self.propose_config(promote(config, learner))
+                return
+
+    def caught_up(self, p: Progress) -> bool:
+        return is_caught_up(
+            self.log.dirty_offset,
+            p.match_offset,
+            p.flushed_offset,
+            p.rate.offsets_per_s,
+            self.settings.election_timeout_min_s,
+        )
+
+    def transfer_leadership(self, target: int) -> None:
+        """Move leadership to `target`: appends wait, the target is brought up to date and
+        told to campaign at once (TimeoutNow); given up after an election timeout."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderError(self.leader_id)
+        if target == self.id:
+            return
+        if not self._is_voter(target):
+            raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
+        self.transfer = (target, self.now + self.settings.election_timeout_max_s)
+        logger.info("transfer_started", node_id=self.id, target=target, term=self.term)
+        self._maybe_timeout_now()
+
+    def _maybe_timeout_now(self) -> None:
+        if self.transfer is None:
+            return
+        target, _ = self.transfer
+        p = self.progress.get(target)
+        if p is not None and p.match_offset >= self.log.dirty_offset:
+            self._send(target, TimeoutNow(self.group_id, self.term, self.id))

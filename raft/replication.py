@@ -1,0 +1,219 @@
+"""A leader's replication: heartbeats, the AppendEntries each follower's window allows
+(probing, steady, recovering in chunks: seed 004), the replies, and the commit rule."""
+
+from __future__ import annotations
+
+import structlog
+
+from log.wal import LogChunk
+from membership.quorum import committed_offset
+from raft.configs import config_batch
+from raft.progress import Progress
+from raft.roles import Role
+from transport.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    Heartbeat,
+    HeartbeatReply,
+)
+
+logger = structlog.get_logger("quorumlog.raft")
+
+
+# prev_term of an AppendEntries whose prev_offset lies before the leader's retained log.
+UNKNOWN_TERM = -1
+# Recoveries shorter than this are not logged: under load a follower may be a little more
+# than steady_bytes_max behind for a moment, many times a second, and a log line each time
+# costs more than the AppendEntries.
+RECOVERY_LOG_BYTES_MIN = 1024 * 1024
+# AppendEntries in flight to a recovering follower at most, whatever the chunk size: a
+# connection's send queue holds 128 frames (transport.network.Limits), heartbeats included.
+RECOVERY_INFLIGHT_MAX = 64
+
+
+class ReplicationRules:
+    """RaftCore's leader rules for replication (mixed into RaftCore, whose state they use)."""
+
+    # ----------------------------------------------------------------------- leader
+
+    def _broadcast_heartbeat(self, now: float) -> None:
+        # Seeded jitter: equal deadlines would be ordered by object identity (not replayable).
+        interval = self.settings.heartbeat_interval_s
+        self.heartbeat_deadline_s = now + interval * (1 + 0.01 * self.rng.random())
+        for peer in self.progress:
+            self._send(peer, self.heartbeat_message())
+
+    def heartbeat_message(self) -> Heartbeat:
+        return Heartbeat(self.group_id, self.term, self.id, -1, 0, self.commit_offset)
+
+    def _retransmit_stalled(self, now: float) -> None:
+        for p in self.progress.values():
+            if p.inflight and now - p.last_reply_s >= self.settings.retransmit_timeout_s:
+                sent = p.inflight[-1][0]
+                if p.dirty_offset >= sent > p.flushed_offset:
+                    continue  # it holds what we sent (heartbeats say): its reply waits on fsync
+                # Requests or replies were lost: probe again; the reply's hint repositions us.
+                p.forget_inflight()
+                p.probing = True
+                p.last_reply_s = now
+
+    def pump(self) -> None:
+        """Send every follower what its window allows (called after each round of inputs)."""
+        if self.role is not Role.LEADER:
+            return
+        for p in self.progress.values():
+            self._send_appends(p)
+
+    def _may_send(self, p: Progress) -> bool:
+        """Whether the window has room for another AppendEntries to this follower."""
+        count = len(p.inflight)
+        if p.probing:
+            return count == 0
+        s = self.settings
+        if p.recovering:
+            # At least one in flight, then up to the window's bytes (a batch larger than a
+            # chunk is sent whole, so chunks vary).
+            return count == 0 or (
+                count < RECOVERY_INFLIGHT_MAX and p.inflight_bytes < s.recovery_window_bytes
+            )
+        return count < s.steady_inflight_max
+
+    def _send_appends(self, p: Progress) -> None:
+        log = self.log
+        s = self.settings
+        while self._may_send(p):
+            if p.next_offset > log.dirty_offset and not p.probing:
+                return  # caught up; heartbeats carry the commit offset
+            if p.next_offset < log.log_start_offset:
+                # It needs records retention removed here: it restarts at our log start.
+                p.next_offset = log.log_start_offset
+            prev = p.next_offset - 1
+            # Below our log start the term is unknown: everything there is committed.
+            prev_term = UNKNOWN_TERM if 0 <= prev < log.log_start_offset else self.term_at(prev)
+            base_config = b""
+            committed = self.configs.committed
+            if (
+                prev_term == UNKNOWN_TERM
+                and committed is not None
+                and self.configs.committed_offset < log.log_start_offset
+            ):
+                base_config = config_batch(committed)  # its entry is gone from our log
+            if p.next_offset <= log.dirty_offset:
+                steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
+                budget = s.steady_bytes_max if steady else s.chunk_bytes_max
+                chunk = log.read(p.next_offset, budget)
+            else:
+                chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
+            # More than this message to send: the follower is recovering (seed 004).
+            if chunk.last_offset < log.dirty_offset and not p.recovering:
+                p.recovering = True
+                p.recovery_started_bytes = self.recovery_bytes_sent
+                # Bytes behind, estimated from this chunk's bytes per offset.
+                behind = len(chunk.data) * (log.dirty_offset - prev) // (chunk.last_offset - prev)
+                if behind >= RECOVERY_LOG_BYTES_MIN:
+                    logger.info(
+                        "recovery_started",
+                        node_id=self.id,
+                        peer=p.node_id,
+                        match_offset=p.match_offset,
+                        dirty_offset=log.dirty_offset,
+                    )
+            if p.recovering:
+                self.recovery_bytes_sent += len(chunk.data)
+                flush = s.recovery_flush_every_chunk
+            else:
+                flush = s.follower_flush == "always" or (
+                    s.follower_flush == "quorum" and self.awaited_offset >= p.next_offset
+                )
+            self._send(
+                p.node_id,
+                AppendEntries(
+                    self.group_id,
+                    self.term,
+                    self.id,
+                    prev,
+                    prev_term,
+                    self.commit_offset,
+                    chunk.data,
+                    flush,
+                    base_config,
+                ),
+            )
+            p.sent(chunk.last_offset, len(chunk.data))
+            if p.probing:
+                return  # wait for the answer before sending more
+            p.next_offset = chunk.last_offset + 1
+
+    def _on_append_reply(
+        self, sender: int, reply: AppendEntriesReply | HeartbeatReply, now: float
+    ) -> None:
+        p = self.progress.get(sender)
+        if self.role is not Role.LEADER or p is None:
+            return
+        p.last_contact_s = now
+        is_append = isinstance(reply, AppendEntriesReply)
+        if is_append:
+            p.last_reply_s = now
+        if reply.last_dirty < p.match_offset:
+            # The follower knows less than we thought: it restarted (and may have lost its
+            # unflushed tail), or this reply is older than one already seen. Flushed entries
+            # survive a crash, so match falls back no further than them; probe from there.
+            p.match_offset = max(reply.last_dirty, p.flushed_offset)
+            p.probing = True
+            p.forget_inflight()
+        if reply.result is AppendResult.SUCCESS:
+            p.match_offset = max(p.match_offset, reply.last_dirty)
+            p.flushed_offset = max(p.flushed_offset, min(reply.last_flushed, p.match_offset))
+            p.dirty_offset = reply.last_dirty
+            if p.probing and is_append:
+                p.probing = False
+                p.forget_inflight()
+            elif is_append:
+                p.answered_to(reply.last_dirty)
+            p.next_offset = max(p.next_offset, p.match_offset + 1)
+            if sender in self.config.learners_to_promote:
+                p.rate = p.rate.observe(now, p.match_offset)
+                self._maybe_promote()
+            if self.transfer is not None and self.transfer[0] == sender:
+                self._maybe_timeout_now()
+            if p.recovering and p.match_offset >= self.log.dirty_offset:
+                p.recovering = False
+                sent = self.recovery_bytes_sent - p.recovery_started_bytes
+                if sent >= RECOVERY_LOG_BYTES_MIN:
+                    logger.info(
+                        "recovery_finished",
+                        node_id=self.id,
+                        peer=p.node_id,
+                        match_offset=p.match_offset,
+                        bytes_sent=sent,
+                    )
+            self._maybe_commit()
+        elif reply.result is AppendResult.FAILURE and is_append:
+            p.probing = True
+            p.forget_inflight()
+            if reply.conflict_offset < p.match_offset:
+                # Its log is shorter than we believed matched: it lost entries it had
+                # reported (a damaged or lying disk). Trust what it says now.
+                p.match_offset = reply.conflict_offset
+                p.flushed_offset = min(p.flushed_offset, p.match_offset)
+            p.next_offset = self._next_after_hint(reply.conflict_offset, reply.conflict_term, p)
+
+    def _next_after_hint(self, hint_offset: int, hint_term: int, p: Progress) -> int:
+        """Where to resume after a rejection: just past the last entry of ours that can
+        match the follower's hint, at a batch start, never before the known match."""
+        log = self.log
+        candidate = min(hint_offset, log.dirty_offset)
+        last_of_term = log.last_offset_of_term(hint_term)
+        candidate = min(candidate, last_of_term if last_of_term is not None else -1)
+        next_offset = max(candidate + 1, p.match_offset + 1, log.log_start_offset)
+        if next_offset <= log.dirty_offset:
+            next_offset = log.batch_start(next_offset)
+        return next_offset
+
+    def _maybe_commit(self) -> None:
+        acked = {p.node_id: p.acked_offset for p in self.progress.values()}
+        acked[self.id] = self.log.flushed_offset
+        candidate = min(committed_offset(self.config, acked), self.log.flushed_offset)
+        if candidate > self.commit_offset and self.term_at(candidate) == self.term:
+            self._commit_to(candidate)
