@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
-import time
+from importlib.metadata import entry_points
 
 import click
 
-from bench.scenarios import SCENARIOS
 from quorumlog import commands, server
 from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
@@ -131,94 +128,6 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
 
 
 @main.command()
-@click.argument("name", type=click.Choice([*SCENARIOS, "all"]))
-@click.option("--quick", is_flag=True, help="Smallest sizes that still say something (CI, smoke).")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="JSON-lines file for every figure (default: bench-results/NAME-TIME.jsonl).",
-)
-@click.option(
-    "--seeds",
-    type=click.IntRange(min=1),
-    default=None,
-    help="sim: seeds per kind of cluster; nemesis: runs, one seed each.",
-)
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="nemesis: the first seed.")
-@click.option(
-    "--faults",
-    default=None,
-    metavar="NAME,...",
-    help="nemesis: the faults to draw from (default: all; an unknown name lists them).",
-)
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="nemesis: faults per run.")
-@click.option("--plot", is_flag=True, help="Also write PNG charts (matplotlib) beside the figures.")
-def bench(
-    name: str,
-    quick: bool,
-    out: str | None,
-    seeds: int | None,
-    seed: int | None,
-    faults: str | None,
-    steps: int | None,
-    plot: bool,
-) -> None:
-    """Run a benchmark scenario and print its figures beside its baselines.
-
-    \b
-    Examples:
-      quorumlog bench storage --quick
-      quorumlog bench all --quick --plot
-      quorumlog bench sim --seeds 1000
-      quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
-    """
-    # Only the names above at import time: the scenarios load what they drive when run.
-    from bench.report import print_table, write_jsonl
-    from bench.scenarios import scenario
-
-    configure_logging(level=logging.WARNING)  # simulations log thousands of elections
-    names = list(SCENARIOS) if name == "all" else [name]
-    if out is None:
-        out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    try:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out, "a"):
-            pass  # fail now, not after the scenarios ran
-    except OSError as exc:
-        raise click.UsageError(f"cannot write the figures to {out}: {exc}") from None
-    results = {}
-    for each in names:
-        click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
-        options: dict = {"seeds": seeds} if each == "sim" and seeds else {}
-        if each == "nemesis":
-            from bench.nemesis import parse_faults
-
-            try:
-                chosen = parse_faults(faults)
-            except ValueError as exc:
-                raise click.UsageError(str(exc)) from None
-            options = {"seeds": seeds, "seed": seed, "faults": chosen, "steps": steps}
-            options["out_dir"] = os.path.dirname(out) or "."
-        rows = scenario(each)(quick=quick, **options)
-        print_table(f"bench {each}", rows)
-        write_jsonl(out, each, rows)
-        results[each] = rows
-    click.echo(f"figures written to {out}", err=True)
-    if plot:
-        from bench.plots import plot as draw
-
-        try:
-            for path in draw(results, out.removesuffix(".jsonl")):
-                click.echo(f"chart written to {path}", err=True)
-        except RuntimeError as exc:
-            raise click.ClickException(str(exc)) from None
-    broken = [row["seed"] for row in results.get("nemesis", []) if row["violations"]]
-    if broken:  # last: the figures and charts hold the details and the replay command
-        raise click.ClickException(f"nemesis: seeds {broken} broke a promise (see above)")
-
-
-@main.command()
 @click.option("--nodes", type=click.IntRange(1, 7), default=3, show_default=True)
 @click.option(
     "--data",
@@ -326,6 +235,11 @@ for command in (
     commands.transfer_leader,
 ):
     main.add_command(command)
+
+# Commands shipped by other packages of the distribution (`quorumlog bench`): they depend on
+# the product, never the reverse.
+for entry_point in entry_points(group="quorumlog.commands"):
+    main.add_command(entry_point.load(), entry_point.name)
 
 if __name__ == "__main__":
     sys.exit(main())
