@@ -5,7 +5,7 @@ from what an earlier driver remembers: seed 003) and executed one step at a time
 configuration step is one change, validated and appended by the core, and waited for until
 it commits. Answers say what to do next:
 
-- REFUSED: the change can never succeed (unknown node, no voter left): do not retry;
+- REFUSED: the change can never succeed (unknown group, no voter left): do not retry;
 - BUSY: another change or a transfer is under way; STEPPING_DOWN: this leader is moving
   leadership away (it was asked to remove itself, or C(new) leaves it out); NOT_LEADER /
   UNKNOWN: leadership moved meanwhile. All four: retry, against the leader of the moment;
@@ -53,7 +53,7 @@ from raft.roles import NotLeaderError, Role
 from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from actors.group import GroupActor
 
 ADMIN_WAIT_S_DEFAULT = 30.0
 ADMIN_WAIT_S_MAX = 600.0
@@ -67,33 +67,33 @@ class StepFailed(Exception):
     pass
 
 
-async def handle_admin(node: Node, request: AdminRequest) -> Message:
-    core = node.core
+async def handle_admin(group: GroupActor, request: AdminRequest) -> Message:
+    core = group.core
     args = request.args
     try:
         wait_s = float(args.get("timeout_s", ADMIN_WAIT_S_DEFAULT))
         with trio.move_on_after(min(max(wait_s, 0.1), ADMIN_WAIT_S_MAX)):
-            return await _dispatch(node, request.op, args)
+            return await _dispatch(group, request.op, args)
         return ErrorReply(ErrorCode.TIMEOUT, f"{request.op} did not finish within {wait_s:g} s")
     except ChangeInProgressError as exc:
         return ErrorReply(ErrorCode.BUSY, str(exc))
     except (ConfigChangeError, InvalidConfigurationError, KeyError, TypeError, ValueError) as exc:
         return ErrorReply(ErrorCode.REFUSED, f"{request.op} refused: {_why(exc)}")
     except NotLeaderError as exc:
-        return node.not_leader(exc.leader_id)
+        return group.not_leader(exc.leader_id)
     except LeadershipLost:
         return ErrorReply(
             ErrorCode.UNKNOWN,
             "leadership moved during the change: retry against the new leader",
             core.leader_id,
-            node.address_of(core.leader_id),
+            group.address_of(core.leader_id),
         )
     except StepFailed as exc:
         return ErrorReply(ErrorCode.TIMEOUT, str(exc))
 
 
-async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
-    core = node.core
+async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message:
+    core = group.core
     if not core.is_leader:
         raise NotLeaderError(core.leader_id)
     config = core.config
@@ -101,7 +101,7 @@ async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
         # A retry whose first try's answer was lost: the change is there, so it succeeded
         # (without this, "remove 4" retried would be refused: "4 is not a member").
         if op == "add_member" and args.get("wait") and not config.is_voter(args["node_id"]):
-            return await _execute(node, (WaitPromoted(args["node_id"]),))
+            return await _execute(group, (WaitPromoted(args["node_id"]),))
         return AdminReply({"config": config.to_json()})
     match op:
         case "add_member":
@@ -125,10 +125,10 @@ async def _dispatch(node: Node, op: str, args: dict[str, Any]) -> Message:
             members = {check_node_id(int(k)): check_address(v) for k, v in args["members"].items()}
             plan = plan_set(config, members, core.id)
         case "transfer_leader":
-            return await _transfer(node, check_node_id(args["node_id"]))
+            return await _transfer(group, check_node_id(args["node_id"]))
         case _:
             raise ConfigChangeError(f"unknown admin call {op!r}")
-    return await _execute(node, plan)
+    return await _execute(group, plan)
 
 
 def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
@@ -147,49 +147,49 @@ def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
     return False
 
 
-async def _execute(node: Node, plan: tuple[Step, ...]) -> Message:
-    core = node.core
+async def _execute(group: GroupActor, plan: tuple[Step, ...]) -> Message:
+    core = group.core
     start = core.config
     for step in plan:
         match step:
             case AddLearner(node_id, address, promote):
                 await _change(
-                    node,
+                    group,
                     lambda c, n=node_id, a=address, p=promote: add_learner(
                         c.config, n, a, promote=p
                     ),
                 )
             case WaitCaughtUp(node_id):
-                await _wait_caught_up(node, node_id, start, step)
+                await _wait_caught_up(group, node_id, start, step)
             case WaitPromoted(node_id):
                 await _wait_for(
-                    node, lambda c, n=node_id: c.configs.committed.is_voter(n), leader=False
+                    group, lambda c, n=node_id: c.configs.committed.is_voter(n), leader=False
                 )
             case TransferLeadership(away_from, candidates):
                 if core.id == away_from:
                     target = _most_up_to_date(core, candidates)
-                    await node.call_core(lambda c, t=target: c.transfer_leadership(t))
+                    await group.call_core(lambda c, t=target: c.transfer_leadership(t))
                     return ErrorReply(
                         ErrorCode.STEPPING_DOWN,
                         f"node {core.id} leads and is leaving: leadership moves to node {target}; "
                         "retry against it",
                         target,
-                        node.address_of(target),
+                        group.address_of(target),
                     )
             case EnterJoint(voters):
-                await _change(node, lambda c, v=dict(voters): enter_joint(c.config, v))
+                await _change(group, lambda c, v=dict(voters): enter_joint(c.config, v))
             case LeaveJoint():
                 # The leader appends C(new) by itself once C(old,new) commits; wait for it,
                 # as a follower too if this leader is not in C(new) and stepped down.
-                await _wait_for(node, lambda c: not c.configs.committed.is_joint, leader=False)
+                await _wait_for(group, lambda c: not c.configs.committed.is_joint, leader=False)
             case Remove(node_id):
-                await _change(node, lambda c, n=node_id: remove(c.config, n))
+                await _change(group, lambda c, n=node_id: remove(c.config, n))
             case _:
                 assert_never(step)
     return AdminReply({"config": core.config.to_json()})
 
 
-async def _change(node: Node, build: Callable[[RaftCore], Configuration]) -> None:
+async def _change(group: GroupActor, build: Callable[[RaftCore], Configuration]) -> None:
     """One configuration change: validated and appended in the main loop, then committed."""
 
     def propose(core: RaftCore) -> tuple[int, int]:
@@ -198,12 +198,12 @@ async def _change(node: Node, build: Callable[[RaftCore], Configuration]) -> Non
         check_can_change(core.config, core.configs.committed)
         return core.term, core.propose_config(build(core))
 
-    term, offset = await node.call_core(propose)
-    await _wait_for(node, lambda c: c.term == term and c.commit_offset >= offset)
+    term, offset = await group.call_core(propose)
+    await _wait_for(group, lambda c: c.term == term and c.commit_offset >= offset)
 
 
-async def _wait_caught_up(node: Node, node_id: int, start: Configuration, step: Step) -> None:
-    core = node.core
+async def _wait_caught_up(group: GroupActor, node_id: int, start: Configuration, step: Step) -> None:
+    core = group.core
     deadline_s = 10 * core.settings.election_timeout_max_s + 30.0
 
     def caught_up(c: RaftCore) -> bool:
@@ -211,32 +211,32 @@ async def _wait_caught_up(node: Node, node_id: int, start: Configuration, step: 
         return c.config.is_voter(node_id) or (p is not None and c.caught_up(p))
 
     with trio.move_on_after(deadline_s):
-        await _wait_for(node, caught_up)
+        await _wait_for(group, caught_up)
         return
     for undo in rollback_steps(start, core.config):
-        await _change(node, lambda c, n=undo.node_id: remove(c.config, n))
+        await _change(group, lambda c, n=undo.node_id: remove(c.config, n))
     raise StepFailed(
         f"step {step} failed: node {node_id} did not catch up within {deadline_s:g} s; "
         "rolled back to the starting configuration"
     )
 
 
-async def _wait_for(node: Node, done: Callable[[RaftCore], bool], leader: bool = True) -> None:
-    core = node.core
+async def _wait_for(group: GroupActor, done: Callable[[RaftCore], bool], leader: bool = True) -> None:
+    core = group.core
     term = core.term
     while not done(core):
         if leader and (not core.is_leader or core.term != term):
             raise LeadershipLost
-        await node.round_done.wait()
+        await group.round_done.wait()
 
 
-async def _transfer(node: Node, target: int) -> Message:
-    core = node.core
+async def _transfer(group: GroupActor, target: int) -> Message:
+    core = group.core
     if target == core.id:
         return AdminReply({"leader_id": target})
     if core.config.is_learner(target):
         raise ConfigChangeError(f"node {target} is a learner: it cannot lead until promoted")
-    await node.call_core(lambda c: c.transfer_leadership(target))
+    await group.call_core(lambda c: c.transfer_leadership(target))
     while True:
         if core.role is not Role.LEADER and core.leader_id == target:
             return AdminReply({"leader_id": target})
@@ -248,7 +248,7 @@ async def _transfer(node: Node, target: int) -> Message:
             )
         if core.role is not Role.LEADER and core.leader_id not in (None, target):
             raise LeadershipLost
-        await node.round_done.wait()
+        await group.round_done.wait()
 
 
 def _most_up_to_date(core: RaftCore, candidates: frozenset[int]) -> int:

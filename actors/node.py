@@ -1,55 +1,40 @@
-"""The node: the actor around RaftCore, its mailbox, and the client handler.
+"""The node: its transport, the group replicas it hosts, and the handler that routes every
+message to the group it names.
 
-One task (the main loop) owns the core and reads the mailbox: peer messages, client appends,
-"flushed". After each round of inputs it appends the round's client appends together (one
-write, one AppendEntries per follower, one flush for all of them), persists term and vote
-if they changed (before anything is sent: storage rule 1), sends the core's outbox, answers
-the appends whose durability was reached, and asks the flusher for a flush. Client appends
-come without a task each: the transport hands them over (`take_request`) and the main loop
-answers them through the connection's reply path. Timers are the core's deadlines,
-waited for on trio's clock. The node's nursery supervises it all: a storage error anywhere
-stops the whole node (fail-stop).
+The node's nursery supervises its groups: a storage error in any of them stops the whole
+node (fail-stop). Peer links follow the union of the groups' configurations. Client calls
+go to the group of the log they address; status, admin calls and metrics speak of the
+default group.
 """
 
 from __future__ import annotations
 
 import random
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, replace
-from typing import Any
 
 import structlog
 import trio
 
 from actors.admin import handle_admin
-from actors.flusher import Flushed, Flusher
+from actors.group import GroupActor
 from actors.stats import NodeStats
 from actors.storage import NodeStorage
-from log.batch import BatchError, BatchHeader, BatchType, split_batches
-from log.wal import OffsetOutOfRangeError, RunSync, run_inline
-from membership.quorum import has_quorum
+from log.wal import Log, RunSync, run_inline
 from raft.core import RaftCore
-from raft.producers import StaleSequenceError
 from raft.settings import RaftSettings
-from transport.errors import ConnectionClosed
 from transport.messages import (
-    Acks,
     AdminRequest,
     AppendEntries,
     AppendEntriesReply,
-    AppendReply,
     AppendRequest,
-    EndOffsetReply,
+    AppendResult,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     Heartbeat,
     HeartbeatReply,
     Message,
-    ReadReply,
     ReadRequest,
     StatusReply,
     StatusRequest,
@@ -64,13 +49,8 @@ from transport.network import Answer, ConnectionInfo, Handler, NodeTransport
 
 logger = structlog.get_logger("quorumlog.node")
 
-MAILBOX_MAX = 1024
-RETENTION_CHECK_S = 5.0
-# Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
-ROUND_INPUTS_MAX = 256
-# The Raft group this node serves (one per node until the group manager lands).
-GROUP_ID = 0
-READ_BYTES_MAX = 4 * 1024 * 1024
+# The group of the default log (one group per node until the group manager lands).
+DEFAULT_GROUP = 0
 
 RAFT_TYPES = (
     AppendEntries,
@@ -83,59 +63,6 @@ RAFT_TYPES = (
 )
 
 OpenTransport = Callable[[Handler], AbstractAsyncContextManager[NodeTransport]]
-
-
-class Pending:
-    """A result that the main loop fills in for a waiting handler."""
-
-    __slots__ = ("_done", "error", "value")
-
-    def __init__(self) -> None:
-        self._done = trio.Event()
-        self.value: Any = None
-        self.error: Exception | None = None
-
-    def resolve(self, value: Any) -> None:
-        if not self._done.is_set():
-            self.value = value
-            self._done.set()
-
-    def fail(self, error: Exception) -> None:
-        if not self._done.is_set():
-            self.error = error
-            self._done.set()
-
-    async def wait(self) -> Any:
-        await self._done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-class Answered:
-    """A client append's result, handed straight to the connection's reply path
-    (`take_request`): no task waits for it. Counts the append in the node's stats."""
-
-    __slots__ = ("_acks", "_answer", "_bytes", "_done", "_started", "_stats")
-
-    def __init__(
-        self, answer: Answer, stats: NodeStats, acks: Acks, size: int, started: float
-    ) -> None:
-        self._answer = answer
-        self._stats = stats
-        self._acks = acks
-        self._bytes = size
-        self._started = started
-        self._done = False
-
-    def resolve(self, value: Message) -> None:
-        if self._done:
-            return
-        self._done = True
-        if type(value) is AppendReply:
-            elapsed = trio.current_time() - self._started
-            self._stats.append_done(self._acks.name.lower(), self._bytes, elapsed)
-        self._answer(value)
 
 
 class NodeHandler:
@@ -152,36 +79,6 @@ class NodeHandler:
         return self._handle(peer, message)
 
 
-@dataclass(frozen=True, slots=True)
-class PeerInput:
-    sender: int
-    message: Message
-    processed: trio.Event | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClientAppend:
-    batches: list[tuple[BatchHeader, memoryview]]  # checked by the handler
-    acks: Acks
-    reply: Pending | Answered | None
-
-
-@dataclass(frozen=True, slots=True)
-class CoreCall:
-    """Run `fn(core)` in the main loop (admin calls change the core only from there)."""
-
-    fn: Callable[[RaftCore], Any]
-    reply: Pending
-
-
-@dataclass(slots=True)
-class QuorumWaiter:
-    term: int
-    first_offset: int
-    last_offset: int
-    reply: Pending | Answered
-
-
 class Node:
     def __init__(
         self,
@@ -193,254 +90,55 @@ class Node:
         run_sync: RunSync = run_inline,
     ):
         self.id = node_id
-        self.storage = storage
         self.settings = settings
-        self._run_sync = run_sync
-        self.log = storage.log
-        self.core = RaftCore(
-            node_id, GROUP_ID, storage.log, storage.meta, settings, rng, trio.current_time()
-        )
-        self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self.stats = NodeStats()
-        self._flusher = Flusher(
-            storage.log, self._inbox.clone(), settings.leader_flush_interval_s, self.stats
+        self.default_group = GroupActor(
+            node_id,
+            DEFAULT_GROUP,
+            storage,
+            settings=settings,
+            rng=rng,
+            run_sync=run_sync,
+            stats=self.stats,
+            on_config_changed=self._update_peers,
         )
-        self._waiters: deque[QuorumWaiter] = deque()
-        # Appends that arrived during a leadership transfer: they wait, they do not fail.
-        self._held: deque[ClientAppend] = deque()
+        self.groups: dict[int, GroupActor] = {DEFAULT_GROUP: self.default_group}
         self._transport: NodeTransport | None = None
-        self._peers_of = self.core.config  # the configuration the transport's links follow
-        self.round_done = trio.Event()  # set (and replaced) after every round of inputs
-        self._logger = logger.bind(node_id=node_id)
 
-    # ------------------------------------------------------------------- running
+    @property
+    def core(self) -> RaftCore:
+        return self.default_group.core
+
+    @property
+    def log(self) -> Log:
+        return self.default_group.log
 
     async def run(
         self, open_transport: OpenTransport, *, task_status=trio.TASK_STATUS_IGNORED
     ) -> None:
         """Run until cancelled; raises StorageError on a disk fault (fail-stop)."""
-        self._logger.info(
-            "node_started",
-            term=self.core.term,
-            dirty_offset=self.log.dirty_offset,
-            config=self.core.config.to_json() if self.core.config else None,
-        )
-        handler = NodeHandler(self)
-        async with open_transport(handler) as transport, trio.open_nursery() as nursery:
+        async with open_transport(NodeHandler(self)) as transport, trio.open_nursery() as nursery:
             self._transport = transport
-            transport.set_peers(self._peer_addresses())
-            nursery.start_soon(self._flusher.run)
-            if not self.log.retains_all:
-                nursery.start_soon(self._retention)
+            self._update_peers()
+            for group in self.groups.values():
+                await nursery.start(group.run, transport)
             task_status.started(self)
-            await self._main_loop()
 
-    def _peer_addresses(self) -> dict[int, str]:
-        config = self.core.config
-        if config is None:
-            return {}
-        return {m: a for m, a in config.addresses.items() if m != self.id}
-
-    async def _main_loop(self) -> None:
-        core = self.core
-        mailbox = self._mailbox
-        appends: list[ClientAppend] = []
-        while True:
-            with trio.move_on_at(core.next_deadline()):
-                self._handle_input(await mailbox.receive(), appends)
-                for _ in range(ROUND_INPUTS_MAX - 1):
-                    try:
-                        self._handle_input(mailbox.receive_nowait(), appends)
-                    except trio.WouldBlock:
-                        break
-            now = trio.current_time()
-            if appends:
-                # The round's appends go to the log together: one write, one AppendEntries
-                # per follower, one flush (they were independent of the round's other
-                # inputs: a step-down among them answers them not_leader, as it should).
-                self._append(appends, now)
-                appends = []
-            if now >= core.next_deadline():
-                core.tick(now)
-            core.pump()
-            await self._perform()
-
-    def _handle_input(self, item: object, appends: list[ClientAppend]) -> None:
-        core = self.core
-        match item:
-            case ClientAppend():
-                appends.append(item)
-                return
-            case PeerInput(sender, message, processed):
-                core.step(sender, message, trio.current_time())
-                if processed is not None:
-                    processed.set()
-            case Flushed():
-                core.on_flushed(trio.current_time())
-            case CoreCall(fn, reply):
-                core.now = trio.current_time()
-                try:
-                    reply.resolve(fn(core))
-                except Exception as exc:  # handed to the caller, who answers the client
-                    reply.fail(exc)
-            case _:
-                raise AssertionError(f"unknown mailbox item {item!r}")
-
-    def _append(self, appends: list[ClientAppend], now: float) -> None:
-        """Append a round's client appends with one log append (they share its write, the
-        next AppendEntries and the next flush); answer or queue a waiter for each."""
-        core = self.core
-        if core.is_leader and core.transfer is not None:
-            self._held.extend(appends)
+    def _update_peers(self) -> None:
+        """Links to every node that shares a group with this one."""
+        if self._transport is None:
             return
-        if not core.is_leader:
-            answer = self.not_leader(core.leader_id)
-            for item in appends:
-                if item.reply is not None:
-                    item.reply.resolve(answer)
-            return
-        placed: list[tuple[BatchHeader, memoryview]] = []
-        # (first, last) of each append, None where it was answered already.
-        offsets: list[tuple[int, int] | None] = []
-        # Idempotent batches placed in this round, so that a retry in the same round is
-        # answered with them, as the producer table answers it for earlier rounds.
-        in_round: dict[tuple[int, int], tuple[int, int]] = {}
-        next_offset = core.log.dirty_offset + 1
-        awaited = False  # a quorum append among those placed
-        for item in appends:
-            batches = item.batches
-            if len(batches) == 1:
-                header = batches[0][0]
-                try:
-                    earlier = core.find_duplicate(header)
-                except StaleSequenceError as exc:
-                    if item.reply is not None:
-                        item.reply.resolve(ErrorReply(ErrorCode.REFUSED, str(exc)))
-                    offsets.append(None)
-                    continue
-                if earlier is not None:
-                    # A retry of an append already in the log: answer with its offsets.
-                    offsets.append((earlier.first_offset, earlier.last_offset))
-                    continue
-                if header.producer_id >= 0 and (
-                    found := in_round.get((header.producer_id, header.producer_seq))
-                ):
-                    offsets.append(found)  # retried within this round
-                    continue
-            first = next_offset
-            for header, _ in batches:
-                last = next_offset + header.record_count - 1
-                if header.producer_id >= 0:
-                    in_round[(header.producer_id, header.producer_seq)] = (next_offset, last)
-                next_offset = last + 1
-            placed += batches
-            offsets.append((first, next_offset - 1))
-            awaited = awaited or item.acks is Acks.QUORUM
-        if placed:
-            proposed = core.propose(placed, now, awaited)
-            assert proposed[1] == next_offset - 1, (proposed, next_offset)
-        commit = core.commit_offset
-        majority: tuple[int, int] | None = None  # computed once for all answered now
-        for item, where in zip(appends, offsets, strict=True):
-            reply = item.reply
-            if where is None or reply is None:
-                continue
-            first, last = where
-            if item.acks is Acks.QUORUM and last > commit:
-                self._waiters.append(QuorumWaiter(core.term, first, last, reply))
-            else:
-                if majority is None:
-                    majority = core.majority_offsets()
-                reply.resolve(AppendReply(first, last, commit, *majority))
-
-    async def _perform(self) -> None:
-        core = self.core
-        if core.metadata_dirty:
-            core.metadata_dirty = False
-            await self.save_metadata()
-        transport = self._transport
-        assert transport is not None
-        if core.config is not self._peers_of:
-            self._peers_of = core.config
-            transport.set_peers(self._peer_addresses())
-        for to, message in core.take_outbox():
-            transport.send_nowait(to, message)
-        if self._held and core.transfer is None:
-            held, self._held = self._held, deque()
-            self._append(list(held), trio.current_time())
-        self._answer_waiters()
-        self.round_done.set()  # wakes admin calls waiting for a state of the core
-        self.round_done = trio.Event()
-        log = self.log
-        if log.dirty_offset > log.flushed_offset:
-            urgent = (
-                not core.is_leader
-                or bool(self._waiters)
-                or core.flush_urgent
-                or bool(core.pending_replies)
-            )
-            core.flush_urgent = False
-            self._flusher.request(urgent)
-
-    def _answer_waiters(self) -> None:
-        core = self.core
-        waiters = self._waiters
-        if waiters and waiters[0].last_offset <= core.commit_offset:
-            flushed, dirty = core.majority_offsets()  # once for all answered in this round
-            while waiters and waiters[0].last_offset <= core.commit_offset:
-                w = waiters.popleft()
-                w.reply.resolve(
-                    AppendReply(w.first_offset, w.last_offset, core.commit_offset, flushed, dirty)
-                )
-        if waiters and (not core.is_leader or waiters[0].term != core.term):
-            # Leadership moved: the outcome of these appends is unknown to us now.
-            while waiters:
-                waiters.popleft().reply.resolve(
-                    ErrorReply(
-                        ErrorCode.UNKNOWN,
-                        "leadership changed before the append was committed: its outcome "
-                        "is unknown",
-                        core.leader_id,
-                        self.address_of(core.leader_id),
-                    )
-                )
-
-    async def _retention(self) -> None:
-        """Every few seconds, drop old segments by the retention settings: committed ones
-        only (a lagging follower then restarts its log at this one's start)."""
-        while True:
-            await trio.sleep(RETENTION_CHECK_S)
-            # Wall-clock time: retention by age compares with the records' timestamps.
-            now_ms = int(time.time() * 1000)
-            await self.call_core(
-                lambda core, now_ms=now_ms: core.log.apply_retention(
-                    now_ms, keep_from_offset=core.commit_offset + 1
-                )
-            )
+        peers: dict[int, str] = {}
+        for group in self.groups.values():
+            config = group.core.config
+            if config is not None:
+                peers.update(config.addresses)
+        peers.pop(self.id, None)
+        self._transport.set_peers(peers)
 
     async def save_metadata(self) -> None:
-        """Persist term, vote and configuration (and, in passing, the commit offset known)."""
-        core = self.core
-        core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
-        await self._run_sync(self.storage.store.save, core.meta)
-
-    async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
-        """Run `fn(core)` in the main loop and return its result (or raise its error)."""
-        reply = Pending()
-        await self._inbox.send(CoreCall(fn, reply))
-        return await reply.wait()
-
-    def address_of(self, node_id: int | None) -> str | None:
-        config = self.core.config
-        return None if node_id is None or config is None else config.addresses.get(node_id)
-
-    def not_leader(self, leader_id: int | None) -> ErrorReply:
-        return ErrorReply(
-            ErrorCode.NOT_LEADER,
-            f"node {self.id} is not the leader",
-            leader_id,
-            self.address_of(leader_id),
-        )
+        for group in self.groups.values():
+            await group.save_metadata()
 
     # ------------------------------------------------------------------- the handler
 
@@ -449,165 +147,38 @@ class Node:
         if isinstance(message, RAFT_TYPES):
             if peer.role is not ConnectionRole.PEER or peer.node_id is None:
                 return ErrorReply(ErrorCode.PROTOCOL, "Raft messages come from peers only")
-            if isinstance(message, Heartbeat):
-                # Answered directly too, so that a leader can confirm its leadership with
-                # a round of heartbeat requests (ReadIndex).
-                processed = trio.Event()
-                await self._inbox.send(PeerInput(peer.node_id, message, processed))
-                await processed.wait()
-                return self.core.heartbeat_reply()
-            item = PeerInput(peer.node_id, message)
-            try:
-                self._inbox.send_nowait(item)  # the read that brought it was the checkpoint
-            except trio.WouldBlock:
-                await self._inbox.send(item)
-            return None
+            group = self.groups.get(message.group)
+            if group is None:
+                return self._unknown_group(message)
+            return await group.deliver(peer.node_id, message)
+        group = self.default_group
         match message:
             case AppendRequest():
-                return await self._on_append_request(message)
+                return await group.append(message)
             case ReadRequest(offset, bytes_max):
-                return self._on_read(offset, bytes_max)
+                return group.read(offset, bytes_max)
             case EndOffsetRequest(linearizable):
-                return await self._on_end_offset(linearizable)
+                return await group.end_offset(linearizable)
             case StatusRequest():
-                return StatusReply(self.status())
+                return StatusReply(group.status())
             case AdminRequest():
-                return await handle_admin(self, message)
+                return await handle_admin(group, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 
+    def _unknown_group(self, message: Message) -> Message | None:
+        """A Raft message for a group this node does not host: a heartbeat request is
+        answered so (ReadIndex), anything else is dropped as Raft drops a lost message."""
+        logger.debug("unknown_group", node_id=self.id, group=message.group)
+        if isinstance(message, Heartbeat):
+            return HeartbeatReply(
+                message.group, self.id, -1, -1, -1, AppendResult.GROUP_UNAVAILABLE, -1, -1
+            )
+        return None
+
     def take_request(self, peer: ConnectionInfo, message: Message, answer: Answer) -> bool:
-        """A client append, put in the mailbox without a task to wait for it: the main
-        loop answers it through `answer` (transport/network.py). False for anything else,
-        and when the mailbox is full (the handler then waits for room)."""
+        """A client append, taken without a task to wait for it (transport/network.py).
+        False for anything else, and when the group's mailbox is full."""
         if type(message) is not AppendRequest:
             return False
-        checked = self._check_append(message)
-        if not isinstance(checked, list):
-            answer(checked)
-            return True
-        acks = message.acks
-        size = len(message.batches)
-        reply = Answered(answer, self.stats, acks, size, trio.current_time())
-        try:
-            self._inbox.send_nowait(
-                ClientAppend(checked, acks, None if acks is Acks.NONE else reply)
-            )
-        except trio.WouldBlock:
-            return False
-        if acks is Acks.NONE:
-            reply.resolve(self._received_reply())
-        return True
-
-    def _check_append(
-        self, request: AppendRequest
-    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
-        """The request's batches, checked (CRCs, types, producer stamp), or why not."""
-        if len(request.batches) > self.settings.append_bytes_max:
-            return ErrorReply(
-                ErrorCode.TOO_LARGE,
-                f"append of {len(request.batches)} bytes exceeds {self.settings.append_bytes_max}",
-            )
-        if not self.core.is_leader:
-            return self.not_leader(self.core.leader_id)
-        try:
-            batches = split_batches(request.batches)
-        except BatchError as exc:
-            return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
-        if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
-            return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
-        if request.producer_id >= 0 and (
-            len(batches) != 1
-            or (batches[0][0].producer_id, batches[0][0].producer_seq)
-            != (request.producer_id, request.producer_seq)
-        ):
-            return ErrorReply(
-                ErrorCode.PROTOCOL,
-                "an idempotent append is one batch stamped with its producer id and sequence",
-            )
-        return batches
-
-    def _received_reply(self) -> AppendReply:
-        """The answer to an acks=none append: received, no offsets yet."""
-        flushed, dirty = self.core.majority_offsets()
-        return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
-
-    async def _on_append_request(self, request: AppendRequest) -> Message:
-        """The waiting path of an append (the mailbox was full for `take_request`)."""
-        checked = self._check_append(request)
-        if not isinstance(checked, list):
-            return checked
-        started = trio.current_time()
-        if request.acks is Acks.NONE:
-            await self._inbox.send(ClientAppend(checked, request.acks, None))
-            answer: Message = self._received_reply()
-        else:
-            reply = Pending()
-            await self._inbox.send(ClientAppend(checked, request.acks, reply))
-            answer = await reply.wait()
-        if isinstance(answer, AppendReply):
-            elapsed = trio.current_time() - started
-            self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
-        return answer
-
-    def _on_read(self, offset: int, bytes_max: int) -> Message:
-        """Committed records only (I5), from any node, up to the commit offset it knows."""
-        log = self.log
-        commit = self.core.commit_offset
-        try:
-            chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
-        except OffsetOutOfRangeError as exc:
-            return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
-        return ReadReply(chunk.data, commit, log.log_start_offset)
-
-    async def _on_end_offset(self, linearizable: bool) -> Message:
-        core = self.core
-        if not linearizable:
-            return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
-        if not core.is_leader:
-            return self.not_leader(core.leader_id)
-        commit = await self._read_index()
-        if commit is None:
-            return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
-        return EndOffsetReply(commit, self.log.log_start_offset)
-
-    async def _read_index(self) -> int | None:
-        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
-        the commit offset, then confirm with a quorum that we still lead."""
-        core = self.core
-        term = core.term
-        with trio.move_on_after(self.settings.election_timeout_max_s):
-            while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
-                await self.round_done.wait()  # the barrier of this term commits soon
-        if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
-            return None
-        commit = core.commit_offset
-        confirmed = {self.id}
-        transport = self._transport
-        assert transport is not None
-
-        async def ask(peer: int) -> None:
-            try:
-                reply = await transport.request(peer, core.heartbeat_message())
-            except ConnectionClosed:
-                return
-            if isinstance(reply, HeartbeatReply) and reply.term == term:
-                confirmed.add(peer)
-                if has_quorum(core.config, confirmed):
-                    nursery.cancel_scope.cancel()
-
-        if has_quorum(core.config, confirmed):
-            return commit
-        with trio.move_on_after(self.settings.election_timeout_min_s):
-            async with trio.open_nursery() as nursery:
-                for peer in core.config.voters - {self.id}:
-                    nursery.start_soon(ask, peer)
-        ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
-        return commit if ok else None
-
-    def status(self) -> dict:
-        out = self.core.status()
-        config = self.core.config
-        addresses = config.addresses if config is not None else {}
-        out["members"] = {str(m): a for m, a in sorted(addresses.items())}
-        return out
+        return self.default_group.take_append(message, answer)

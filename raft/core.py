@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import structlog
 
@@ -36,7 +38,7 @@ from membership.quorum import committed_offset
 from raft.configs import ConfigTracker, config_of
 from raft.election import ElectionRules
 from raft.follower import FollowerRules
-from raft.producers import ProducerAppend, ProducerTable
+from raft.producers import ProducerTable, StaleSequenceError
 from raft.progress import Progress
 from raft.reconfiguration import ReconfigurationRules
 from raft.replication import ReplicationRules
@@ -59,6 +61,15 @@ logger = structlog.get_logger("quorumlog.raft")
 
 # How much of the log's tail a starting node reads to learn recent producer sequences.
 PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A client append: its batches, checked and parsed, and whether a caller waits for
+    their commit (acks=quorum: `follower_flush = "quorum"` asks followers to fsync them)."""
+
+    batches: list[tuple[BatchHeader, memoryview]]
+    awaited: bool
 
 
 class RaftCore(ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRules):
@@ -269,30 +280,49 @@ class RaftCore(ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRu
             self._send(self.leader_id, self.heartbeat_reply())
 
     def propose(
-        self, batches: list[tuple[BatchHeader, memoryview]], now: float, awaited: bool
-    ) -> tuple[int, int]:
-        """Append client batches (checked, with their headers) on the leader; returns
-        (first, last) offset. `awaited`: a client waits for their commit (acks=quorum)."""
+        self, proposals: Sequence[Proposal], now: float
+    ) -> list[tuple[int, int] | StaleSequenceError]:
+        """Append a round of client appends on the leader with one log append (they share
+        its write, the next AppendEntries and the next flush). Returns each one's (first,
+        last) offsets; a retried idempotent append gets its earlier offsets and takes none,
+        and one too old to tell gets the error that says so. Duplicate detection happens here only: a retry
+        within the round is found like one of an earlier round."""
         self.now = now
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
-        first = self.log.dirty_offset + 1
-        headers = [h for h, _ in batches]
-        last = self.log.append([b for _, b in batches], self.term, headers)
-        if awaited:
-            self.awaited_offset = last
-        offset = first
-        for header in headers:
-            if header.producer_id >= 0:
-                self.producers.note_batch(header.placed(offset, self.term))
-            offset += header.record_count
-        return first, last
-
-    def find_duplicate(self, header: BatchHeader) -> ProducerAppend | None:
-        """An earlier append of this idempotent batch (raises StaleSequenceError if too old)."""
-        if header.producer_id < 0:
-            return None
-        return self.producers.find(header.producer_id, header.producer_seq)
+        placed: list[memoryview] = []
+        headers: list[BatchHeader] = []
+        results: list[tuple[int, int] | StaleSequenceError] = []
+        next_offset = self.log.dirty_offset + 1
+        awaited = False
+        for proposal in proposals:
+            batches = proposal.batches
+            if len(batches) == 1 and batches[0][0].producer_id >= 0:
+                header = batches[0][0]
+                try:
+                    earlier = self.producers.find(header.producer_id, header.producer_seq)
+                except StaleSequenceError as exc:
+                    results.append(exc)
+                    continue
+                if earlier is not None:
+                    results.append((earlier.first_offset, earlier.last_offset))
+                    continue
+            first = next_offset
+            for header, batch in batches:
+                # Noted as placed, before the write below: a retry later in this round
+                # finds it.
+                self.producers.note_batch(header.placed(next_offset, self.term))
+                headers.append(header)
+                placed.append(batch)
+                next_offset += header.record_count
+            results.append((first, next_offset - 1))
+            awaited = awaited or proposal.awaited
+        if placed:
+            last = self.log.append(placed, self.term, headers)
+            assert last == next_offset - 1, (last, next_offset)
+            if awaited:
+                self.awaited_offset = last
+        return results
 
     def _replay_tail(self) -> None:
         """Learn recent producer sequences and the configurations appended after the last

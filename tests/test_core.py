@@ -13,7 +13,7 @@ from log.memdisk import MemoryFileSystem
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogConfig, run_inline
 from membership.config import Configuration
-from raft.core import RaftCore
+from raft.core import Proposal, RaftCore
 from raft.election import barrier_batch
 from raft.replication import UNKNOWN_TERM
 from raft.roles import Role
@@ -107,10 +107,15 @@ def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
     assert core.commit_offset == 1, "the barrier commits, and the old entry with it"
 
 
+def propose(core: RaftCore, batch: bytes, now: float, awaited: bool) -> tuple[int, int]:
+    (offsets,) = core.propose([Proposal(split_batches(batch), awaited)], now)
+    return offsets
+
+
 def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
     core = make_core()
     elect(core)
-    _, last = core.propose(split_batches(batch_of(b"x", b"y")), 10.0, awaited=True)
+    _, last = propose(core, batch_of(b"x", b"y"), 10.0, True)
     # Follower 2 holds everything but flushed nothing: no commit.
     core.step(2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10.0)
     assert core.commit_offset == -1
@@ -142,7 +147,7 @@ def test_followers_fsync_before_replying_to_what_a_caller_waits_to_see_committed
         core = caught_up_leader(RaftSettings(follower_flush=policy))
         flags = []
         for awaited in (False, True):  # an acks=leader append, then an acks=quorum one
-            core.propose(split_batches(batch_of(b"x")), 10.0, awaited)
+            propose(core, batch_of(b"x"), 10.0, awaited)
             (message,) = sent_to_2(core)
             flags.append(message.flush)
             ok = AppendEntriesReply(
@@ -154,7 +159,7 @@ def test_followers_fsync_before_replying_to_what_a_caller_waits_to_see_committed
 
 def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     core = caught_up_leader()
-    core.propose(split_batches(batch_of(b"x")), 10.0, awaited=True)
+    propose(core, batch_of(b"x"), 10.0, True)
     assert [m.flush for m in sent_to_2(core)] == [True]
     # Heartbeats show it holds offset 1, not flushed yet; its reply waits for that.
     holds = HeartbeatReply(0, 2, core.term, 0, 1, AppendResult.SUCCESS, -1, -1)
@@ -170,11 +175,11 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
 def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     core = caught_up_leader()
     ok = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
-    core.propose(split_batches(batch_of(b"x")), 10.0, awaited=True)
+    propose(core, batch_of(b"x"), 10.0, True)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
     # A late duplicate of the earlier answer: offset 1 is still in flight (then lost).
     core.step(2, ok, 10.05)
-    core.propose(split_batches(batch_of(b"y")), 10.05, awaited=True)
+    propose(core, batch_of(b"y"), 10.05, True)
     assert sent_to_2(core) == [], "one AppendEntries at a time to a follower that keeps up"
     # No answer within the retransmit timeout, and it does not hold offset 1: probe again;
     # its refusal says where its log ends, and offset 1 goes again.
@@ -193,7 +198,7 @@ def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
     for size, count in ((600 * 1024, 10), (1000, 3000)):
         core = caught_up_leader()
         for _ in range(count):
-            core.propose(split_batches(batch_of(rng.randbytes(size))), 10.0, awaited=True)
+            propose(core, batch_of(rng.randbytes(size)), 10.0, True)
         sent = sent_to_2(core)
         assert len(sent) > 1, "recovery streams several messages"
         sizes = [len(m.batches) for m in sent]
@@ -211,7 +216,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     leader = make_core(log_config=LogConfig(segment_bytes_max=4096))
     elect(leader)
     for i in range(20):
-        leader.propose(split_batches(batch_of(random.Random(i).randbytes(1000))), 10.0, True)
+        propose(leader, batch_of(random.Random(i).randbytes(1000)), 10.0, True)
     flush(leader.log)
     leader.step(3, AppendEntriesReply(0, 3, leader.term, 20, 20, AppendResult.SUCCESS, -1, -1), 10)
     leader.on_flushed(10.0)

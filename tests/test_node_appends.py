@@ -58,7 +58,7 @@ async def test_one_round_of_appends_and_a_retry_within_it(autojump_clock):
             assert node.take_request(CLIENT, request, replies[i].append)
         with trio.fail_after(5):
             while not all(replies.values()):
-                await node.round_done.wait()
+                await node.default_group.round_done.wait()
         assert all(len(r) == 1 and isinstance(r[0], AppendReply) for r in replies.values())
         answer = {i: r[0] for i, r in replies.items()}
         first = dirty_before + 1

@@ -1,0 +1,428 @@
+"""A group actor: one Raft group replica on this node, the task that owns its core.
+
+The main loop reads the group's mailbox: peer messages, client appends, "flushed", calls.
+After each round of inputs it appends the round's client appends together (one write, one
+AppendEntries per follower, one flush for all of them), persists term and vote if they
+changed (before anything is sent: storage rule 1), sends the core's outbox, answers the
+appends whose durability was reached, and asks the flusher for a flush. Client appends
+come without a task each: the transport hands them over (`take_append`) and the main loop
+answers them through the connection's reply path. Timers are the core's deadlines, waited
+for on trio's clock. A storage error anywhere raises out of `run` (fail-stop).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+import trio
+
+from actors.flusher import Flushed, Flusher
+from actors.mailbox import Answered, ClientAppend, CoreCall, PeerInput, Pending, QuorumWaiter
+from actors.stats import NodeStats
+from actors.storage import NodeStorage
+from log.batch import BatchError, BatchHeader, BatchType, split_batches
+from log.wal import OffsetOutOfRangeError, RunSync
+from membership.quorum import has_quorum
+from raft.core import Proposal, RaftCore
+from raft.producers import StaleSequenceError
+from raft.settings import RaftSettings
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    Acks,
+    AppendReply,
+    AppendRequest,
+    EndOffsetReply,
+    ErrorCode,
+    ErrorReply,
+    Heartbeat,
+    HeartbeatReply,
+    Message,
+    ReadReply,
+)
+from transport.network import Answer, NodeTransport
+
+logger = structlog.get_logger("quorumlog.group")
+
+MAILBOX_MAX = 1024
+RETENTION_CHECK_S = 5.0
+# Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
+ROUND_INPUTS_MAX = 256
+READ_BYTES_MAX = 4 * 1024 * 1024
+
+
+class GroupActor:
+    def __init__(
+        self,
+        node_id: int,
+        group_id: int,
+        storage: NodeStorage,
+        *,
+        settings: RaftSettings,
+        rng: random.Random,
+        run_sync: RunSync,
+        stats: NodeStats,
+        on_config_changed: Callable[[], None],
+    ):
+        self.node_id = node_id
+        self.group_id = group_id
+        self.storage = storage
+        self.settings = settings
+        self.stats = stats
+        self._run_sync = run_sync
+        self._on_config_changed = on_config_changed
+        self.log = storage.log
+        self.core = RaftCore(
+            node_id, group_id, storage.log, storage.meta, settings, rng, trio.current_time()
+        )
+        self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
+        self._flusher = Flusher(
+            storage.log, self._inbox.clone(), settings.leader_flush_interval_s, stats
+        )
+        self._waiters: deque[QuorumWaiter] = deque()
+        # Appends that arrived during a leadership transfer: they wait, they do not fail.
+        self._held: deque[ClientAppend] = deque()
+        self._transport: NodeTransport | None = None
+        self._config_seen = self.core.config  # the one the node's peer links were set from
+        self.round_done = trio.Event()  # set (and replaced) after every round of inputs
+        self._logger = logger.bind(node_id=node_id, group=group_id)
+
+    # ------------------------------------------------------------------- running
+
+    async def run(self, transport: NodeTransport, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; raises StorageError on a disk fault (fail-stop)."""
+        self._logger.info(
+            "group_started",
+            term=self.core.term,
+            dirty_offset=self.log.dirty_offset,
+            config=self.core.config.to_json() if self.core.config else None,
+        )
+        self._transport = transport
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flusher.run)
+            if not self.log.retains_all:
+                nursery.start_soon(self._retention)
+            task_status.started(self)
+            await self._main_loop()
+
+    async def _main_loop(self) -> None:
+        core = self.core
+        mailbox = self._mailbox
+        appends: list[ClientAppend] = []
+        while True:
+            with trio.move_on_at(core.next_deadline()):
+                self._handle_input(await mailbox.receive(), appends)
+                for _ in range(ROUND_INPUTS_MAX - 1):
+                    try:
+                        self._handle_input(mailbox.receive_nowait(), appends)
+                    except trio.WouldBlock:
+                        break
+            now = trio.current_time()
+            if appends:
+                # The round's appends go to the log together (they were independent of
+                # the round's other inputs: a step-down among them answers them
+                # not_leader, as it should).
+                self._append(appends, now)
+                appends = []
+            if now >= core.next_deadline():
+                core.tick(now)
+            core.pump()
+            await self._perform()
+
+    def _handle_input(self, item: object, appends: list[ClientAppend]) -> None:
+        core = self.core
+        match item:
+            case ClientAppend():
+                appends.append(item)
+                return
+            case PeerInput(sender, message, processed):
+                core.step(sender, message, trio.current_time())
+                if processed is not None:
+                    processed.set()
+            case Flushed():
+                core.on_flushed(trio.current_time())
+            case CoreCall(fn, reply):
+                core.now = trio.current_time()
+                try:
+                    reply.resolve(fn(core))
+                except Exception as exc:  # handed to the caller, who answers the client
+                    reply.fail(exc)
+            case _:
+                raise AssertionError(f"unknown mailbox item {item!r}")
+
+    def _append(self, appends: list[ClientAppend], now: float) -> None:
+        """Propose a round's client appends; answer or queue a waiter for each."""
+        core = self.core
+        if core.is_leader and core.transfer is not None:
+            self._held.extend(appends)
+            return
+        if not core.is_leader:
+            answer = self.not_leader(core.leader_id)
+            for item in appends:
+                if item.reply is not None:
+                    item.reply.resolve(answer)
+            return
+        results = core.propose([item.proposal for item in appends], now)
+        commit = core.commit_offset
+        majority: tuple[int, int] | None = None  # computed once for all answered now
+        for item, result in zip(appends, results, strict=True):
+            reply = item.reply
+            if reply is None:
+                continue
+            if isinstance(result, StaleSequenceError):
+                reply.resolve(ErrorReply(ErrorCode.REFUSED, str(result)))
+                continue
+            first, last = result
+            if item.acks is Acks.QUORUM and last > commit:
+                self._waiters.append(QuorumWaiter(core.term, first, last, reply))
+            else:
+                if majority is None:
+                    majority = core.majority_offsets()
+                reply.resolve(AppendReply(first, last, commit, *majority))
+
+    async def _perform(self) -> None:
+        core = self.core
+        if core.metadata_dirty:
+            core.metadata_dirty = False
+            await self.save_metadata()
+        transport = self._transport
+        assert transport is not None
+        if core.config is not self._config_seen:
+            self._config_seen = core.config
+            self._on_config_changed()
+        for to, message in core.take_outbox():
+            transport.send_nowait(to, message)
+        if self._held and core.transfer is None:
+            held, self._held = self._held, deque()
+            self._append(list(held), trio.current_time())
+        self._answer_waiters()
+        self.round_done.set()  # wakes admin calls waiting for a state of the core
+        self.round_done = trio.Event()
+        log = self.log
+        if log.dirty_offset > log.flushed_offset:
+            urgent = (
+                not core.is_leader
+                or bool(self._waiters)
+                or core.flush_urgent
+                or bool(core.pending_replies)
+            )
+            core.flush_urgent = False
+            self._flusher.request(urgent)
+
+    def _answer_waiters(self) -> None:
+        core = self.core
+        waiters = self._waiters
+        if waiters and waiters[0].last_offset <= core.commit_offset:
+            flushed, dirty = core.majority_offsets()  # once for all answered in this round
+            while waiters and waiters[0].last_offset <= core.commit_offset:
+                w = waiters.popleft()
+                w.reply.resolve(
+                    AppendReply(w.first_offset, w.last_offset, core.commit_offset, flushed, dirty)
+                )
+        if waiters and (not core.is_leader or waiters[0].term != core.term):
+            # Leadership moved: the outcome of these appends is unknown to us now.
+            while waiters:
+                waiters.popleft().reply.resolve(
+                    ErrorReply(
+                        ErrorCode.UNKNOWN,
+                        "leadership changed before the append was committed: its outcome "
+                        "is unknown",
+                        core.leader_id,
+                        self.address_of(core.leader_id),
+                    )
+                )
+
+    async def _retention(self) -> None:
+        """Every few seconds, drop old segments by the retention settings: committed ones
+        only (a lagging follower then restarts its log at this one's start)."""
+        while True:
+            await trio.sleep(RETENTION_CHECK_S)
+            # Wall-clock time: retention by age compares with the records' timestamps.
+            now_ms = int(time.time() * 1000)
+            await self.call_core(
+                lambda core, now_ms=now_ms: core.log.apply_retention(
+                    now_ms, keep_from_offset=core.commit_offset + 1
+                )
+            )
+
+    async def save_metadata(self) -> None:
+        """Persist term, vote and configuration (and, in passing, the commit offset known)."""
+        core = self.core
+        core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
+        await self._run_sync(self.storage.store.save, core.meta)
+
+    async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
+        """Run `fn(core)` in the main loop and return its result (or raise its error)."""
+        reply = Pending()
+        await self._inbox.send(CoreCall(fn, reply))
+        return await reply.wait()
+
+    def address_of(self, node_id: int | None) -> str | None:
+        config = self.core.config
+        return None if node_id is None or config is None else config.addresses.get(node_id)
+
+    def not_leader(self, leader_id: int | None) -> ErrorReply:
+        return ErrorReply(
+            ErrorCode.NOT_LEADER,
+            f"node {self.node_id} is not the leader",
+            leader_id,
+            self.address_of(leader_id),
+        )
+
+    # ------------------------------------------------------------------- inputs
+
+    async def deliver(self, sender: int, message: Message) -> Message | None:
+        """A Raft message from a peer. A heartbeat is also answered directly, so that a
+        leader can confirm its leadership with a round of heartbeat requests (ReadIndex)."""
+        if isinstance(message, Heartbeat):
+            processed = trio.Event()
+            await self._inbox.send(PeerInput(sender, message, processed))
+            await processed.wait()
+            return self.core.heartbeat_reply()
+        item = PeerInput(sender, message)
+        try:
+            self._inbox.send_nowait(item)  # the read that brought it was the checkpoint
+        except trio.WouldBlock:
+            await self._inbox.send(item)
+        return None
+
+    def take_append(self, request: AppendRequest, answer: Answer) -> bool:
+        """A client append, put in the mailbox without a task to wait for it: the main
+        loop answers it through `answer`. False when the mailbox is full (the caller
+        then waits for room through `append`)."""
+        checked = self._check_append(request)
+        if not isinstance(checked, list):
+            answer(checked)
+            return True
+        acks = request.acks
+        size = len(request.batches)
+        reply = Answered(answer, self.stats, acks, size, trio.current_time())
+        proposal = Proposal(checked, acks is Acks.QUORUM)
+        try:
+            self._inbox.send_nowait(
+                ClientAppend(proposal, acks, None if acks is Acks.NONE else reply)
+            )
+        except trio.WouldBlock:
+            return False
+        if acks is Acks.NONE:
+            reply.resolve(self._received_reply())
+        return True
+
+    async def append(self, request: AppendRequest) -> Message:
+        """The waiting path of an append (the mailbox was full for `take_append`)."""
+        checked = self._check_append(request)
+        if not isinstance(checked, list):
+            return checked
+        started = trio.current_time()
+        proposal = Proposal(checked, request.acks is Acks.QUORUM)
+        if request.acks is Acks.NONE:
+            await self._inbox.send(ClientAppend(proposal, request.acks, None))
+            answer: Message = self._received_reply()
+        else:
+            reply = Pending()
+            await self._inbox.send(ClientAppend(proposal, request.acks, reply))
+            answer = await reply.wait()
+        if isinstance(answer, AppendReply):
+            elapsed = trio.current_time() - started
+            self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
+        return answer
+
+    def _check_append(
+        self, request: AppendRequest
+    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
+        """The request's batches, checked (CRCs, types, producer stamp), or why not."""
+        if len(request.batches) > self.settings.append_bytes_max:
+            return ErrorReply(
+                ErrorCode.TOO_LARGE,
+                f"append of {len(request.batches)} bytes exceeds {self.settings.append_bytes_max}",
+            )
+        if not self.core.is_leader:
+            return self.not_leader(self.core.leader_id)
+        try:
+            batches = split_batches(request.batches)
+        except BatchError as exc:
+            return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
+        if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
+            return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
+        if request.producer_id >= 0 and (
+            len(batches) != 1
+            or (batches[0][0].producer_id, batches[0][0].producer_seq)
+            != (request.producer_id, request.producer_seq)
+        ):
+            return ErrorReply(
+                ErrorCode.PROTOCOL,
+                "an idempotent append is one batch stamped with its producer id and sequence",
+            )
+        return batches
+
+    def _received_reply(self) -> AppendReply:
+        """The answer to an acks=none append: received, no offsets yet."""
+        flushed, dirty = self.core.majority_offsets()
+        return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+
+    def read(self, offset: int, bytes_max: int) -> Message:
+        """Committed records only (I5), from any replica, up to the commit offset it knows."""
+        log = self.log
+        commit = self.core.commit_offset
+        try:
+            chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
+        except OffsetOutOfRangeError as exc:
+            return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
+        return ReadReply(chunk.data, commit, log.log_start_offset)
+
+    async def end_offset(self, linearizable: bool) -> Message:
+        core = self.core
+        if not linearizable:
+            return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
+        if not core.is_leader:
+            return self.not_leader(core.leader_id)
+        commit = await self._read_index()
+        if commit is None:
+            return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
+        return EndOffsetReply(commit, self.log.log_start_offset)
+
+    async def _read_index(self) -> int | None:
+        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
+        the commit offset, then confirm with a quorum that we still lead."""
+        core = self.core
+        term = core.term
+        with trio.move_on_after(self.settings.election_timeout_max_s):
+            while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
+                await self.round_done.wait()  # the barrier of this term commits soon
+        if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
+            return None
+        commit = core.commit_offset
+        confirmed = {self.node_id}
+        transport = self._transport
+        assert transport is not None
+
+        async def ask(peer: int) -> None:
+            try:
+                reply = await transport.request(peer, core.heartbeat_message())
+            except ConnectionClosed:
+                return
+            if isinstance(reply, HeartbeatReply) and reply.term == term:
+                confirmed.add(peer)
+                if has_quorum(core.config, confirmed):
+                    nursery.cancel_scope.cancel()
+
+        if has_quorum(core.config, confirmed):
+            return commit
+        with trio.move_on_after(self.settings.election_timeout_min_s):
+            async with trio.open_nursery() as nursery:
+                for peer in core.config.voters - {self.node_id}:
+                    nursery.start_soon(ask, peer)
+        ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
+        return commit if ok else None
+
+    def status(self) -> dict:
+        out = self.core.status()
+        config = self.core.config
+        addresses = config.addresses if config is not None else {}
+        out["members"] = {str(m): a for m, a in sorted(addresses.items())}
+        return out
