@@ -202,7 +202,9 @@ async def _change(group: GroupActor, build: Callable[[RaftCore], Configuration])
     await _wait_for(group, lambda c: c.term == term and c.commit_offset >= offset)
 
 
-async def _wait_caught_up(group: GroupActor, node_id: int, start: Configuration, step: Step) -> None:
+async def _wait_caught_up(
+    group: GroupActor, node_id: int, start: Configuration, step: Step
+) -> None:
     core = group.core
     deadline_s = 10 * core.settings.election_timeout_max_s + 30.0
 
@@ -221,7 +223,9 @@ async def _wait_caught_up(group: GroupActor, node_id: int, start: Configuration,
     )
 
 
-async def _wait_for(group: GroupActor, done: Callable[[RaftCore], bool], leader: bool = True) -> None:
+async def _wait_for(
+    group: GroupActor, done: Callable[[RaftCore], bool], leader: bool = True
+) -> None:
     core = group.core
     term = core.term
     while not done(core):

@@ -1,0 +1,77 @@
+"""The controller's commands: what its log holds, one command per entry.
+
+Each command is a value with a wire form (a msgpack-able dict with a "type" key); the
+controller's leader decides everything that needs a choice (placement) before it appends
+one, so that applying a command is deterministic on every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+class CommandError(ValueError):
+    """A command's wire form is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """A node joins the cluster, or comes back at a new address (its epoch then grows)."""
+
+    node_id: int
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    replicas: tuple[tuple[int, ...], ...]  # per partition, preferred leader first
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    timestamp_type: str = "create_time"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetReplicas:
+    """A partition's replica set changes (a move): its group's members follow it."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+
+
+Command = RegisterBroker | CreateTopic | DeleteTopic | SetReplicas
+
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
+
+
+def to_wire(command: Command) -> dict[str, Any]:
+    return {"type": type(command).__name__, **asdict(command)}
+
+
+def from_wire(wire: Any) -> Command:
+    if not isinstance(wire, dict):
+        raise CommandError(f"a command is a map, not {type(wire).__name__}")
+    cls = _TYPES.get(wire.get("type"))
+    if cls is None:
+        raise CommandError(f"unknown command type {wire.get('type')!r}")
+    names = {f.name for f in fields(cls)}
+    args = {k: v for k, v in wire.items() if k != "type"}
+    if not names >= args.keys():
+        raise CommandError(f"unknown fields {sorted(args.keys() - names)} in {cls.__name__}")
+    if "replicas" in args:
+        replicas = args["replicas"]
+        if cls is CreateTopic:
+            args["replicas"] = tuple(tuple(r) for r in replicas)
+        else:
+            args["replicas"] = tuple(replicas)
+    try:
+        return cls(**args)
+    except TypeError as exc:
+        raise CommandError(f"bad {cls.__name__}: {exc}") from None

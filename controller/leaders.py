@@ -1,0 +1,66 @@
+"""The leader table: soft state `(topic, partition) -> (leader, term, revision)` that every
+node keeps, fed by its own groups, by leader updates from other nodes and by reports.
+
+Updates arrive in any order and from nodes that may know less: one is taken only if its
+(revision, term) is newer than what the table holds, so a late or stale update can never
+replace a newer belief. At equal (revision, term) a known leader replaces an unknown one
+(a term has at most one leader), never the reverse. This is half of the fix for KUDU-1353
+(a new master that answered from stale leader beliefs): the other half is that every node
+sends a full report of its groups to each new controller leader, which therefore never
+answers from a belief older than the last report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderEntry:
+    topic: str
+    partition: int
+    leader_id: int | None  # None: no leader known in this term (an election is on)
+    term: int
+    revision: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def newer_than(self, other: LeaderEntry) -> bool:
+        mine, theirs = (self.revision, self.term), (other.revision, other.term)
+        if mine != theirs:
+            return mine > theirs
+        return other.leader_id is None and self.leader_id is not None
+
+
+class LeaderTable:
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], LeaderEntry] = {}
+
+    def update(self, entry: LeaderEntry) -> bool:
+        """Take `entry` if it is newer than what the table holds; True if taken."""
+        known = self._entries.get(entry.key)
+        if known is not None and not entry.newer_than(known):
+            return False
+        self._entries[entry.key] = entry
+        return True
+
+    def merge(self, entries: Iterable[LeaderEntry]) -> list[LeaderEntry]:
+        """Take each newer entry (a batch of updates or a node's full report); returns
+        those taken, which are what to pass on."""
+        return [e for e in entries if self.update(e)]
+
+    def get(self, topic: str, partition: int) -> LeaderEntry | None:
+        return self._entries.get((topic, partition))
+
+    def forget_topic(self, topic: str) -> None:
+        for key in [k for k in self._entries if k[0] == topic]:
+            del self._entries[key]
+
+    def __iter__(self) -> Iterator[LeaderEntry]:
+        return iter(self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)

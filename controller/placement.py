@@ -1,0 +1,52 @@
+"""Where a new topic's partitions go: replicas and preferred leaders spread evenly.
+
+Partition by partition: the preferred leader (the first replica) is the node that leads
+the fewest partitions among those that can take a replica without unbalancing the replica
+counts; the other replicas go to the nodes with the fewest replicas, preferring among
+equals those that lead most (the others are needed as leaders later). Replica counts then
+differ by at most one between nodes, and so do leader counts within one topic placed on
+a balanced cluster (two across topics of different replication factors). Ties go to the
+lower node id: every node computes the same placement from the same inputs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+
+class PlacementError(ValueError):
+    """The topic cannot be placed (more replicas than brokers)."""
+
+
+def place(
+    partitions: int,
+    replicas: int,
+    brokers: Iterable[int],
+    existing: Iterable[Sequence[int]] = (),
+) -> list[tuple[int, ...]]:
+    """The replica set of each new partition, its preferred leader first. `existing` are
+    the replica sets already placed (each led by its first), which the new ones balance."""
+    nodes = sorted(set(brokers))
+    if replicas < 1:
+        raise PlacementError(f"a partition needs at least one replica, not {replicas}")
+    if replicas > len(nodes):
+        raise PlacementError(f"{replicas} replicas asked for but only {len(nodes)} brokers exist")
+    load: Counter[int] = Counter({n: 0 for n in nodes})
+    leads: Counter[int] = Counter({n: 0 for n in nodes})
+    for replica_set in existing:
+        load.update(n for n in replica_set if n in load)
+        if replica_set and replica_set[0] in leads:
+            leads[replica_set[0]] += 1
+    placed = []
+    for _ in range(partitions):
+        ranked = sorted(nodes, key=lambda n: (load[n], leads[n], n))
+        fewest_enough = load[ranked[replicas - 1]]
+        eligible = [n for n in ranked if load[n] <= fewest_enough]
+        leader = min(eligible, key=lambda n: (leads[n], load[n], n))
+        others = sorted((n for n in nodes if n != leader), key=lambda n: (load[n], -leads[n], n))
+        replica_set = (leader, *sorted(others[: replicas - 1]))
+        load.update(replica_set)
+        leads[leader] += 1
+        placed.append(replica_set)
+    return placed

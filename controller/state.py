@@ -1,0 +1,169 @@
+"""The cluster's hard state, as the controller group's log builds it: brokers, topics and
+each partition's replica set with its revision. Who leads a partition is not here: each
+partition elects its leader in its own group (see `controller.leaders`).
+
+`ClusterState.apply(command, offset)` is the state machine: every node applies the
+committed commands in log order and reaches the same state. A command that is no longer
+valid when applied (a topic created twice by racing calls) changes nothing and says why.
+The revision of a partition is the controller log offset of the command that last set
+its replicas, so revisions grow along the log, across topics.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from controller.commands import Command, CreateTopic, DeleteTopic, RegisterBroker, SetReplicas
+
+CONTROLLER_GROUP = 0
+DEFAULT_TOPIC = "default"
+TOPIC_NAME_CHARS_MAX = 200
+PARTITIONS_MAX = 10_000  # per topic: each is a Raft group with its own files and timers
+TIMESTAMP_TYPES = ("create_time", "log_append_time")
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+class TopicError(ValueError):
+    """A topic call that can never succeed as asked (one line, for the user)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    node_id: int
+    address: str
+    epoch: int  # grows each time the broker registers at a new address
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    topic: str
+    partition: int
+    group_id: int
+    replicas: tuple[int, ...]  # preferred leader first
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    name: str
+    partitions: tuple[Partition, ...]
+    retention_bytes: int | None
+    retention_ms: int | None
+    timestamp_type: str
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas)
+
+
+@dataclass(slots=True)
+class ClusterState:
+    brokers: dict[int, Broker] = field(default_factory=dict)
+    topics: dict[str, Topic] = field(default_factory=dict)
+    next_group_id: int = CONTROLLER_GROUP + 1
+    applied_offset: int = -1
+
+    def partition(self, topic: str, partition: int) -> Partition:
+        found = self.topics.get(topic)
+        if found is None:
+            raise TopicError(f"unknown topic {topic!r}")
+        if not 0 <= partition < len(found.partitions):
+            raise TopicError(
+                f"topic {topic!r} has no partition {partition} (it has {len(found.partitions)})"
+            )
+        return found.partitions[partition]
+
+    def groups_of(self, node_id: int) -> list[Partition]:
+        """The partitions with a replica on `node_id`, in group order."""
+        return sorted(
+            (p for t in self.topics.values() for p in t.partitions if node_id in p.replicas),
+            key=lambda p: p.group_id,
+        )
+
+    def replica_sets(self) -> list[tuple[int, ...]]:
+        return [p.replicas for t in self.topics.values() for p in t.partitions]
+
+    def apply(self, command: Command, offset: int) -> str | None:
+        """Apply a committed command at controller log `offset`; returns why it changed
+        nothing, or None."""
+        assert offset > self.applied_offset, (offset, self.applied_offset)
+        self.applied_offset = offset
+        match command:
+            case RegisterBroker(node_id, address):
+                known = self.brokers.get(node_id)
+                if known is None:
+                    self.brokers[node_id] = Broker(node_id, address, 0)
+                elif known.address != address:
+                    self.brokers[node_id] = Broker(node_id, address, known.epoch + 1)
+            case CreateTopic(name, replicas, retention_bytes, retention_ms, timestamp_type):
+                if name in self.topics:
+                    return f"topic {name!r} exists"
+                partitions = []
+                for i, replica_set in enumerate(replicas):
+                    partitions.append(
+                        Partition(name, i, self.next_group_id, tuple(replica_set), offset)
+                    )
+                    self.next_group_id += 1
+                self.topics[name] = Topic(
+                    name, tuple(partitions), retention_bytes, retention_ms, timestamp_type
+                )
+            case DeleteTopic(name):
+                if self.topics.pop(name, None) is None:
+                    return f"unknown topic {name!r}"
+            case SetReplicas(topic, index, replicas):
+                try:
+                    old = self.partition(topic, index)
+                except TopicError as exc:
+                    return str(exc)
+                moved = replace(old, replicas=tuple(replicas), revision=offset)
+                found = self.topics[topic]
+                partitions = list(found.partitions)
+                partitions[index] = moved
+                self.topics[topic] = replace(found, partitions=tuple(partitions))
+        return None
+
+
+def check_topic_name(name: str, internal: bool = False) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= TOPIC_NAME_CHARS_MAX:
+        raise TopicError(f"a topic name has 1-{TOPIC_NAME_CHARS_MAX} characters")
+    if not _NAME.fullmatch(name):
+        raise TopicError(f"bad topic name {name!r}: use only letters, digits, '.', '_' and '-'")
+    if name.startswith("__") and not internal:
+        raise TopicError(f"topic names starting with '__' are internal: {name!r}")
+    return name
+
+
+def check_create(
+    state: ClusterState,
+    name: str,
+    partitions: int,
+    replicas: int,
+    retention_bytes: int | None = None,
+    retention_ms: int | None = None,
+    timestamp_type: str = "create_time",
+) -> None:
+    """Why a topic cannot be created as asked, if it cannot (placement checks the rest)."""
+    check_topic_name(name)
+    if name in state.topics:
+        raise TopicError(f"topic {name!r} exists")
+    if not isinstance(partitions, int) or not 1 <= partitions <= PARTITIONS_MAX:
+        raise TopicError(f"a topic has 1-{PARTITIONS_MAX} partitions, not {partitions}")
+    if not isinstance(replicas, int) or replicas < 1:
+        raise TopicError(f"a partition has at least one replica, not {replicas}")
+    if replicas > len(state.brokers):
+        raise TopicError(
+            f"{replicas} replicas asked for but the cluster has {len(state.brokers)} nodes"
+        )
+    for label, value in (("retention bytes", retention_bytes), ("retention ms", retention_ms)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise TopicError(f"{label} must be a positive integer, not {value}")
+    if timestamp_type not in TIMESTAMP_TYPES:
+        raise TopicError(f"timestamp type is one of {', '.join(TIMESTAMP_TYPES)}")
+
+
+def check_delete(state: ClusterState, name: str) -> None:
+    if name == DEFAULT_TOPIC:
+        raise TopicError("the topic 'default' cannot be deleted: calls that name no topic use it")
+    if name not in state.topics:
+        raise TopicError(f"unknown topic {name!r}")

@@ -1,0 +1,73 @@
+"""The leader table takes an update only if its (revision, term) is newer (KUDU-1353)."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.leaders import LeaderEntry, LeaderTable
+
+
+def entry(leader: int | None, term: int, revision: int = 5, partition: int = 0) -> LeaderEntry:
+    return LeaderEntry("events", partition, leader, term, revision)
+
+
+def test_a_newer_term_replaces_an_older_one_and_never_the_reverse():
+    table = LeaderTable()
+    assert table.update(entry(1, term=3))
+    assert table.update(entry(2, term=4))
+    assert not table.update(entry(1, term=3)), "a late update of the old term"
+    assert table.get("events", 0).leader_id == 2
+
+
+def test_a_newer_revision_wins_over_a_higher_term_of_the_old_replica_set():
+    table = LeaderTable()
+    table.update(entry(1, term=9, revision=5))
+    assert table.update(entry(4, term=2, revision=6))
+    assert not table.update(entry(1, term=10, revision=5))
+    assert table.get("events", 0).leader_id == 4
+
+
+def test_a_known_leader_fills_in_an_unknown_one_of_the_same_term_but_is_never_erased():
+    table = LeaderTable()
+    table.update(entry(None, term=4))  # a follower that has not heard from the leader yet
+    assert table.update(entry(3, term=4))
+    assert not table.update(entry(None, term=4))
+    assert table.get("events", 0).leader_id == 3
+
+
+def test_merge_returns_what_was_taken_and_forget_topic_drops_its_partitions():
+    table = LeaderTable()
+    table.update(entry(1, term=3, partition=0))
+    taken = table.merge([entry(2, term=2, partition=0), entry(2, term=1, partition=1)])
+    assert taken == [entry(2, term=1, partition=1)]
+    table.forget_topic("events")
+    assert len(table) == 0
+
+
+@given(
+    updates=st.lists(
+        st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(1, 5)), st.integers(0, 9)),
+        min_size=1,
+        max_size=30,
+    ),
+    seed=st.integers(0, 2**32),
+)
+def test_any_arrival_order_ends_with_the_newest(updates, seed):
+    # Within one (revision, term) there is at most one leader (Raft's election safety).
+    leader_of = {}
+    entries = []
+    for revision, leader, term in updates:
+        leader = leader_of.setdefault((revision, term), leader) if leader is not None else None
+        entries.append(entry(leader, term, revision))
+    shuffled = entries[:]
+    random.Random(seed).shuffle(shuffled)
+    table = LeaderTable()
+    table.merge(shuffled)
+    newest = max((e.revision, e.term) for e in entries)
+    got = table.get("events", 0)
+    assert (got.revision, got.term) == newest
+    if any((e.revision, e.term) == newest and e.leader_id is not None for e in entries):
+        assert got.leader_id == leader_of[newest]
