@@ -1,11 +1,16 @@
 """Admin calls on the leader: membership changes and leadership transfer.
 
+Cluster membership is the controller group's configuration; partition 0 of `default`
+lives on every voter, so each call changes the controller's group first, then that
+partition's group, whose leader may be on another node (the call is forwarded there,
+marked `retry`: if the change is made already, it succeeds at once).
+
 Each call is planned by `membership.driver` from the configuration the leader finds (never
 from what an earlier driver remembers: seed 003) and executed one step at a time; every
 configuration step is one change, validated and appended by the core, and waited for until
 it commits. Answers say what to do next:
 
-- REFUSED: the change can never succeed (unknown group, no voter left): do not retry;
+- REFUSED: the change can never succeed (unknown node, no voter left): do not retry;
 - BUSY: another change or a transfer is under way; STEPPING_DOWN: this leader is moving
   leadership away (it was asked to remove itself, or C(new) leaves it out); NOT_LEADER /
   UNKNOWN: leadership moved meanwhile. All four: retry, against the leader of the moment;
@@ -50,13 +55,20 @@ from membership.driver import (
 )
 from raft.core import RaftCore
 from raft.roles import NotLeaderError, Role
+from transport.errors import ConnectionClosed
 from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
     from actors.group import GroupActor
+    from actors.node import Node
 
 ADMIN_WAIT_S_DEFAULT = 30.0
 ADMIN_WAIT_S_MAX = 600.0
+# Pause before asking again where a forwarded call found no leader, or one that was busy.
+FORWARD_RETRY_S = 0.05
+RETRY_LATER = frozenset(
+    {ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN, ErrorCode.BUSY, ErrorCode.STEPPING_DOWN}
+)
 
 
 class LeadershipLost(Exception):
@@ -67,14 +79,64 @@ class StepFailed(Exception):
     pass
 
 
-async def handle_admin(group: GroupActor, request: AdminRequest) -> Message:
+def _wait_s(request: AdminRequest) -> float:
+    return min(
+        max(float(request.args.get("timeout_s", ADMIN_WAIT_S_DEFAULT)), 0.1), ADMIN_WAIT_S_MAX
+    )
+
+
+async def handle_admin(node: Node, request: AdminRequest) -> Message:
+    """A call from a client (the controller's group, then `default`'s), or the forwarded
+    part of one (`args["group"]` names the group)."""
+    group_id = request.args.get("group")
+    if group_id is not None:
+        group = node.groups.get(group_id)
+        if group is None:
+            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"node {node.id} hosts no group {group_id}")
+        return await handle_group_admin(group, request)
+    reply = await handle_group_admin(node.controller, request)
+    if not isinstance(reply, AdminReply):
+        return reply
+    forwarded = AdminRequest(
+        request.op, {**request.args, "group": node.default_group.group_id, "retry": True}
+    )
+    with trio.move_on_after(_wait_s(request)):
+        return await _forward(node, node.default_group, forwarded)
+    return ErrorReply(
+        ErrorCode.TIMEOUT,
+        f"{request.op}: the cluster's configuration changed, but the topic 'default' did not "
+        "follow in time: retry",
+    )
+
+
+async def _forward(node: Node, group: GroupActor, request: AdminRequest) -> Message:
+    """Run `request` on the leader of `group` (here or on another node) until it answers
+    something other than "ask again"."""
+    while True:
+        leader = group.core.leader_id
+        if leader == node.id:
+            reply = await handle_group_admin(group, request)
+        elif leader is None:
+            reply = None
+        else:
+            try:
+                reply = await node.request(leader, request)
+            except ConnectionClosed:
+                reply = None
+        if reply is not None and not (isinstance(reply, ErrorReply) and reply.code in RETRY_LATER):
+            return reply
+        await trio.sleep(FORWARD_RETRY_S)
+
+
+async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Message:
     core = group.core
     args = request.args
     try:
-        wait_s = float(args.get("timeout_s", ADMIN_WAIT_S_DEFAULT))
-        with trio.move_on_after(min(max(wait_s, 0.1), ADMIN_WAIT_S_MAX)):
+        with trio.move_on_after(_wait_s(request)):
             return await _dispatch(group, request.op, args)
-        return ErrorReply(ErrorCode.TIMEOUT, f"{request.op} did not finish within {wait_s:g} s")
+        return ErrorReply(
+            ErrorCode.TIMEOUT, f"{request.op} did not finish within {_wait_s(request):g} s"
+        )
     except ChangeInProgressError as exc:
         return ErrorReply(ErrorCode.BUSY, str(exc))
     except (ConfigChangeError, InvalidConfigurationError, KeyError, TypeError, ValueError) as exc:

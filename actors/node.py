@@ -1,10 +1,12 @@
 """The node: its transport, the group replicas it hosts, and the handler that routes every
 message to the group it names.
 
-The node's nursery supervises its groups: a storage error in any of them stops the whole
-node (fail-stop). Peer links follow the union of the groups' configurations. Client calls
-go to the group of the log they address; status, admin calls and metrics speak of the
-default group.
+The node hosts the controller's group (0) and a group per partition replica; Raft
+messages carry their group id, client calls name a topic and partition. The node's
+nursery supervises its groups: a storage error in any of them stops the whole node
+(fail-stop). Peer links follow the union of the groups' configurations. Status and
+metrics speak of partition 0 of `default` (CONTRACT.md), plus the controller's leader and
+how many partitions this node leads.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import trio
 from actors.admin import handle_admin
 from actors.group import GroupActor
 from actors.stats import NodeStats
-from actors.storage import NodeStorage
+from actors.storage import DEFAULT_TOPIC, GroupStorage, NodeStorage
 from log.wal import Log, RunSync, run_inline
 from raft.core import RaftCore
 from raft.settings import RaftSettings
@@ -48,9 +50,6 @@ from transport.messages import (
 from transport.network import Answer, ConnectionInfo, Handler, NodeTransport
 
 logger = structlog.get_logger("quorumlog.node")
-
-# The group of the default log (one group per node until the group manager lands).
-DEFAULT_GROUP = 0
 
 RAFT_TYPES = (
     AppendEntries,
@@ -91,22 +90,36 @@ class Node:
     ):
         self.id = node_id
         self.settings = settings
+        self.storage = storage
         self.stats = NodeStats()
-        self.default_group = GroupActor(
-            node_id,
-            DEFAULT_GROUP,
+        self._rng = rng
+        self._run_sync = run_sync
+        self.controller = self._group(storage.controller)
+        self.partitions = {key: self._group(g) for key, g in storage.partitions.items()}
+        self.groups: dict[int, GroupActor] = {
+            g.group_id: g for g in [self.controller, *self.partitions.values()]
+        }
+        self._transport: NodeTransport | None = None
+
+    def _group(self, storage: GroupStorage) -> GroupActor:
+        return GroupActor(
+            self.id,
+            storage.group_id,
             storage,
-            settings=settings,
-            rng=rng,
-            run_sync=run_sync,
+            settings=self.settings,
+            rng=random.Random(self._rng.getrandbits(64)),
+            run_sync=self._run_sync,
             stats=self.stats,
             on_config_changed=self._update_peers,
         )
-        self.groups: dict[int, GroupActor] = {DEFAULT_GROUP: self.default_group}
-        self._transport: NodeTransport | None = None
+
+    @property
+    def default_group(self) -> GroupActor:
+        return self.partitions[(DEFAULT_TOPIC, 0)]
 
     @property
     def core(self) -> RaftCore:
+        """The core of partition 0 of `default`, which status and metrics show."""
         return self.default_group.core
 
     @property
@@ -136,9 +149,23 @@ class Node:
         peers.pop(self.id, None)
         self._transport.set_peers(peers)
 
-    async def save_metadata(self) -> None:
+    async def request(self, peer: int, message: Message) -> Message:
+        assert self._transport is not None
+        return await self._transport.request(peer, message)
+
+    async def close(self) -> None:
+        """After `run` ended: flush every log, keep the commit offsets known (for unsafe
+        recovery's report), close the files."""
         for group in self.groups.values():
+            await group.log.flush()
             await group.save_metadata()
+        self.storage.close()
+
+    def status(self) -> dict:
+        out = self.default_group.status()
+        out["controller_id"] = self.controller.core.leader_id
+        out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
+        return out
 
     # ------------------------------------------------------------------- the handler
 
@@ -151,20 +178,30 @@ class Node:
             if group is None:
                 return self._unknown_group(message)
             return await group.deliver(peer.node_id, message)
-        group = self.default_group
         match message:
-            case AppendRequest():
-                return await group.append(message)
-            case ReadRequest(offset, bytes_max):
-                return group.read(offset, bytes_max)
-            case EndOffsetRequest(linearizable):
+            case AppendRequest(topic=topic, partition=partition):
+                group = self.partitions.get((topic, partition))
+                return await group.append(message) if group else self._no_replica(message)
+            case ReadRequest(offset, bytes_max, topic, partition):
+                group = self.partitions.get((topic, partition))
+                return group.read(offset, bytes_max) if group else self._no_replica(message)
+            case EndOffsetRequest(linearizable, topic, partition):
+                group = self.partitions.get((topic, partition))
+                if group is None:
+                    return self._no_replica(message)
                 return await group.end_offset(linearizable)
             case StatusRequest():
-                return StatusReply(group.status())
+                return StatusReply(self.status())
             case AdminRequest():
-                return await handle_admin(group, message)
+                return await handle_admin(self, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
+
+    def _no_replica(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
+        return ErrorReply(
+            ErrorCode.UNKNOWN_TOPIC,
+            f"node {self.id} holds no partition {message.partition} of topic {message.topic!r}",
+        )
 
     def _unknown_group(self, message: Message) -> Message | None:
         """A Raft message for a group this node does not host: a heartbeat request is
@@ -181,4 +218,8 @@ class Node:
         False for anything else, and when the group's mailbox is full."""
         if type(message) is not AppendRequest:
             return False
-        return self.default_group.take_append(message, answer)
+        group = self.partitions.get((message.topic, message.partition))
+        if group is None:
+            answer(self._no_replica(message))
+            return True
+        return group.take_append(message, answer)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 
+from actors.storage import DEFAULT_TOPIC, partition_dir
 from log.metadata import METADATA_FILE
 from log.segment import SEGMENT_SUFFIX
 
@@ -28,11 +29,14 @@ REFUSED = (MIDDLE, METADATA)
 
 
 def segments(data_dir: str) -> list[str]:
-    log_dir = os.path.join(data_dir, "log")
-    if not os.path.isdir(log_dir):
-        return []
-    names = sorted(n for n in os.listdir(log_dir) if n.endswith(SEGMENT_SUFFIX))
-    return [os.path.join(log_dir, n) for n in names]
+    """Every segment of every group the node hosts."""
+    found = []
+    for directory, _, names in sorted(os.walk(data_dir)):
+        if os.path.basename(directory) == "log":
+            found += [
+                os.path.join(directory, n) for n in sorted(names) if n.endswith(SEGMENT_SUFFIX)
+            ]
+    return found
 
 
 def durable_sizes(journal: str) -> dict[str, int]:
@@ -66,7 +70,7 @@ def damage(data_dir: str, kind: str, rng: random.Random) -> str | None:
     """Damage a stopped node's files; returns what was done, or None if there was no data
     to damage (segments smaller than MIDDLE_BYTES_MIN are left alone for MIDDLE)."""
     if kind == METADATA:
-        path = os.path.join(data_dir, METADATA_FILE)
+        path = os.path.join(partition_dir(data_dir, DEFAULT_TOPIC, 0), METADATA_FILE)
         return _flip(path, rng.randrange(os.path.getsize(path)), rng)
     paths = [p for p in segments(data_dir) if os.path.getsize(p) > MIDDLE_BYTES_MIN]
     if not paths:

@@ -68,7 +68,8 @@ class MemoryFileSystem:
 
     def listdir(self, path: str) -> list[str]:
         path = os.path.normpath(path)
-        return sorted(os.path.basename(p) for p in self._names if os.path.dirname(p) == path)
+        children = {p for p in (*self._names, *self._dirs) if os.path.dirname(p) == path}
+        return sorted(os.path.basename(p) for p in children if p != path)
 
     def exists(self, path: str) -> bool:
         path = os.path.normpath(path)
@@ -76,7 +77,10 @@ class MemoryFileSystem:
 
     def makedirs(self, path: str) -> None:
         # Directories themselves are always durable: the log only creates them at set-up.
-        self._dirs.add(os.path.normpath(path))
+        path = os.path.normpath(path)
+        while path not in self._dirs and path != os.path.dirname(path):
+            self._dirs.add(path)
+            path = os.path.dirname(path)
 
     def open(self, path: str, create: bool = False) -> MemoryFile:
         path = os.path.normpath(path)
@@ -91,6 +95,15 @@ class MemoryFileSystem:
 
     def rename(self, src: str, dst: str) -> None:
         src, dst = os.path.normpath(src), os.path.normpath(dst)
+        if src in self._dirs:  # a directory and all it holds (durably, as directories are)
+            inside = src + os.sep
+            for table in (self._names, self._durable_names):
+                for name in [n for n in table if n.startswith(inside)]:
+                    table[dst + name[len(src) :]] = table.pop(name)
+            self._dirs = {dst + d[len(src) :] if d.startswith(inside) else d for d in self._dirs}
+            self._dirs.discard(src)
+            self.makedirs(dst)
+            return
         if src not in self._names:
             raise StorageError(f"rename {src} -> {dst} failed: no such file")
         self._names[dst] = self._names.pop(src)

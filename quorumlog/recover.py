@@ -1,9 +1,10 @@
 """`quorumlog unsafe-recover`: bring a cluster back after it lost a majority (seed 000).
 
-Offline, on a stopped surviving replica. It appends a configuration of the given members,
-with a version above every configuration the replica has seen, and records it as committed
-in the replica's metadata, so that the node can elect itself; the others are then added
-back with `members add`. This throws away the guarantee: records committed on the lost
+Offline, on a stopped surviving node. In every group it hosts (the controller's and each
+partition's) it appends a configuration of the given members, with a version above every
+configuration the replica has seen, and records it as committed in the replica's
+metadata, so that the node can elect itself; the others are then added back with
+`members add`. This throws away the guarantee: records committed on the lost
 majority but absent from this replica are gone, and `--inspect` over every surviving data
 directory says which offsets those are, from the highest commit offset any survivor knew.
 """
@@ -15,14 +16,13 @@ from dataclasses import dataclass, replace
 
 import trio
 
+from actors.storage import DEFAULT_TOPIC, LOG_DIR, group_dirs, partition_dir
 from log.batch import BatchType, split_batches
 from log.files import OsFileSystem
 from log.metadata import MetadataStore
 from log.wal import Log, run_inline
 from membership.config import Configuration
 from raft.configs import config_batch, config_of
-
-LOG_DIR = "log"
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,15 @@ def _config_version(log: Log, meta_config, config_offset: int) -> int:
     return version
 
 
+def _default_dir(data_dir: str) -> str:
+    """Partition 0 of `default`: the log the report speaks of (a 0.3 directory is it)."""
+    dirs = group_dirs(OsFileSystem(), data_dir)
+    return dirs[0] if dirs == [data_dir] else partition_dir(data_dir, DEFAULT_TOPIC, 0)
+
+
 def inspect(data_dir: str) -> Replica:
-    log, store = _open(data_dir)
+    """What partition 0 of `default` holds in this data directory."""
+    log, store = _open(_default_dir(data_dir))
     try:
         meta = store.load()
         return Replica(
@@ -92,8 +99,17 @@ def lost_range(replicas: list[Replica]) -> tuple[Replica, tuple[int, int] | None
 
 
 def recover(data_dir: str, members: dict[int, str]) -> Configuration:
-    """Rewrite the replica's configuration to `members`; returns the new configuration."""
-    log, store = _open(data_dir)
+    """Rewrite the configuration of every group in `data_dir` to `members`; returns the
+    new configuration of partition 0 of `default`."""
+    dirs = group_dirs(OsFileSystem(), data_dir)
+    if not dirs:
+        raise ValueError(f"{data_dir} holds no quorumlog node")
+    configs = {d: _recover_group(d, members) for d in dirs}
+    return configs[_default_dir(data_dir)]
+
+
+def _recover_group(group_dir: str, members: dict[int, str]) -> Configuration:
+    log, store = _open(group_dir)
     try:
         meta = store.load()
         version = _config_version(log, meta.config, meta.config_offset) + 1

@@ -196,7 +196,5 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
-    await storage.log.flush()
-    await node.save_metadata()  # keeps the commit offset known, for unsafe recovery's report
-    storage.log.close()
-    logger.info("stopped", node_id=options.node_id, flushed_offset=storage.log.flushed_offset)
+    await node.close()
+    logger.info("stopped", node_id=options.node_id, flushed_offset=node.log.flushed_offset)

@@ -48,6 +48,7 @@ class ErrorCode(enum.IntEnum):
     STEPPING_DOWN = 8
     UNKNOWN = 9
     BUSY = 10  # another configuration change or a leadership transfer is under way: retry
+    UNKNOWN_TOPIC = 11  # no such topic or partition
 
 
 # --- handshake (transport/handshake.py); never seen by handlers -------------------------
@@ -201,6 +202,8 @@ class AppendRequest:
     acks: Acks
     producer_id: int  # -1 without an idempotent producer
     producer_seq: int
+    topic: str = "default"
+    partition: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +223,8 @@ class ReadRequest:
     TAG = 32
     offset: int
     max_bytes: int
+    topic: str = "default"
+    partition: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +239,8 @@ class ReadReply:
 class EndOffsetRequest:
     TAG = 34
     linearizable: bool  # confirm leadership with a quorum before answering
+    topic: str = "default"
+    partition: int = 0
 
 
 @dataclass(frozen=True, slots=True)

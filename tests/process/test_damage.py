@@ -10,7 +10,7 @@ from quorumlog.localcluster import ProcessCluster
 
 
 def segment_of(cluster: ProcessCluster, node_id: int) -> str:
-    log_dir = os.path.join(cluster.data_dir(node_id), "log")
+    log_dir = os.path.join(cluster.data_dir(node_id), "topics", "default", "0", "log")
     return os.path.join(log_dir, sorted(n for n in os.listdir(log_dir) if n.endswith(".log"))[0])
 
 

@@ -1,0 +1,79 @@
+"""A node's data directory: a folder per group, bootstrapped, joined, reopened, migrated."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from actors.storage import (
+    CONTROLLER_GROUP,
+    DEFAULT_GROUP,
+    BootstrapError,
+    group_dirs,
+    open_group_storage,
+    open_storage,
+)
+from log.files import CorruptionError
+from log.memdisk import MemoryFileSystem
+from log.records import make_data_batch
+from log.wal import run_inline
+from membership.config import Configuration
+
+PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
+
+
+def open_node(fs: MemoryFileSystem, **kwargs):
+    return open_storage(fs, "/data", rng=random.Random(1), run_sync=run_inline, **kwargs)
+
+
+def test_a_new_node_bootstraps_the_controller_and_default_with_the_same_voters():
+    fs = MemoryFileSystem()
+    node = open_node(fs, peers=PEERS)
+    assert node.controller.group_id == CONTROLLER_GROUP
+    assert list(node.partitions) == [("default", 0)]
+    assert node.partitions[("default", 0)].group_id == DEFAULT_GROUP
+    for group in node.groups:
+        assert Configuration.from_wire(group.meta.config).voters == set(PEERS)
+    assert len({g.meta.incarnation for g in node.groups}) == 2, "one incarnation per group"
+    node.close()
+    again = open_node(fs, peers=None)
+    assert [g.group_id for g in again.groups] == [CONTROLLER_GROUP, DEFAULT_GROUP]
+    assert group_dirs(fs, "/data") == ["/data/controller", "/data/topics/default/0"]
+
+
+def test_a_joining_node_waits_for_its_configurations_and_an_empty_one_needs_peers():
+    node = open_node(MemoryFileSystem(), peers=None, join=True)
+    assert [g.meta.config for g in node.groups] == [None, None]
+    with pytest.raises(BootstrapError, match="give --peers"):
+        open_node(MemoryFileSystem(), peers=None)
+
+
+def test_a_partition_folder_without_its_group_file_is_corruption():
+    fs = MemoryFileSystem()
+    open_node(fs, peers=PEERS).close()
+    fs.remove("/data/topics/default/0/group")
+    with pytest.raises(CorruptionError, match="group"):
+        open_node(fs, peers=None)
+
+
+def test_a_0_3_directory_moves_to_default_and_its_controller_takes_its_configuration():
+    fs = MemoryFileSystem()
+    config = Configuration.bootstrap(PEERS)
+    old = open_group_storage(
+        fs,
+        "/data",
+        CONTROLLER_GROUP,
+        config=config,
+        create=True,
+        rng=random.Random(2),
+        run_sync=run_inline,
+    )  # the 0.3 layout: consensus.meta and log/ at the top
+    old.log.append([make_data_batch([(None, b"kept", 0, None)], timestamp_ms=0)], term=1)
+    old.log.close()
+    node = open_node(fs, peers=None)
+    default = node.partitions[("default", 0)]
+    assert (default.group_id, default.log.dirty_offset) == (DEFAULT_GROUP, 0)
+    assert default.meta.incarnation == old.meta.incarnation
+    assert Configuration.from_wire(node.controller.meta.config) == config
+    assert not fs.exists("/data/consensus.meta") and not fs.exists("/data/log")
