@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
 
+from actors.controller import TOPIC_OPS
 from membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
@@ -88,6 +89,8 @@ def _wait_s(request: AdminRequest) -> float:
 async def handle_admin(node: Node, request: AdminRequest) -> Message:
     """A call from a client (the controller's group, then `default`'s), or the forwarded
     part of one (`args["group"]` names the group)."""
+    if request.op in TOPIC_OPS:
+        return await node.controller_actor.handle(request)
     group_id = request.args.get("group")
     if group_id is not None:
         group = node.groups.get(group_id)

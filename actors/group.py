@@ -25,9 +25,10 @@ import trio
 from actors.flusher import Flushed, Flusher
 from actors.mailbox import Answered, ClientAppend, CoreCall, PeerInput, Pending, QuorumWaiter
 from actors.stats import NodeStats
-from actors.storage import NodeStorage
+from actors.storage import GroupStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
 from log.wal import OffsetOutOfRangeError, RunSync
+from membership.config import Configuration
 from membership.quorum import has_quorum
 from raft.core import Proposal, RaftCore
 from raft.producers import StaleSequenceError
@@ -60,22 +61,21 @@ class GroupActor:
     def __init__(
         self,
         node_id: int,
-        group_id: int,
-        storage: NodeStorage,
+        storage: GroupStorage,
         *,
         settings: RaftSettings,
         rng: random.Random,
         run_sync: RunSync,
         stats: NodeStats,
-        on_config_changed: Callable[[], None],
+        on_changed: Callable[[GroupActor], None],
     ):
         self.node_id = node_id
-        self.group_id = group_id
+        self.group_id = group_id = storage.group_id
         self.storage = storage
         self.settings = settings
         self.stats = stats
         self._run_sync = run_sync
-        self._on_config_changed = on_config_changed
+        self._on_changed = on_changed
         self.log = storage.log
         self.core = RaftCore(
             node_id, group_id, storage.log, storage.meta, settings, rng, trio.current_time()
@@ -88,7 +88,9 @@ class GroupActor:
         # Appends that arrived during a leadership transfer: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
         self._transport: NodeTransport | None = None
-        self._config_seen = self.core.config  # the one the node's peer links were set from
+        # What the node last heard of this group (its peer links and leader table follow).
+        self._config_seen: Configuration | None = None
+        self._leader_seen: tuple[int | None, int] | None = None
         self.round_done = trio.Event()  # set (and replaced) after every round of inputs
         self._logger = logger.bind(node_id=node_id, group=group_id)
 
@@ -192,9 +194,10 @@ class GroupActor:
             await self.save_metadata()
         transport = self._transport
         assert transport is not None
-        if core.config is not self._config_seen:
+        if core.config is not self._config_seen or (core.leader_id, core.term) != self._leader_seen:
             self._config_seen = core.config
-            self._on_config_changed()
+            self._leader_seen = (core.leader_id, core.term)
+            self._on_changed(self)
         for to, message in core.take_outbox():
             transport.send_nowait(to, message)
         if self._held and core.transfer is None:

@@ -19,10 +19,15 @@ import structlog
 import trio
 
 from actors.admin import handle_admin
+from actors.balancer import balance_leaders
+from actors.controller import ControllerActor
 from actors.group import GroupActor
+from actors.manager import GroupManager
 from actors.stats import NodeStats
-from actors.storage import DEFAULT_TOPIC, GroupStorage, NodeStorage
+from actors.storage import GroupStorage, NodeStorage, Retention
+from controller.state import DEFAULT_TOPIC, Partition
 from log.wal import Log, RunSync, run_inline
+from membership.config import Configuration
 from raft.core import RaftCore
 from raft.settings import RaftSettings
 from transport.messages import (
@@ -36,7 +41,9 @@ from transport.messages import (
     ErrorReply,
     Heartbeat,
     HeartbeatReply,
+    LeaderUpdates,
     Message,
+    PartitionsRequest,
     ReadRequest,
     StatusReply,
     StatusRequest,
@@ -99,18 +106,20 @@ class Node:
         self.groups: dict[int, GroupActor] = {
             g.group_id: g for g in [self.controller, *self.partitions.values()]
         }
+        self._keys = {g.group_id: key for key, g in self.partitions.items()}
+        self.controller_actor = ControllerActor(self)
         self._transport: NodeTransport | None = None
+        self._manager: GroupManager | None = None
 
     def _group(self, storage: GroupStorage) -> GroupActor:
         return GroupActor(
             self.id,
-            storage.group_id,
             storage,
             settings=self.settings,
             rng=random.Random(self._rng.getrandbits(64)),
             run_sync=self._run_sync,
             stats=self.stats,
-            on_config_changed=self._update_peers,
+            on_changed=self._group_changed,
         )
 
     @property
@@ -133,9 +142,19 @@ class Node:
         async with open_transport(NodeHandler(self)) as transport, trio.open_nursery() as nursery:
             self._transport = transport
             self._update_peers()
-            for group in self.groups.values():
-                await nursery.start(group.run, transport)
+            self._manager = GroupManager(nursery, transport, self._reopen)
+            for group in list(self.groups.values()):
+                await self._manager.start(group)
+            nursery.start_soon(self.controller_actor.run)
+            nursery.start_soon(balance_leaders, self)
             task_status.started(self)
+
+    def _group_changed(self, group: GroupActor) -> None:
+        """A group's configuration, leader or term changed."""
+        self._update_peers()
+        key = self._keys.get(group.group_id)
+        if key is not None:
+            self.controller_actor.local_leader_changed(*key, group)
 
     def _update_peers(self) -> None:
         """Links to every node that shares a group with this one."""
@@ -148,6 +167,83 @@ class Node:
                 peers.update(config.addresses)
         peers.pop(self.id, None)
         self._transport.set_peers(peers)
+
+    def _reopen(self, old: GroupActor) -> GroupActor:
+        """A fresh actor for a group whose task crashed, from its files."""
+        group = self._group(
+            self.storage.reopen(old.storage, random.Random(self._rng.getrandbits(64)))
+        )
+        self.groups[group.group_id] = group
+        key = self._keys.get(group.group_id)
+        if key is None:
+            self.controller = group
+        else:
+            self.partitions[key] = group
+        return group
+
+    async def add_partition(
+        self,
+        placed: Partition,
+        config: Configuration | None,
+        retention: tuple[int | None, int | None],
+    ) -> None:
+        """Start a replica of a partition the controller placed here."""
+        assert self._manager is not None
+        key = (placed.topic, placed.partition)
+        storage = await self._run_sync(
+            lambda: self.storage.create_partition(
+                *key,
+                placed.group_id,
+                config=config,
+                retention=Retention(*retention),
+                rng=random.Random(self._rng.getrandbits(64)),
+            )
+        )
+        self.storage.add(*key, storage)
+        group = self._group(storage)
+        if config is not None and placed.replicas[0] == self.id:
+            group.core.campaign_soon(trio.current_time())  # not running yet: no owner to ask
+        self.partitions[key] = group
+        self.groups[group.group_id] = group
+        self._keys[group.group_id] = key
+        await self._manager.start(group)
+        logger.info(
+            "replica_created", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
+        )
+
+    async def remove_partition(self, key: tuple[str, int]) -> None:
+        """Stop a replica and delete its files (its topic was deleted)."""
+        assert self._manager is not None
+        group = self.partitions.pop(key)
+        del self.groups[group.group_id], self._keys[group.group_id]
+        await self._manager.stop(group.group_id)
+        await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
+        self._update_peers()
+        logger.info(
+            "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
+        )
+
+    def send_nowait(self, peer: int, message: Message) -> None:
+        if self._transport is not None:
+            self._transport.send_nowait(peer, message)
+
+    def address_of(self, node_id: int | None) -> str | None:
+        if node_id is None:
+            return None
+        broker = self.controller_actor.state.brokers.get(node_id)
+        if broker is not None:
+            return broker.address
+        for group in self.groups.values():
+            config = group.core.config
+            if config is not None and node_id in config.addresses:
+                return config.addresses[node_id]
+        return None
+
+    def partitions_status(self, topic: str) -> dict:
+        """The status of each replica of `topic` this node hosts, by partition."""
+        return {
+            str(p): group.core.status() for (t, p), group in self.partitions.items() if t == topic
+        }
 
     async def request(self, peer: int, message: Message) -> Message:
         assert self._transport is not None
@@ -192,16 +288,35 @@ class Node:
                 return await group.end_offset(linearizable)
             case StatusRequest():
                 return StatusReply(self.status())
+            case PartitionsRequest(topic):
+                return StatusReply(self.partitions_status(topic))
+            case LeaderUpdates():
+                if peer.role is ConnectionRole.PEER:
+                    self.controller_actor.on_leader_updates(message)
+                return None
             case AdminRequest():
                 return await handle_admin(self, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 
     def _no_replica(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
-        return ErrorReply(
-            ErrorCode.UNKNOWN_TOPIC,
-            f"node {self.id} holds no partition {message.partition} of topic {message.topic!r}",
-        )
+        """A call for a partition this node holds no replica of: the leader it believes in,
+        or, for a partition it does not know, the controller's leader to ask (or, from that
+        leader, the answer: no such partition)."""
+        topic, partition = message.topic, message.partition
+        found = self.controller_actor.state.topics.get(topic)
+        if found is not None and 0 <= partition < len(found.partitions):
+            leader = self.controller_actor.leader_hint(topic, partition)
+            return ErrorReply(
+                ErrorCode.NOT_LEADER,
+                f"node {self.id} holds no replica of {topic}/{partition}",
+                leader,
+                self.address_of(leader),
+            )
+        controller = self.controller.core
+        ask = None if controller.is_leader else controller.leader_id
+        what = f"topic {topic!r}" if found is None else f"partition {partition} of topic {topic!r}"
+        return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}", ask, self.address_of(ask))
 
     def _unknown_group(self, message: Message) -> Message | None:
         """A Raft message for a group this node does not host: a heartbeat request is

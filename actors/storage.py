@@ -4,7 +4,8 @@
     DIR/topics/NAME/PARTITION/    one partition's group
         consensus.meta            term, vote, last committed configuration, incarnation
         log/                      segments and their indexes
-        group                     which group this is (its id), written when created
+        group                     which group this is (its id) and the topic's retention,
+                                  written when the replica is created
 
 A new directory is bootstrapped from the initial voters (the controller and the topic
 `default` with one partition on all of them), or (--join) starts both with no
@@ -22,10 +23,11 @@ import json
 import os
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import structlog
 
+from controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 from log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
 from log.wal import Log, LogConfig, RunSync
@@ -37,9 +39,6 @@ LOG_DIR = "log"
 CONTROLLER_DIR = "controller"
 TOPICS_DIR = "topics"
 GROUP_FILE = "group"
-CONTROLLER_GROUP = 0
-DEFAULT_TOPIC = "default"
-DEFAULT_GROUP = 1  # the group of partition 0 of `default`, the first the controller numbers
 
 
 class BootstrapError(Exception):
@@ -55,8 +54,27 @@ class GroupStorage:
     meta: ConsensusMetadata
 
 
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """A topic's retention, kept with each of its replicas (None: the node's setting)."""
+
+    bytes: int | None = None
+    ms: int | None = None
+
+    def applied_to(self, config: LogConfig) -> LogConfig:
+        return replace(
+            config,
+            retention_bytes=config.retention_bytes if self.bytes is None else self.bytes,
+            retention_ms=config.retention_ms if self.ms is None else self.ms,
+        )
+
+
 @dataclass(slots=True)
 class NodeStorage:
+    fs: FileSystem
+    data_dir: str
+    log_config: LogConfig
+    run_sync: RunSync
     controller: GroupStorage
     # (topic, partition) -> that partition's group, for every replica hosted here.
     partitions: dict[tuple[str, int], GroupStorage] = field(default_factory=dict)
@@ -64,6 +82,73 @@ class NodeStorage:
     @property
     def groups(self) -> list[GroupStorage]:
         return [self.controller, *self.partitions.values()]
+
+    def create_partition(
+        self,
+        topic: str,
+        partition: int,
+        group_id: int,
+        *,
+        config: Configuration | None,
+        retention: Retention,
+        rng: random.Random,
+    ) -> GroupStorage:
+        """A new replica of a partition: bootstrapped with `config`, or (None) waiting to
+        be added by the group's leader. Blocking (files and fsyncs): the node runs it on
+        its storage thread and then `adds` it."""
+        directory = partition_dir(self.data_dir, topic, partition)
+        if self.fs.exists(directory):
+            self.fs.remove_tree(directory)  # a replica of an earlier topic of that name
+        self.fs.makedirs(directory)
+        _write_group_file(self.fs, directory, group_id, retention)
+        storage = open_group_storage(
+            self.fs,
+            directory,
+            group_id,
+            config=config,
+            create=True,
+            rng=rng,
+            log_config=retention.applied_to(self.log_config),
+            run_sync=self.run_sync,
+        )
+        return storage
+
+    def add(self, topic: str, partition: int, storage: GroupStorage) -> None:
+        self.partitions[(topic, partition)] = storage
+
+    def reopen(self, storage: GroupStorage, rng: random.Random) -> GroupStorage:
+        """The same replica, read again from disk (after its task crashed)."""
+        storage.log.close()
+        retention = Retention()
+        if storage.group_id != CONTROLLER_GROUP:
+            _, retention = _read_group_file(self.fs, storage.directory)
+        fresh = open_group_storage(
+            self.fs,
+            storage.directory,
+            storage.group_id,
+            config=None,
+            create=False,
+            rng=rng,
+            log_config=retention.applied_to(self.log_config),
+            run_sync=self.run_sync,
+        )
+        if storage is self.controller:
+            self.controller = fresh
+        else:
+            key = next(k for k, v in self.partitions.items() if v is storage)
+            self.partitions[key] = fresh
+        return fresh
+
+    def remove_partition(self, storage: GroupStorage) -> None:
+        """Close a replica's log and delete its files (blocking); `pop` it first."""
+        storage.log.close()
+        self.fs.remove_tree(storage.directory)
+        topic_dir = os.path.dirname(storage.directory)
+        if not self.fs.listdir(topic_dir):
+            self.fs.remove_tree(topic_dir)
+
+    def pop(self, topic: str, partition: int) -> GroupStorage:
+        return self.partitions.pop((topic, partition))
 
     def close(self) -> None:
         for group in self.groups:
@@ -112,31 +197,34 @@ def open_group_storage(
                 raise CorruptionError(
                     store.path, 0, f"stored configuration is invalid: {exc}"
                 ) from None
-        if group_id != CONTROLLER_GROUP:
-            _write_group_id(fs, directory, group_id)
     except BaseException:
         log.close()
         raise
     return GroupStorage(group_id, directory, log, store, meta)
 
 
-def _write_group_id(fs: FileSystem, directory: str, group_id: int) -> None:
-    path = os.path.join(directory, GROUP_FILE)
-    if not fs.exists(path):
-        write_file_atomically(fs, path, json.dumps({"group_id": group_id}).encode())
+def _write_group_file(fs: FileSystem, directory: str, group_id: int, retention: Retention) -> None:
+    document = {
+        "group_id": group_id,
+        "retention_bytes": retention.bytes,
+        "retention_ms": retention.ms,
+    }
+    write_file_atomically(fs, os.path.join(directory, GROUP_FILE), json.dumps(document).encode())
 
 
-def _read_group_id(fs: FileSystem, directory: str) -> int:
+def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, Retention]:
     path = os.path.join(directory, GROUP_FILE)
     if not fs.exists(path):
         raise CorruptionError(path, 0, "the group file of a partition folder is missing")
     try:
-        group_id = json.loads(read_whole_file(fs, path))["group_id"]
-    except (ValueError, KeyError, TypeError) as exc:
+        document = json.loads(read_whole_file(fs, path))
+        group_id = document["group_id"]
+        retention = Retention(document.get("retention_bytes"), document.get("retention_ms"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable group file: {exc}") from None
     if type(group_id) is not int or group_id <= CONTROLLER_GROUP:
         raise CorruptionError(path, 0, f"bad group id {group_id!r}")
-    return group_id
+    return group_id, retention
 
 
 def open_storage(
@@ -172,7 +260,9 @@ def open_storage(
             )
     opened: list[GroupStorage] = []
 
-    def open_group(directory: str, group_id: int) -> GroupStorage:
+    log_config = log_config or LogConfig()
+
+    def open_group(directory: str, group_id: int, retention: Retention) -> GroupStorage:
         storage = open_group_storage(
             fs,
             directory,
@@ -180,7 +270,7 @@ def open_storage(
             config=bootstrap,
             create=new,
             rng=rng,
-            log_config=log_config,
+            log_config=retention.applied_to(log_config),
             run_sync=run_sync,
             repair=repair,
         )
@@ -188,15 +278,15 @@ def open_storage(
         return storage
 
     try:
-        controller = open_group(controller_dir, CONTROLLER_GROUP)
-        node = NodeStorage(controller)
-        if new:
+        controller = open_group(controller_dir, CONTROLLER_GROUP, Retention())
+        node = NodeStorage(fs, data_dir, log_config, run_sync, controller)
+        if new and not _hosts_partitions(fs, data_dir):
             default_dir = partition_dir(data_dir, DEFAULT_TOPIC, 0)
-            node.partitions[(DEFAULT_TOPIC, 0)] = open_group(default_dir, DEFAULT_GROUP)
+            fs.makedirs(default_dir)
+            _write_group_file(fs, default_dir, DEFAULT_GROUP, Retention())
         for topic, partition, directory in _partition_dirs(fs, data_dir):
-            if (topic, partition) not in node.partitions:
-                group_id = _read_group_id(fs, directory)
-                node.partitions[(topic, partition)] = open_group(directory, group_id)
+            group_id, retention = _read_group_file(fs, directory)
+            node.partitions[(topic, partition)] = open_group(directory, group_id, retention)
     except BaseException:
         for storage in opened:
             storage.log.close()
@@ -242,7 +332,8 @@ def _migrate_single_group(fs: FileSystem, data_dir: str) -> None:
     in between leaves files the next start moves on)."""
     target = partition_dir(data_dir, DEFAULT_TOPIC, 0)
     fs.makedirs(target)
-    _write_group_id(fs, target, DEFAULT_GROUP)
+    if not fs.exists(os.path.join(target, GROUP_FILE)):
+        _write_group_file(fs, target, DEFAULT_GROUP, Retention())
     # The metadata last: its presence at the top is what marks an unfinished move.
     for name in (LOG_DIR, METADATA_FILE):
         source = os.path.join(data_dir, name)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import random
 
-from actors.storage import DEFAULT_TOPIC, partition_dir
+from actors.storage import partition_dir
+from controller.state import DEFAULT_TOPIC
 from log.metadata import METADATA_FILE
 from log.segment import SEGMENT_SUFFIX
 
@@ -37,6 +38,11 @@ def segments(data_dir: str) -> list[str]:
                 os.path.join(directory, n) for n in sorted(names) if n.endswith(SEGMENT_SUFFIX)
             ]
     return found
+
+
+def metadata_path(data_dir: str) -> str:
+    """The consensus metadata that METADATA damages: partition 0 of `default`'s."""
+    return os.path.join(partition_dir(data_dir, DEFAULT_TOPIC, 0), METADATA_FILE)
 
 
 def durable_sizes(journal: str) -> dict[str, int]:
@@ -70,7 +76,7 @@ def damage(data_dir: str, kind: str, rng: random.Random) -> str | None:
     """Damage a stopped node's files; returns what was done, or None if there was no data
     to damage (segments smaller than MIDDLE_BYTES_MIN are left alone for MIDDLE)."""
     if kind == METADATA:
-        path = os.path.join(partition_dir(data_dir, DEFAULT_TOPIC, 0), METADATA_FILE)
+        path = metadata_path(data_dir)
         return _flip(path, rng.randrange(os.path.getsize(path)), rng)
     paths = [p for p in segments(data_dir) if os.path.getsize(p) > MIDDLE_BYTES_MIN]
     if not paths:

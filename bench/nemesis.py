@@ -370,7 +370,7 @@ class Nemesis:
         await self.kill(node_id)
         data = self.cluster.data_dir(node_id)
         kind = self.rng.choice(disk.DAMAGE)
-        metadata = os.path.join(data, disk.METADATA_FILE)
+        metadata = disk.metadata_path(data)
         with open(metadata, "rb") as f:
             saved_metadata = f.read()
         what = disk.damage(data, kind, self.rng)

@@ -12,12 +12,14 @@ its replicas, so revisions grow along the log, across topics.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from controller.commands import Command, CreateTopic, DeleteTopic, RegisterBroker, SetReplicas
 
 CONTROLLER_GROUP = 0
 DEFAULT_TOPIC = "default"
+DEFAULT_GROUP = 1  # partition 0 of `default`, bootstrapped with the controller
 TOPIC_NAME_CHARS_MAX = 200
 PARTITIONS_MAX = 10_000  # per topic: each is a Raft group with its own files and timers
 TIMESTAMP_TYPES = ("create_time", "log_append_time")
@@ -63,6 +65,29 @@ class ClusterState:
     topics: dict[str, Topic] = field(default_factory=dict)
     next_group_id: int = CONTROLLER_GROUP + 1
     applied_offset: int = -1
+
+    @classmethod
+    def genesis(cls) -> ClusterState:
+        """A new cluster: the topic `default`, one partition on every voter (its replicas
+        follow the brokers, see `set_brokers`)."""
+        default = Partition(DEFAULT_TOPIC, 0, DEFAULT_GROUP, (), 0)
+        topic = Topic(DEFAULT_TOPIC, (default,), None, None, TIMESTAMP_TYPES[0])
+        return cls(topics={DEFAULT_TOPIC: topic}, next_group_id=DEFAULT_GROUP + 1)
+
+    def set_brokers(self, addresses: Mapping[int, str]) -> None:
+        """The brokers are the voters of the controller's committed configuration (its
+        config batches are in the controller's log); an address change bumps the epoch."""
+        brokers = {}
+        for node_id, address in sorted(addresses.items()):
+            known = self.brokers.get(node_id)
+            epoch = 0 if known is None else known.epoch + (known.address != address)
+            brokers[node_id] = Broker(node_id, address, epoch)
+        self.brokers = brokers
+        default = self.topics.get(DEFAULT_TOPIC)
+        if default is not None:
+            (partition,) = default.partitions
+            moved = replace(partition, replicas=tuple(sorted(brokers)))
+            self.topics[DEFAULT_TOPIC] = replace(default, partitions=(moved,))
 
     def partition(self, topic: str, partition: int) -> Partition:
         found = self.topics.get(topic)

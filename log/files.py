@@ -9,6 +9,7 @@ the in-memory disk runs it inline so that a simulation stays deterministic.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from typing import Protocol
 
@@ -48,6 +49,7 @@ class FileSystem(Protocol):
     def rename(self, src: str, dst: str) -> None: ...
     def remove(self, path: str) -> None: ...
     def fsync_dir(self, path: str) -> None: ...
+    def remove_tree(self, path: str) -> None: ...
 
 
 def write_file_atomically(fs: FileSystem, path: str, data: bytes) -> None:
@@ -181,6 +183,12 @@ class OsFileSystem:
             os.remove(path)
         except OSError as exc:
             raise StorageError(f"remove {path} failed: {exc}") from exc
+
+    def remove_tree(self, path: str) -> None:
+        try:
+            shutil.rmtree(path)
+        except OSError as exc:
+            raise StorageError(f"remove of {path} failed: {exc}") from exc
 
     def fsync_dir(self, path: str) -> None:
         try:

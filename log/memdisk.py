@@ -113,6 +113,14 @@ class MemoryFileSystem:
         if self._names.pop(path, None) is None:
             raise StorageError(f"remove {path} failed: no such file")
 
+    def remove_tree(self, path: str) -> None:
+        path = os.path.normpath(path)
+        inside = path + os.sep
+        for table in (self._names, self._durable_names):
+            for name in [n for n in table if n.startswith(inside)]:
+                del table[name]
+        self._dirs = {d for d in self._dirs if d != path and not d.startswith(inside)}
+
     def fsync_dir(self, path: str) -> None:
         if self.fail_fsync:
             raise StorageError(f"fsync of directory {path} failed: injected fault")

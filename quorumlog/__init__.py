@@ -13,6 +13,7 @@ from quorumlog.errors import (
     OutcomeUnknownError,
     QuorumLogError,
     TooLargeError,
+    UnknownTopicError,
     UnreachableError,
 )
 from quorumlog.protocol import AppendResult, Record
@@ -29,5 +30,6 @@ __all__ = [
     "QuorumLogError",
     "Record",
     "TooLargeError",
+    "UnknownTopicError",
     "UnreachableError",
 ]

@@ -8,6 +8,7 @@ broker, which is how a window of appends stays in flight. Use it as
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator, Sequence
 
 import trio
@@ -17,10 +18,12 @@ from quorumlog.errors import (
     CallTimeoutError,
     OffsetOutOfRangeError,
     QuorumLogError,
+    UnknownTopicError,
     UnreachableError,
 )
 from quorumlog.protocol import (
     ATTEMPT_S,
+    DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
     AppendResult,
@@ -30,11 +33,15 @@ from quorumlog.protocol import (
     members_of,
     parse_acks,
     records_from,
+    route_of,
+    topic_request,
+    topics_of,
 )
 from transport.connection import Connection
 from transport.errors import AuthError as TransportAuthError
 from transport.errors import ConnectionClosed
 from transport.messages import (
+    AdminReply,
     AppendReply,
     EndOffsetReply,
     EndOffsetRequest,
@@ -82,39 +89,107 @@ class AsyncClient(ClientBase):
             raise
 
     async def append(
-        self, records: Iterable[bytes | Record], acks: str = "quorum", details: bool = False
+        self,
+        records: Iterable[bytes | Record],
+        acks: str = "quorum",
+        details: bool = False,
+        topic: str = DEFAULT_TOPIC,
+        partition: int | None = None,
     ) -> int | AppendResult | None:
-        requests = self._producer.requests(list(records), parse_acks(acks))
+        records = list(records)
         with self._deadline():
+            if partition is None:
+                count = await self._partition_count(topic)
+                partition = self._partition_for(topic, records, count)
+            requests = self._producer.requests(records, parse_acks(acks), topic, partition)
             replies = [await self._call(r, to_leader=True) for r in requests]
         assert all(isinstance(r, AppendReply) for r in replies)
-        return append_result(replies, details)
+        return append_result(replies, details, topic, partition)
 
-    async def read(self, offset: int, max_records: int = 1000) -> list[Record]:
+    async def read(
+        self,
+        offset: int,
+        max_records: int = 1000,
+        topic: str = DEFAULT_TOPIC,
+        partition: int = 0,
+    ) -> list[Record]:
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
         position = offset
         with self._deadline():
             while True:
-                reply = await self._call(ReadRequest(position, READ_BYTES_MAX), to_leader=True)
+                request = ReadRequest(position, READ_BYTES_MAX, topic, partition)
+                reply = await self._call(request, to_leader=True)
                 assert isinstance(reply, ReadReply)
                 if not reply.batches:
                     return []
-                records, position = records_from(reply, offset, max_records)
+                records, position = records_from(reply, offset, max_records, topic, partition)
                 if records:
                     return records
 
-    async def end_offset(self, linearizable: bool = False) -> int:
-        with self._deadline():
-            reply = await self._call(EndOffsetRequest(linearizable), to_leader=True)
-        assert isinstance(reply, EndOffsetReply)
-        return reply.commit_offset
+    async def end_offset(
+        self, linearizable: bool = False, topic: str = DEFAULT_TOPIC, partition: int = 0
+    ) -> int:
+        return (await self._end_offsets(linearizable, topic, partition)).commit_offset
 
-    async def start_offset(self) -> int:
+    async def start_offset(self, topic: str = DEFAULT_TOPIC, partition: int = 0) -> int:
+        return (await self._end_offsets(False, topic, partition)).log_start_offset
+
+    async def _end_offsets(self, linearizable: bool, topic: str, partition: int) -> EndOffsetReply:
         with self._deadline():
-            reply = await self._call(EndOffsetRequest(False), to_leader=True)
+            reply = await self._call(
+                EndOffsetRequest(linearizable, topic, partition), to_leader=True
+            )
         assert isinstance(reply, EndOffsetReply)
-        return reply.log_start_offset
+        return reply
+
+    # ------------------------------------------------------------------- topics
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replicas: int | None = None,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
+    ) -> None:
+        await self._topic_call(
+            "create_topic",
+            name=name,
+            partitions=partitions,
+            replicas=replicas,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+        )
+        self._partition_counts[name] = partitions
+
+    async def topics(self) -> dict[str, int]:
+        counts = topics_of(await self._topic_call("list_topics"))
+        self._partition_counts.update(counts)
+        return counts
+
+    async def describe_topic(self, name: str) -> list[dict]:
+        return (await self._topic_call("describe_topic", name=name)).result["partitions"]
+
+    async def delete_topic(self, name: str) -> None:
+        await self._topic_call("delete_topic", name=name)
+        self._partition_counts.pop(name, None)
+
+    async def _topic_call(self, op: str, **args) -> AdminReply:
+        with self._deadline():
+            reply = await self._call(
+                topic_request(op, self.timeout, **args), to_leader=True, attempt_s=None
+            )
+        assert isinstance(reply, AdminReply)
+        return reply
+
+    async def _partition_count(self, topic: str) -> int:
+        if topic not in self._partition_counts:
+            await self.topics()
+        count = self._partition_counts.get(topic)
+        if count is None:
+            raise UnknownTopicError(f"unknown topic {topic!r}")
+        return count
 
     async def status(self) -> list[dict]:
         with self._deadline():
@@ -145,12 +220,14 @@ class AsyncClient(ClientBase):
     def _deadline(self) -> contextlib.AbstractContextManager[None]:
         return _deadline(self.timeout)
 
-    async def _call(self, message: Message, *, to_leader: bool) -> Message:
-        attempts = self._router.call()
+    async def _call(
+        self, message: Message, *, to_leader: bool, attempt_s: float | None = ATTEMPT_S
+    ) -> Message:
+        attempts = self._router.call(route_of(message))
         while True:
             address = attempts.pick(to_leader)
             # A node that went silent (paused, cut off) must not hold the whole call.
-            with trio.move_on_after(ATTEMPT_S) as attempt:
+            with trio.move_on_after(attempt_s if attempt_s is not None else math.inf) as attempt:
                 try:
                     reply = await self._call_once(address, message)
                 except (ConnectionClosed, UnreachableError) as exc:

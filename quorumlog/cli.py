@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from quorumlog import commands, server
+from quorumlog import commands, server, topic_commands
 from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
 
@@ -233,6 +233,7 @@ for command in (
     commands.status,
     commands.members,
     commands.transfer_leader,
+    topic_commands.topic,
 ):
     main.add_command(command)
 

@@ -15,10 +15,12 @@ from quorumlog.errors import (
     CallTimeoutError,
     OffsetOutOfRangeError,
     QuorumLogError,
+    UnknownTopicError,
     UnreachableError,
 )
 from quorumlog.protocol import (
     ATTEMPT_S,
+    DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
     AppendResult,
@@ -28,6 +30,9 @@ from quorumlog.protocol import (
     members_of,
     parse_acks,
     records_from,
+    route_of,
+    topic_request,
+    topics_of,
 )
 from transport.messages import (
     AdminReply,
@@ -71,45 +76,127 @@ class Client(ClientBase):
             self._connections.clear()
 
     def append(
-        self, records: Iterable[bytes | Record], acks: str = "quorum", details: bool = False
+        self,
+        records: Iterable[bytes | Record],
+        acks: str = "quorum",
+        details: bool = False,
+        topic: str = DEFAULT_TOPIC,
+        partition: int | None = None,
     ) -> int | AppendResult | None:
-        """Append records; returns the offset of the first (None with acks="none")."""
-        with self._lock:
-            requests = self._producer.requests(list(records), parse_acks(acks))
+        """Append records, as one batch, to one partition of `topic` (None: by the first
+        record's key, round robin if unkeyed); returns the offset of the first (None with
+        acks="none")."""
+        records = list(records)
         deadline = time.monotonic() + self.timeout
+        if partition is None:
+            count = self._partition_count(topic)
+            with self._lock:
+                partition = self._partition_for(topic, records, count)
+        with self._lock:
+            requests = self._producer.requests(records, parse_acks(acks), topic, partition)
         replies = [self._call(r, deadline, to_leader=True) for r in requests]
         assert all(isinstance(r, AppendReply) for r in replies)
-        return append_result(replies, details)
+        return append_result(replies, details, topic, partition)
 
-    def read(self, offset: int, max_records: int = 1000) -> list[Record]:
+    def read(
+        self,
+        offset: int,
+        max_records: int = 1000,
+        topic: str = DEFAULT_TOPIC,
+        partition: int = 0,
+    ) -> list[Record]:
         """Committed records from `offset` on; [] at or past the committed end."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
         deadline = time.monotonic() + self.timeout
         position = offset
         while True:
-            reply = self._call(ReadRequest(position, READ_BYTES_MAX), deadline, to_leader=True)
+            request = ReadRequest(position, READ_BYTES_MAX, topic, partition)
+            reply = self._call(request, deadline, to_leader=True)
             assert isinstance(reply, ReadReply)
             if not reply.batches:
                 return []
-            records, position = records_from(reply, offset, max_records)
+            records, position = records_from(reply, offset, max_records, topic, partition)
             if records:
                 return records
 
-    def end_offset(self, linearizable: bool = False) -> int:
+    def end_offset(
+        self, linearizable: bool = False, topic: str = DEFAULT_TOPIC, partition: int = 0
+    ) -> int:
         """Offset of the last committed record (-1 when none). With linearizable=True the
         leader first confirms with a quorum that it still leads (ReadIndex)."""
-        deadline = time.monotonic() + self.timeout
-        reply = self._call(EndOffsetRequest(linearizable), deadline, to_leader=True)
-        assert isinstance(reply, EndOffsetReply)
-        return reply.commit_offset
+        return self._end_offsets(linearizable, topic, partition).commit_offset
 
-    def start_offset(self) -> int:
+    def start_offset(self, topic: str = DEFAULT_TOPIC, partition: int = 0) -> int:
         """Offset of the first retained record (the log start)."""
+        return self._end_offsets(False, topic, partition).log_start_offset
+
+    def _end_offsets(self, linearizable: bool, topic: str, partition: int) -> EndOffsetReply:
         deadline = time.monotonic() + self.timeout
-        reply = self._call(EndOffsetRequest(False), deadline, to_leader=True)
+        request = EndOffsetRequest(linearizable, topic, partition)
+        reply = self._call(request, deadline, to_leader=True)
         assert isinstance(reply, EndOffsetReply)
-        return reply.log_start_offset
+        return reply
+
+    # ------------------------------------------------------------------- topics
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replicas: int | None = None,
+        retention_bytes: int | None = None,
+        retention_ms: int | None = None,
+    ) -> None:
+        """Create a topic; returns once every partition has a leader. `replicas`: 3, or
+        every node of a smaller cluster."""
+        self._topic_call(
+            "create_topic",
+            name=name,
+            partitions=partitions,
+            replicas=replicas,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+        )
+        with self._lock:
+            self._partition_counts[name] = partitions
+
+    def topics(self, details: bool = False) -> dict[str, int] | dict[str, tuple[int, int]]:
+        """Every topic with its partition count (details: and its replication factor)."""
+        reply = self._topic_call("list_topics")
+        counts = topics_of(reply)
+        with self._lock:
+            self._partition_counts.update(counts)
+        if details:
+            return {name: tuple(row) for name, row in reply.result["topics"].items()}
+        return counts
+
+    def describe_topic(self, name: str) -> list[dict]:
+        """One dict per partition, as `quorumlog topic describe --json` prints them."""
+        return self._topic_call("describe_topic", name=name).result["partitions"]
+
+    def delete_topic(self, name: str) -> None:
+        self._topic_call("delete_topic", name=name)
+        with self._lock:
+            self._partition_counts.pop(name, None)
+
+    def _topic_call(self, op: str, **args) -> AdminReply:
+        deadline = time.monotonic() + self.timeout
+        request = topic_request(op, self.timeout, **args)
+        reply = self._call(request, deadline, to_leader=True, attempt_s=None, as_retry=_retry)
+        assert isinstance(reply, AdminReply)
+        return reply
+
+    def _partition_count(self, topic: str) -> int:
+        with self._lock:
+            count = self._partition_counts.get(topic)
+        if count is None:
+            self.topics()
+            with self._lock:
+                count = self._partition_counts.get(topic)
+            if count is None:
+                raise UnknownTopicError(f"unknown topic {topic!r}")
+        return count
 
     def admin(self, op: str, **args) -> dict:
         """A membership change or a leadership transfer; returns when it is done (committed),
@@ -153,7 +240,7 @@ class Client(ClientBase):
         as_retry: Callable[[Message], Message] | None = None,
     ) -> Message:
         """`as_retry`: the message to send after a try whose outcome is unknown."""
-        attempts = self._router.call()
+        attempts = self._router.call(route_of(message))
         problem = "no broker answered"
         while True:
             with self._lock:

@@ -22,8 +22,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from quorumlog.client import Client
-from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
-from quorumlog.protocol import read_secret_file
+from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
+from quorumlog.partitioner import partition_of_key
+from quorumlog.protocol import DEFAULT_TOPIC, Record, read_secret_file
 
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
@@ -115,37 +116,90 @@ def client_options(command: Callable) -> Callable:
     return wrapper
 
 
+def topic_options(command: Callable) -> Callable:
+    """--topic and --partition (CONTRACT.md)."""
+    command = click.option(
+        "--partition",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Default: 0 to consume; to produce, by key (round robin if unkeyed).",
+    )(command)
+    return click.option("--topic", default=DEFAULT_TOPIC, show_default=True)(command)
+
+
 @click.command()
 @client_options
 @click.option(
     "--acks", type=click.Choice(["quorum", "leader", "none"]), default="quorum", show_default=True
 )
+@topic_options
+@click.option("--key-separator", default=None, help="Split each line into KEY SEP VALUE.")
 @click.argument("source", type=click.File("rb"), default="-")
-def produce(client: Client, acks: str, source: BinaryIO) -> None:
-    """Append one record per input line; print "FIRST_OFFSET LAST_OFFSET".
+def produce(
+    client: Client,
+    acks: str,
+    topic: str,
+    partition: int | None,
+    key_separator: str | None,
+    source: BinaryIO,
+) -> None:
+    """Append one record per input line; print "FIRST_OFFSET LAST_OFFSET" (with records
+    in several partitions, "PARTITION FIRST_OFFSET LAST_OFFSET" per partition).
 
     \b
     Examples:
       seq 1000 | quorumlog produce -b 127.0.0.1:7001
       quorumlog produce -b 127.0.0.1:7001 --acks leader events.txt
+      quorumlog produce -b 127.0.0.1:7001 --topic events --key-separator : orders.txt
     """
-    first = last = None
+    separator = key_separator.encode() if key_separator else None
+    spans: dict[int, list[int]] = {}  # partition -> [first, last] offsets appended
     count = 0
     columns = (TextColumn("producing"), BarColumn(), TransferSpeedColumn())
     with _progress(_file_bytes(source), PROGRESS_BYTES_MIN, *columns) as advance:
         for chunk in _line_chunks(source):
-            result = client.append(chunk, acks=acks, details=True)
+            records = [_record(line, separator) for line in chunk]
+            for target, part in _by_partition(client, topic, partition, records):
+                result = client.append(part, acks=acks, details=True, topic=topic, partition=target)
+                if result is not None:
+                    span = spans.setdefault(result.partition, [result.first_offset, 0])
+                    span[1] = result.last_offset
             count += len(chunk)
             advance(sum(len(v) + 1 for v in chunk))
-            if result is not None:
-                first = result.first_offset if first is None else first
-                last = result.last_offset
     if count == 0:
         raise QuorumLogError("nothing to append: the input is empty")
-    if first is None:
+    if not spans:
         click.echo(f"{count} records sent with acks=none: offsets are not reported", err=True)
         return
-    click.echo(f"{first} {last}")
+    if len(spans) == 1:
+        ((first, last),) = spans.values()
+        click.echo(f"{first} {last}")
+        return
+    for target, (first, last) in sorted(spans.items()):
+        click.echo(f"{target} {first} {last}")
+
+
+def _record(line: bytes, separator: bytes | None) -> Record:
+    if separator is None:
+        return Record(line)
+    key, found, value = line.partition(separator)
+    return Record(value, key=key) if found else Record(line)
+
+
+def _by_partition(
+    client: Client, topic: str, partition: int | None, records: list[Record]
+) -> list[tuple[int | None, list[Record]]]:
+    """One append per partition: keyed records each to their key's partition."""
+    if partition is not None or all(r.key is None for r in records):
+        return [(partition, records)]
+    count = client.topics().get(topic)
+    if count is None:
+        raise UnknownTopicError(f"unknown topic {topic!r}")
+    groups: dict[int | None, list[Record]] = {}
+    for r in records:
+        target = None if r.key is None else partition_of_key(r.key, count)
+        groups.setdefault(target, []).append(r)
+    return list(groups.items())
 
 
 def _line_chunks(source: BinaryIO) -> Iterator[list[bytes]]:
@@ -188,8 +242,15 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
 )
 @click.option("--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
 @click.option("--with-offsets", is_flag=True, help='Print "OFFSET<TAB>VALUE".')
+@topic_options
 def consume(
-    client: Client, start: str, max_records: int | None, follow: bool, with_offsets: bool
+    client: Client,
+    start: str,
+    max_records: int | None,
+    follow: bool,
+    with_offsets: bool,
+    topic: str,
+    partition: int | None,
 ) -> None:
     """Print committed records, one value per line.
 
@@ -198,7 +259,8 @@ def consume(
       quorumlog consume -b 127.0.0.1:7001 --from earliest --max 10
       quorumlog consume -b 127.0.0.1:7001 --from latest --follow --with-offsets
     """
-    offset = _start_offset(client, start)
+    where = {"topic": topic, "partition": partition or 0}
+    offset = _start_offset(client, start, where)
     out = sys.stdout.buffer
     printed = 0
     try:
@@ -206,7 +268,7 @@ def consume(
         with _progress(max_records, PROGRESS_RECORDS_MIN, *columns) as advance:
             while max_records is None or printed < max_records:
                 want = 1000 if max_records is None else min(1000, max_records - printed)
-                records = client.read(offset, want)
+                records = client.read(offset, want, **where)
                 if not records:
                     if not follow:
                         break
@@ -226,11 +288,11 @@ def consume(
         sys.stderr.close()  # the reader went away (| head): not an error
 
 
-def _start_offset(client: Client, start: str) -> int:
+def _start_offset(client: Client, start: str, where: dict) -> int:
     if start == "earliest":
-        return client.start_offset()
+        return client.start_offset(**where)
     if start == "latest":
-        return client.end_offset() + 1
+        return client.end_offset(**where) + 1
     try:
         offset = int(start)
     except ValueError:

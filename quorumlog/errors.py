@@ -40,3 +40,7 @@ class TooLargeError(QuorumLogError):
 
 class OutcomeUnknownError(QuorumLogError):
     """The append may or may not have been written (connection lost after sending)."""
+
+
+class UnknownTopicError(QuorumLogError):
+    """No such topic, or no such partition of it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from log.batch import BatchError, BatchType, split_batches
@@ -22,18 +22,25 @@ from quorumlog.errors import (
     OutcomeUnknownError,
     QuorumLogError,
     TooLargeError,
+    UnknownTopicError,
     UnreachableError,
 )
+from quorumlog.partitioner import partition_of_key
 from transport.messages import (
     Acks,
     AdminReply,
+    AdminRequest,
     AppendReply,
     AppendRequest,
+    EndOffsetRequest,
     ErrorCode,
     ErrorReply,
+    Message,
     ReadReply,
+    ReadRequest,
 )
 
+DEFAULT_TOPIC = "default"
 ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
 BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
 RECORD_BYTES_MAX = 4 * 1024 * 1024
@@ -49,6 +56,8 @@ class Record:
     timestamp_ms: int | None = None
     headers: list[tuple[str, bytes]] | None = None
     offset: int | None = None
+    topic: str | None = None  # set on records read back, as are offset and partition
+    partition: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,8 @@ class AppendResult:
     commit_offset: int
     majority_flushed_offset: int
     majority_dirty_offset: int
+    topic: str = DEFAULT_TOPIC
+    partition: int = 0
 
 
 # One try at one broker; then the next (idempotent appends make that safe). A node that
@@ -108,7 +119,13 @@ class Producer:
         self.producer_id = rng.getrandbits(62) if producer_id is None else producer_id
         self._seq = -1
 
-    def requests(self, records: Sequence[bytes | Record], acks: Acks) -> list[AppendRequest]:
+    def requests(
+        self,
+        records: Sequence[bytes | Record],
+        acks: Acks,
+        topic: str = DEFAULT_TOPIC,
+        partition: int = 0,
+    ) -> list[AppendRequest]:
         """One request per batch (so that an append is atomic in the log), each stamped
         with the next sequence: a retry is recognised and never written twice."""
         if not records:
@@ -126,23 +143,27 @@ class Producer:
                     f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
                 )
             if pending and pending_bytes + size > BATCH_BYTES_MAX:
-                requests.append(self._request(pending, acks, now_ms))
+                requests.append(self._request(pending, acks, now_ms, topic, partition))
                 pending, pending_bytes = [], 0
             ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
             pending.append((record.key, record.value, ts, record.headers))
             pending_bytes += size + 16
-        requests.append(self._request(pending, acks, now_ms))
+        requests.append(self._request(pending, acks, now_ms, topic, partition))
         return requests
 
-    def _request(self, records: list[tuple], acks: Acks, now_ms: int) -> AppendRequest:
+    def _request(
+        self, records: list[tuple], acks: Acks, now_ms: int, topic: str, partition: int
+    ) -> AppendRequest:
         self._seq += 1
         batch = make_data_batch(
             records, timestamp_ms=now_ms, producer_id=self.producer_id, producer_seq=self._seq
         )
-        return AppendRequest(batch, acks, self.producer_id, self._seq)
+        return AppendRequest(batch, acks, self.producer_id, self._seq, topic, partition)
 
 
-def append_result(replies: list[AppendReply], details: bool) -> int | AppendResult | None:
+def append_result(
+    replies: list[AppendReply], details: bool, topic: str = DEFAULT_TOPIC, partition: int = 0
+) -> int | AppendResult | None:
     first, last = replies[0], replies[-1]
     if first.first_offset is None:
         return None
@@ -154,10 +175,18 @@ def append_result(replies: list[AppendReply], details: bool) -> int | AppendResu
         last.commit_offset,
         last.majority_flushed_offset,
         last.majority_dirty_offset,
+        topic,
+        partition,
     )
 
 
-def records_from(reply: ReadReply, offset: int, max_records: int) -> tuple[list[Record], int]:
+def records_from(
+    reply: ReadReply,
+    offset: int,
+    max_records: int,
+    topic: str = DEFAULT_TOPIC,
+    partition: int = 0,
+) -> tuple[list[Record], int]:
     """Data records at or after `offset` in a read reply, and the offset to read next."""
     try:
         batches = split_batches(reply.batches)
@@ -172,7 +201,9 @@ def records_from(reply: ReadReply, offset: int, max_records: int) -> tuple[list[
         for i, raw in enumerate(batch_records(batch, header)):
             at = header.base_offset + i
             if at >= offset and len(out) < max_records:
-                out.append(Record(raw.value, raw.key, raw.timestamp_ms, raw.headers, at))
+                out.append(
+                    Record(raw.value, raw.key, raw.timestamp_ms, raw.headers, at, topic, partition)
+                )
     return out, next_offset
 
 
@@ -193,6 +224,8 @@ def error_from(reply: ErrorReply) -> QuorumLogError:
             return CallTimeoutError(reply.message)
         case ErrorCode.UNKNOWN:
             return OutcomeUnknownError(reply.message)
+        case ErrorCode.UNKNOWN_TOPIC:
+            return UnknownTopicError(reply.message)
         case _:
             return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
 
@@ -230,19 +263,50 @@ class ClientBase:
         rng = random.Random()
         self._router = Router(self.brokers, direct, rng)
         self._producer = Producer(rng, producer_id)
+        self._partition_counts: dict[str, int] = {DEFAULT_TOPIC: 1}
+        self._next_unkeyed: dict[str, int] = {}
+
+    def _partition_for(self, topic: str, records: Sequence[bytes | Record], count: int) -> int:
+        """Kafka's default partitioner: the first record's key, round robin if unkeyed."""
+        first = records[0] if records else None
+        key = first.key if isinstance(first, Record) else None
+        if key is not None:
+            return partition_of_key(key, count)
+        turn = self._next_unkeyed.get(topic, self._router.rng.randrange(count))
+        self._next_unkeyed[topic] = turn + 1
+        return turn % count
+
+
+def route_of(message: Message) -> Hashable:
+    """Which leader a call goes to: a partition's, or (admin calls) the controller's."""
+    if isinstance(message, AppendRequest | ReadRequest | EndOffsetRequest):
+        return (message.topic, message.partition)
+    return CONTROLLER_ROUTE
+
+
+CONTROLLER_ROUTE = "controller"
+
+
+def topic_request(op: str, timeout_s: float, **args) -> AdminRequest:
+    return AdminRequest(op, {**args, "timeout_s": timeout_s})
+
+
+def topics_of(reply: AdminReply) -> dict[str, int]:
+    return {name: partitions for name, (partitions, _) in reply.result["topics"].items()}
 
 
 class Router:
-    """The brokers and the leader hint of one client, shared by all its calls."""
+    """The brokers and the leader hints of one client (per partition, and the controller's),
+    shared by all its calls."""
 
     def __init__(self, brokers: list[str], direct: bool, rng: random.Random):
         self.brokers = brokers
         self.direct = direct
-        self.leader: str | None = None
+        self.leaders: dict[Hashable, str] = {}
         self.rng = rng
 
-    def call(self) -> Attempts:
-        return Attempts(self)
+    def call(self, route: Hashable = CONTROLLER_ROUTE) -> Attempts:
+        return Attempts(self, route)
 
 
 class Attempts:
@@ -252,8 +316,9 @@ class Attempts:
     fresh hint is followed at once, without backing off. "Just": until every broker has
     been asked once more, since a node that failed while restarting may lead by now."""
 
-    def __init__(self, router: Router):
+    def __init__(self, router: Router, route: Hashable):
         self._router = router
+        self._route = route
         self._failed: dict[str, int] = {}  # broker -> tries made when it failed
         self._tried: list[str] = []
         self._fresh_hint = False
@@ -266,8 +331,9 @@ class Attempts:
         router = self._router
         if router.direct:
             return router.brokers[0]
-        if to_leader and router.leader and not self._just_failed(router.leader):
-            address = router.leader
+        leader = router.leaders.get(self._route)
+        if to_leader and leader and not self._just_failed(leader):
+            address = leader
         else:
             brokers = router.brokers
             untried = [b for b in brokers if b not in self._tried and b not in self._failed]
@@ -285,13 +351,19 @@ class Attempts:
         self._failed.pop(address, None)
         if not isinstance(reply, ErrorReply):
             if isinstance(reply, LEADER_REPLIES):
-                router.leader = address  # only a leader answers these
+                router.leaders[self._route] = address  # only a leader answers these
             return True
-        if reply.code not in RETRIABLE or router.direct:
-            raise error_from(reply)
         hint = reply.leader_address
-        self._fresh_hint = hint is not None and hint != address and not self._just_failed(hint)
-        router.leader = hint if self._fresh_hint else None
+        fresh = hint is not None and hint != address and not self._just_failed(hint)
+        # An unknown topic with a hint: "I may be behind, ask the controller's leader".
+        ask_there = reply.code is ErrorCode.UNKNOWN_TOPIC and fresh
+        if (reply.code not in RETRIABLE and not ask_there) or router.direct:
+            raise error_from(reply)
+        self._fresh_hint = fresh
+        if fresh:
+            router.leaders[self._route] = hint
+        else:
+            router.leaders.pop(self._route, None)
         return False
 
     def on_unreachable(self, address: str, error: Exception) -> None:
@@ -302,8 +374,8 @@ class Attempts:
             raise UnreachableError(f"{address}: {error}") from None
         self._failed[address] = len(self._tried)
         self._fresh_hint = False
-        if router.leader == address:
-            router.leader = None
+        if router.leaders.get(self._route) == address:
+            del router.leaders[self._route]
 
     def pause_s(self) -> float:
         """How long to wait before the next try: nothing when a fresh hint names the leader."""

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from actors.storage import DEFAULT_TOPIC, LOG_DIR, group_dirs, partition_dir
+from actors.storage import LOG_DIR, group_dirs, partition_dir
+from controller.state import DEFAULT_TOPIC
 from log.batch import BatchType, split_batches
 from log.files import OsFileSystem
 from log.metadata import MetadataStore

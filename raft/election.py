@@ -21,6 +21,11 @@ def barrier_batch() -> bytes:
 class ElectionRules:
     """RaftCore's election rules (mixed into RaftCore, whose state they use)."""
 
+    def campaign_soon(self, now: float) -> None:
+        """Start an election at the next tick: a new group's preferred leader goes first
+        (its placement spreads leaders evenly)."""
+        self.election_deadline_s = now
+
     def _start_pre_vote(self, now: float) -> None:
         self.role = Role.PRE_CANDIDATE
         self.leader_id = None

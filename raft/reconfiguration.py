@@ -95,6 +95,21 @@ class ReconfigurationRules:
             self.settings.election_timeout_min_s,
         )
 
+    def transfer_to_live_voter(self, target: int) -> bool:
+        """Leader balancing: move leadership to `target` if it is a voter this leader heard
+        from within the minimum election timeout; True if a transfer started."""
+        p = self.progress.get(target)
+        live = p is not None and self.now - p.last_contact_s < self.settings.election_timeout_min_s
+        if (
+            not self.is_leader
+            or self.transfer is not None
+            or not live
+            or not self._is_voter(target)
+        ):
+            return False
+        self.transfer_leadership(target)
+        return True
+
     def transfer_leadership(self, target: int) -> None:
         """Move leadership to `target`: appends wait, the target is brought up to date and
         told to campaign at once (TimeoutNow); given up after an election timeout."""

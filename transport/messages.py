@@ -287,6 +287,29 @@ class ErrorReply:
     leader_address: str | None = None
 
 
+# --- cluster metadata, between nodes (actors/controller.py) -------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderUpdates:
+    """One-way: who leads partitions, as the sender's replicas see it. `entries` is the
+    msgpack array of [topic, partition, leader_id, term, revision]; `full` marks a report of
+    every replica the sender hosts (sent to each new controller leader)."""
+
+    TAG = 41
+    entries: bytes
+    full: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionsRequest:
+    """The state of the sender's replicas of `topic`, answered with a StatusReply whose
+    status maps each partition (as a string) to its replica's status."""
+
+    TAG = 42
+    topic: str
+
+
 Message = (
     Hello
     | Challenge
@@ -310,6 +333,8 @@ Message = (
     | AdminRequest
     | AdminReply
     | ErrorReply
+    | LeaderUpdates
+    | PartitionsRequest
 )
 
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__

@@ -6,14 +6,8 @@ import random
 
 import pytest
 
-from actors.storage import (
-    CONTROLLER_GROUP,
-    DEFAULT_GROUP,
-    BootstrapError,
-    group_dirs,
-    open_group_storage,
-    open_storage,
-)
+from actors.storage import BootstrapError, group_dirs, open_group_storage, open_storage
+from controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from log.files import CorruptionError
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch

@@ -1,0 +1,391 @@
+"""The controller actor: the cluster metadata every node keeps, and the topic calls that
+only the controller's leader answers.
+
+Every node applies the controller group's committed commands, in log order, to its
+`ClusterState` and makes its own replicas match it: it creates the replicas a new topic
+places here and drops those of a deleted topic. Who leads each partition is soft state
+(`controller.leaders.LeaderTable`): each node's own groups feed it and it sends their
+changes to every other node; when a node sees a new controller leader it sends it a full
+report of every replica it hosts, so that the new leader never answers from beliefs older
+than the reports (KUDU-1353). Topic calls are validated by the controller's leader on a
+state that is up to date (its term's barrier committed and applied), placed, appended with
+acks=quorum and answered once applied here and, for a new topic, once every partition has
+a leader.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import structlog
+import trio
+
+from controller.commands import Command, CommandError, CreateTopic, DeleteTopic, from_wire, to_wire
+from controller.leaders import LeaderEntry, LeaderTable
+from controller.placement import PlacementError, place
+from controller.state import (
+    DEFAULT_TOPIC,
+    ClusterState,
+    Partition,
+    TopicError,
+    check_create,
+    check_delete,
+    check_topic_name,
+)
+from log.batch import BatchType, split_batches
+from log.records import batch_records, make_data_batch
+from membership.config import Configuration
+from raft.configs import config_of
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    Acks,
+    AdminReply,
+    AdminRequest,
+    AppendReply,
+    AppendRequest,
+    ErrorCode,
+    ErrorReply,
+    LeaderUpdates,
+    Message,
+    PartitionsRequest,
+    StatusReply,
+)
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.controller")
+
+TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_topic"})
+READ_BYTES_MAX = 1024 * 1024
+# Leader changes of this node's replicas go out at most this often, batched.
+LEADER_UPDATES_INTERVAL_S = 0.05
+# How long `describe_topic` waits for each replica's own account of itself.
+DESCRIBE_ASK_S = 1.0
+
+
+class ControllerActor:
+    def __init__(self, node: Node):
+        self.node = node
+        self.state = ClusterState.genesis()
+        self.leaders = LeaderTable()
+        self.changed = trio.Event()  # set (and replaced) whenever state or leaders change
+        self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
+        self._next_offset = 0  # the next controller log offset to apply
+        self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
+        self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
+
+    @property
+    def group(self) -> GroupActor:
+        return self.node.controller
+
+    # ------------------------------------------------------------------- running
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_leader_updates)
+            while True:
+                if self._apply_committed():
+                    await self._reconcile()
+                    self._signal()
+                self._report_to_new_controller()
+                await self.group.round_done.wait()
+
+    def _signal(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def _apply_committed(self) -> bool:
+        """Apply the controller's newly committed entries; True if any was applied."""
+        core = self.group.core
+        log = self.group.log
+        committed = core.configs.committed
+        if committed is not None and set(self.state.brokers) != set(committed.voters):
+            self.state.set_brokers(
+                {n: a for n, a in committed.addresses.items() if n in committed.voters}
+            )
+        if core.commit_offset < self._next_offset:
+            return False
+        offset = max(self._next_offset, log.log_start_offset)
+        while offset <= core.commit_offset:
+            chunk = log.read(offset, READ_BYTES_MAX, upto_offset=core.commit_offset)
+            for header, batch in split_batches(chunk.data):
+                if header.batch_type is BatchType.DATA:
+                    for i, record in enumerate(batch_records(batch, header)):
+                        self._apply(record.value, header.base_offset + i)
+                elif header.batch_type is BatchType.CONFIG:
+                    config = config_of(batch, header)
+                    self.state.applied_offset = header.base_offset
+                    self._note_config(config)
+            offset = chunk.last_offset + 1
+        self._next_offset = offset
+        return True
+
+    def _note_config(self, config: Configuration) -> None:
+        if not config.is_joint:
+            self.state.set_brokers(
+                {n: a for n, a in config.addresses.items() if n in config.voters}
+            )
+
+    def _apply(self, value: bytes, offset: int) -> None:
+        try:
+            command = from_wire(msgpack.unpackb(value, raw=False))
+        except (CommandError, ValueError, msgpack.UnpackException) as exc:
+            # Every node skips it alike: the state stays the same everywhere.
+            logger.error("bad_controller_command", offset=offset, error=str(exc))
+            self.state.applied_offset = offset
+            return
+        why = self.state.apply(command, offset)
+        self._results[offset] = why
+        if isinstance(command, DeleteTopic):
+            self.leaders.forget_topic(command.name)
+        logger.info("controller_applied", node_id=self.node.id, offset=offset, command=str(command))
+
+    async def _reconcile(self) -> None:
+        """Make this node's replicas match the state: create those placed here, drop those
+        of deleted topics. `default` follows membership instead (admin calls)."""
+        node = self.node
+        state = self.state
+        wanted = {
+            (p.topic, p.partition): p for p in state.groups_of(node.id) if p.topic != DEFAULT_TOPIC
+        }
+        for key, group in list(node.partitions.items()):
+            if key[0] == DEFAULT_TOPIC:
+                continue
+            placed = wanted.get(key)
+            if placed is not None and placed.group_id == group.group_id:
+                continue
+            if group.group_id < state.next_group_id:  # the state has seen it go
+                await node.remove_partition(key)
+        for key, placed in wanted.items():
+            if key not in node.partitions:
+                await node.add_partition(
+                    placed, self._bootstrap_config(placed), self._retention(placed)
+                )
+
+    def _bootstrap_config(self, placed: Partition) -> Configuration:
+        addresses = {n: self.state.brokers[n].address for n in placed.replicas}
+        return Configuration.bootstrap(addresses)
+
+    def _retention(self, placed: Partition) -> tuple[int | None, int | None]:
+        topic = self.state.topics[placed.topic]
+        return topic.retention_bytes, topic.retention_ms
+
+    # ------------------------------------------------------------------- leader table
+
+    def local_leader_changed(self, topic: str, partition: int, group: GroupActor) -> None:
+        """One of this node's replicas saw a new leader or term."""
+        core = group.core
+        entry = LeaderEntry(
+            topic, partition, core.leader_id, core.term, self._revision(topic, partition)
+        )
+        if self.leaders.update(entry):
+            self._outgoing[entry.key] = entry
+            self._signal()
+
+    def _revision(self, topic: str, partition: int) -> int:
+        try:
+            return self.state.partition(topic, partition).revision
+        except TopicError:
+            return 0
+
+    def _own_entries(self) -> list[LeaderEntry]:
+        return [
+            LeaderEntry(t, p, g.core.leader_id, g.core.term, self._revision(t, p))
+            for (t, p), g in self.node.partitions.items()
+        ]
+
+    def on_leader_updates(self, message: LeaderUpdates) -> None:
+        try:
+            entries = [LeaderEntry(*e) for e in msgpack.unpackb(message.entries, raw=False)]
+        except (TypeError, ValueError, msgpack.UnpackException) as exc:
+            logger.warning("bad_leader_updates", error=str(exc))
+            return
+        if self.leaders.merge(entries):
+            self._signal()
+
+    async def _send_leader_updates(self) -> None:
+        while True:
+            await trio.sleep(LEADER_UPDATES_INTERVAL_S)
+            if self._outgoing:
+                entries, self._outgoing = list(self._outgoing.values()), {}
+                message = LeaderUpdates(_pack(entries), False)
+                for peer in self.state.brokers:
+                    if peer != self.node.id:
+                        self.node.send_nowait(peer, message)
+
+    def _report_to_new_controller(self) -> None:
+        """A new controller leader gets a full report of every replica hosted here."""
+        core = self.group.core
+        if core.leader_id is None or (core.leader_id, core.term) == self._reported_to:
+            return
+        self._reported_to = (core.leader_id, core.term)
+        entries = self._own_entries()
+        if core.leader_id == self.node.id:
+            self.leaders.merge(entries)
+        else:
+            self.node.send_nowait(core.leader_id, LeaderUpdates(_pack(entries), True))
+
+    def leader_hint(self, topic: str, partition: int) -> int | None:
+        entry = self.leaders.get(topic, partition)
+        return None if entry is None else entry.leader_id
+
+    # ------------------------------------------------------------------- topic calls
+
+    async def handle(self, request: AdminRequest) -> Message:
+        group = self.group
+        if not group.core.is_leader:
+            return group.not_leader(group.core.leader_id)
+        args = request.args
+        try:
+            await self._wait_current()
+            match request.op:
+                case "create_topic":
+                    return await self._create(args)
+                case "delete_topic":
+                    return await self._delete(args)
+                case "list_topics":
+                    return AdminReply({"topics": self._list()})
+                case "describe_topic":
+                    name = check_topic_name(args["name"], internal=True)
+                    return AdminReply({"partitions": await self._describe(name)})
+        except _Answer as answer:
+            return answer.reply
+        except (TopicError, PlacementError) as exc:
+            code = (
+                ErrorCode.UNKNOWN_TOPIC
+                if str(exc).startswith("unknown topic")
+                else ErrorCode.REFUSED
+            )
+            return ErrorReply(code, str(exc))
+        except (KeyError, TypeError, ValueError) as exc:
+            return ErrorReply(ErrorCode.REFUSED, f"{request.op} refused: bad arguments ({exc})")
+        raise AssertionError(request.op)
+
+    async def _wait_current(self) -> None:
+        """Until this leader's state holds everything committed before its term."""
+        core = self.group.core
+        term = core.term
+        while not (
+            core.term_at(core.commit_offset) == term and self._next_offset > core.commit_offset
+        ):
+            if not core.is_leader or core.term != term:
+                raise _not_leader(self.group)
+            await self.changed.wait()
+
+    async def _propose(self, command: Command) -> str | None:
+        """Append a command with acks=quorum; once applied here, why it did nothing (or
+        None)."""
+        value = msgpack.packb(to_wire(command), use_bin_type=True)
+        batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
+        reply = await self.group.append(AppendRequest(batch, Acks.QUORUM, -1, -1))
+        if not isinstance(reply, AppendReply):
+            raise _Answer(reply)
+        offset = reply.last_offset
+        while self._next_offset <= offset:
+            await self.changed.wait()
+        return self._results.pop(offset, None)
+
+    async def _create(self, args: dict[str, Any]) -> Message:
+        name = args["name"]
+        partitions = args.get("partitions", 1)
+        replicas = args.get("replicas") or min(3, len(self.state.brokers))
+        retention_bytes = args.get("retention_bytes")
+        retention_ms = args.get("retention_ms")
+        existing = self.state.topics.get(name)
+        if args.get("retry") and existing and len(existing.partitions) == partitions:
+            return await self._created(name, partitions, replicas)  # the first try made it
+        check_create(self.state, name, partitions, replicas, retention_bytes, retention_ms)
+        placed = place(partitions, replicas, self.state.brokers, self.state.replica_sets())
+        command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
+        why = await self._propose(command)
+        if why is not None:
+            raise TopicError(why)
+        return await self._created(name, partitions, replicas)
+
+    async def _created(self, name: str, partitions: int, replicas: int) -> Message:
+        while any(self.leader_hint(name, p) is None for p in range(partitions)):
+            await self.changed.wait()
+        return AdminReply({"topic": name, "partitions": partitions, "replicas": replicas})
+
+    async def _delete(self, args: dict[str, Any]) -> Message:
+        name = args["name"]
+        if args.get("retry") and name not in self.state.topics and name != DEFAULT_TOPIC:
+            return AdminReply({"topic": name})  # the first try deleted it
+        check_delete(self.state, name)
+        why = await self._propose(DeleteTopic(name))
+        if why is not None:
+            raise TopicError(why)
+        return AdminReply({"topic": name})
+
+    def _list(self) -> dict[str, list[int]]:
+        return {
+            t.name: [len(t.partitions), t.replication_factor]
+            for t in sorted(self.state.topics.values(), key=lambda t: t.name)
+        }
+
+    async def _describe(self, name: str) -> list[dict]:
+        """Each partition as its replicas say (asked now), so the leader named is the one
+        of the highest term any replica reports; the table where none answered."""
+        topic = self.state.topics.get(name)
+        if topic is None:
+            raise TopicError(f"unknown topic {name!r}")
+        nodes = sorted({n for p in topic.partitions for n in p.replicas})
+        answers: dict[int, dict] = {}
+
+        async def ask(node_id: int) -> None:
+            if node_id == self.node.id:
+                answers[node_id] = self.node.partitions_status(name)
+                return
+            try:
+                reply = await self.node.request(node_id, PartitionsRequest(name))
+            except ConnectionClosed:
+                return
+            if isinstance(reply, StatusReply):
+                answers[node_id] = reply.status
+
+        with trio.move_on_after(DESCRIBE_ASK_S):
+            async with trio.open_nursery() as nursery:
+                for node_id in nodes:
+                    nursery.start_soon(ask, node_id)
+        out = []
+        for p in topic.partitions:
+            seen = [a[str(p.partition)] for a in answers.values() if str(p.partition) in a]
+            leading = [s for s in seen if s["role"] == "leader"]
+            best = max(leading or seen, key=lambda s: s["term"], default=None)
+            entry = self.leaders.get(name, p.partition)
+            out.append(
+                {
+                    "topic": name,
+                    "partition": p.partition,
+                    "leader_id": best["node_id"]
+                    if leading
+                    else (entry.leader_id if entry else None),
+                    "replicas": list(p.replicas),
+                    "term": best["term"] if best else (entry.term if entry else 0),
+                    "commit_offset": max((s["commit_offset"] for s in seen), default=-1),
+                    "log_start_offset": best["log_start_offset"] if best else 0,
+                }
+            )
+        return out
+
+
+class _Answer(Exception):
+    """A reply to pass back to the caller as it is (leadership moved, say)."""
+
+    def __init__(self, reply: Message):
+        super().__init__(str(reply))
+        self.reply = reply
+
+
+def _not_leader(group: GroupActor) -> _Answer:
+    return _Answer(group.not_leader(group.core.leader_id))
+
+
+def _pack(entries: list[LeaderEntry]) -> bytes:
+    return msgpack.packb(
+        [[e.topic, e.partition, e.leader_id, e.term, e.revision] for e in entries],
+        use_bin_type=True,
+    )

@@ -1,0 +1,100 @@
+"""`quorumlog topic`: create, list, describe and delete topics (CONTRACT.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import click
+
+from quorumlog.client import Client
+from quorumlog.commands import client_option_decorators, member_options, run_with_client
+
+
+@click.group()
+@functools.partial(client_option_decorators, required=False)
+@click.pass_context
+def topic(
+    ctx: click.Context, brokers: str | None, timeout: float | None, secret_file: str | None
+) -> None:
+    """Create, list, describe or delete topics.
+
+    \b
+    Examples:
+      quorumlog topic -b 127.0.0.1:7001 create events --partitions 6 --replicas 3
+      quorumlog topic -b 127.0.0.1:7001 describe events
+    """
+    ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
+
+
+@topic.command("create")
+@click.argument("name")
+@click.option("--partitions", type=int, default=1, show_default=True)
+@click.option("--replicas", type=int, default=None, help="Default: 3, or every node if fewer.")
+@click.option("--retention-bytes", type=int, default=None, help="Per partition.")
+@click.option("--retention-ms", type=int, default=None, help="Age of the records kept.")
+@member_options
+def topic_create(
+    options: tuple,
+    name: str,
+    partitions: int,
+    replicas: int | None,
+    retention_bytes: int | None,
+    retention_ms: int | None,
+) -> None:
+    """Create a topic; returns once every partition has a leader."""
+
+    def body(client: Client) -> None:
+        client.create_topic(name, partitions, replicas, retention_bytes, retention_ms)
+        click.echo(f"created {name}: {partitions} partitions")
+
+    run_with_client(*options, body)
+
+
+@topic.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per topic.")
+@member_options
+def topic_list(options: tuple, as_json: bool) -> None:
+    """Print "NAME PARTITIONS REPLICAS" per topic."""
+
+    def body(client: Client) -> None:
+        for name, (partitions, replicas) in client.topics(details=True).items():
+            if as_json:
+                row = {"topic": name, "partitions": partitions, "replicas": replicas}
+                click.echo(json.dumps(row))
+            else:
+                click.echo(f"{name} {partitions} {replicas}")
+
+    run_with_client(*options, body)
+
+
+@topic.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+@member_options
+def topic_describe(options: tuple, name: str, as_json: bool) -> None:
+    """Print "PARTITION LEADER REPLICAS COMMIT_OFFSET" per partition."""
+
+    def body(client: Client) -> None:
+        for row in client.describe_topic(name):
+            if as_json:
+                click.echo(json.dumps(row))
+                continue
+            leader = "-" if row["leader_id"] is None else row["leader_id"]
+            replicas = ",".join(str(r) for r in row["replicas"])
+            click.echo(f"{row['partition']} {leader} {replicas} {row['commit_offset']}")
+
+    run_with_client(*options, body)
+
+
+@topic.command("delete")
+@click.argument("name")
+@member_options
+def topic_delete(options: tuple, name: str) -> None:
+    """Delete a topic and every record in it."""
+
+    def body(client: Client) -> None:
+        client.delete_topic(name)
+        click.echo(f"deleted {name}")
+
+    run_with_client(*options, body)
