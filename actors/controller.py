@@ -318,7 +318,38 @@ class ControllerActor:
         why = await self._propose(DeleteTopic(name))
         if why is not None:
             raise TopicError(why)
+        await self._wait_dropped(name)
         return AdminReply({"topic": name})
+
+    async def _wait_dropped(self, name: str) -> None:
+        """Until no reachable node hosts a replica of the deleted topic, so that nothing
+        appended after the answer lands in it (an unreachable one drops it when it hears)."""
+        while True:
+            answers = await self._ask_nodes(sorted(self.state.brokers), name)
+            if not any(answers.values()):
+                return
+            await trio.sleep(LEADER_UPDATES_INTERVAL_S)
+
+    async def _ask_nodes(self, nodes: list[int], topic: str) -> dict[int, dict]:
+        """Each node's account of its replicas of `topic` (those that answer in time)."""
+        answers: dict[int, dict] = {}
+
+        async def ask(node_id: int) -> None:
+            if node_id == self.node.id:
+                answers[node_id] = self.node.partitions_status(topic)
+                return
+            try:
+                reply = await self.node.request(node_id, PartitionsRequest(topic))
+            except ConnectionClosed:
+                return
+            if isinstance(reply, StatusReply):
+                answers[node_id] = reply.status
+
+        with trio.move_on_after(DESCRIBE_ASK_S):
+            async with trio.open_nursery() as nursery:
+                for node_id in nodes:
+                    nursery.start_soon(ask, node_id)
+        return answers
 
     def _list(self) -> dict[str, list[int]]:
         return {
@@ -333,23 +364,7 @@ class ControllerActor:
         if topic is None:
             raise TopicError(f"unknown topic {name!r}")
         nodes = sorted({n for p in topic.partitions for n in p.replicas})
-        answers: dict[int, dict] = {}
-
-        async def ask(node_id: int) -> None:
-            if node_id == self.node.id:
-                answers[node_id] = self.node.partitions_status(name)
-                return
-            try:
-                reply = await self.node.request(node_id, PartitionsRequest(name))
-            except ConnectionClosed:
-                return
-            if isinstance(reply, StatusReply):
-                answers[node_id] = reply.status
-
-        with trio.move_on_after(DESCRIBE_ASK_S):
-            async with trio.open_nursery() as nursery:
-                for node_id in nodes:
-                    nursery.start_soon(ask, node_id)
+        answers = await self._ask_nodes(nodes, name)
         out = []
         for p in topic.partitions:
             seen = [a[str(p.partition)] for a in answers.values() if str(p.partition) in a]

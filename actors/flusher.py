@@ -1,18 +1,26 @@
-"""The flusher: one per node, fsyncs the log in the background with group commit.
+"""The flusher: one per node, fsyncs every group's log in the background with group
+commit across partitions.
 
-Whatever is appended while an fsync runs is covered by the next one. The node asks for a
-flush after each round of inputs; an urgent request (quorum appends waiting, a follower
-that owes a reply, any follower: its flushed offset is what commits) starts at once, a
-lazy one waits up to `interval_s` for company. Each flush that moves the flushed offset
-is reported to the node's mailbox. A failed fsync raises: fatal to the node (rule 8).
+A group asks for a flush after each round of inputs that left its log ahead of its
+flushed offset. An urgent request (quorum appends waiting, a follower that owes a reply,
+any follower: its flushed offset is what commits) starts a pass at once; a lazy one waits
+up to `interval_s` for company. One pass takes every group that asked, syncs all their
+files in one job on the node's storage thread (whatever is appended meanwhile goes in the
+next pass), then tells each group whose flushed offset moved. A failed fsync raises:
+fatal to the node (storage rule 8).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import trio
 
 from actors.stats import NodeStats
-from log.wal import Log
+from log.wal import FlushJob, RunSync
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
 
 
 class Flushed:
@@ -24,24 +32,33 @@ class Flushed:
 FLUSHED = Flushed()
 
 
+def _run_all(jobs: list[FlushJob]) -> None:
+    for job in jobs:
+        job.run()
+
+
 class Flusher:
-    def __init__(
-        self, log: Log, mailbox: trio.MemorySendChannel, interval_s: float, stats: NodeStats
-    ):
-        self._log = log
-        self._stats = stats
-        self._mailbox = mailbox
+    def __init__(self, run_sync: RunSync, interval_s: float, stats: NodeStats):
+        self._run_sync = run_sync
         self._interval_s = interval_s
+        self._stats = stats
+        self._asked: dict[int, GroupActor] = {}  # by group id, in the order they asked
         self._wanted = trio.Event()
         self._urgent = trio.Event()
+        self._pass = trio.Lock()  # held while a pass works on the groups' logs
 
-    def request(self, urgent: bool) -> None:
+    def request(self, group: GroupActor, urgent: bool) -> None:
+        self._asked[group.group_id] = group
         self._wanted.set()
         if urgent:
             self._urgent.set()
 
+    async def forget(self, group_id: int) -> None:
+        """Before a group's log closes: no pass is flushing it when this returns."""
+        async with self._pass:
+            self._asked.pop(group_id, None)
+
     async def run(self) -> None:
-        log = self._log
         while True:
             await self._wanted.wait()
             if not self._urgent.is_set():
@@ -49,11 +66,23 @@ class Flusher:
                     await self._urgent.wait()
             self._wanted = trio.Event()
             self._urgent = trio.Event()
-            if log.flushed_offset >= log.dirty_offset:
-                continue
-            before = log.flushed_offset
-            started = trio.current_time()
-            flushed = await log.flush()
-            self._stats.fsync_latency_s.observe(trio.current_time() - started)
-            if flushed != before:
-                await self._mailbox.send(FLUSHED)
+            async with self._pass:
+                await self._flush_pass()
+
+    async def _flush_pass(self) -> None:
+        asked, self._asked = list(self._asked.values()), {}
+        work = [(g, g.log.flushed_offset, g.log.begin_flush()) for g in asked if g.log.unflushed]
+        if not work:
+            return
+        jobs = [job for _, _, job in work]
+        started = trio.current_time()
+        try:
+            await self._run_sync(_run_all, jobs)
+        except BaseException:
+            for group, _, job in work:
+                group.log.end_flush(job, durable=False)
+            raise
+        self._stats.fsync_latency_s.observe(trio.current_time() - started)
+        for group, before, job in work:
+            if group.log.end_flush(job, durable=True) != before:
+                group.wake_flushed()

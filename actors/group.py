@@ -12,6 +12,7 @@ for on trio's clock. A storage error anywhere raises out of `run` (fail-stop).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import deque
@@ -22,7 +23,7 @@ from typing import Any
 import structlog
 import trio
 
-from actors.flusher import Flushed, Flusher
+from actors.flusher import FLUSHED, Flushed, Flusher
 from actors.mailbox import Answered, ClientAppend, CoreCall, PeerInput, Pending, QuorumWaiter
 from actors.stats import NodeStats
 from actors.storage import GroupStorage
@@ -67,6 +68,7 @@ class GroupActor:
         rng: random.Random,
         run_sync: RunSync,
         stats: NodeStats,
+        flusher: Flusher,
         on_changed: Callable[[GroupActor], None],
     ):
         self.node_id = node_id
@@ -81,9 +83,8 @@ class GroupActor:
             node_id, group_id, storage.log, storage.meta, settings, rng, trio.current_time()
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
-        self._flusher = Flusher(
-            storage.log, self._inbox.clone(), settings.leader_flush_interval_s, stats
-        )
+        self._flusher = flusher
+        self._flushed_seen = self.log.flushed_offset
         self._waiters: deque[QuorumWaiter] = deque()
         # Appends that arrived during a leadership transfer: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
@@ -106,7 +107,6 @@ class GroupActor:
         )
         self._transport = transport
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._flusher.run)
             if not self.log.retains_all:
                 nursery.start_soon(self._retention)
             task_status.started(self)
@@ -125,6 +125,10 @@ class GroupActor:
                     except trio.WouldBlock:
                         break
             now = trio.current_time()
+            if self.log.flushed_offset != self._flushed_seen:
+                # The flusher made more durable: commit may advance, waiting replies go.
+                self._flushed_seen = self.log.flushed_offset
+                core.on_flushed(now)
             if appends:
                 # The round's appends go to the log together (they were independent of
                 # the round's other inputs: a step-down among them answers them
@@ -147,7 +151,7 @@ class GroupActor:
                 if processed is not None:
                     processed.set()
             case Flushed():
-                core.on_flushed(trio.current_time())
+                pass  # a wake-up: the round checks the flushed offset
             case CoreCall(fn, reply):
                 core.now = trio.current_time()
                 try:
@@ -199,6 +203,8 @@ class GroupActor:
             self._leader_seen = (core.leader_id, core.term)
             self._on_changed(self)
         for to, message in core.take_outbox():
+            if type(message) is Heartbeat:
+                self.stats.heartbeats_sent += 1
             transport.send_nowait(to, message)
         if self._held and core.transfer is None:
             held, self._held = self._held, deque()
@@ -215,7 +221,7 @@ class GroupActor:
                 or bool(core.pending_replies)
             )
             core.flush_urgent = False
-            self._flusher.request(urgent)
+            self._flusher.request(self, urgent)
 
     def _answer_waiters(self) -> None:
         core = self.core
@@ -276,6 +282,11 @@ class GroupActor:
             leader_id,
             self.address_of(leader_id),
         )
+
+    def wake_flushed(self) -> None:
+        """From the flusher: this log's flushed offset moved."""
+        with contextlib.suppress(trio.WouldBlock):  # a full mailbox: a round comes anyway
+            self._inbox.send_nowait(FLUSHED)
 
     # ------------------------------------------------------------------- inputs
 

@@ -7,7 +7,7 @@ node (fail-stop, storage rule 8). Stopping a group cancels its scope and nothing
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import structlog
 import trio
@@ -33,7 +33,7 @@ class GroupManager:
         self,
         nursery: trio.Nursery,
         transport: NodeTransport,
-        reopen: Callable[[GroupActor], GroupActor],
+        reopen: Callable[[GroupActor], Awaitable[GroupActor]],
     ):
         self._nursery = nursery
         self._transport = transport
@@ -70,6 +70,6 @@ class GroupManager:
                         logger.exception("group_crashed", group=group_id, restart_in_s=backoff_s)
                     await trio.sleep(backoff_s)
                     backoff_s = min(2 * backoff_s, RESTART_BACKOFF_S_MAX)
-                    group = self._reopen(group)
+                    group = await self._reopen(group)
         finally:
             ended.set()

@@ -21,6 +21,7 @@ import trio
 from actors.admin import handle_admin
 from actors.balancer import balance_leaders
 from actors.controller import ControllerActor
+from actors.flusher import Flusher
 from actors.group import GroupActor
 from actors.manager import GroupManager
 from actors.stats import NodeStats
@@ -101,6 +102,7 @@ class Node:
         self.stats = NodeStats()
         self._rng = rng
         self._run_sync = run_sync
+        self.flusher = Flusher(run_sync, settings.leader_flush_interval_s, self.stats)
         self.controller = self._group(storage.controller)
         self.partitions = {key: self._group(g) for key, g in storage.partitions.items()}
         self.groups: dict[int, GroupActor] = {
@@ -119,6 +121,7 @@ class Node:
             rng=random.Random(self._rng.getrandbits(64)),
             run_sync=self._run_sync,
             stats=self.stats,
+            flusher=self.flusher,
             on_changed=self._group_changed,
         )
 
@@ -142,6 +145,7 @@ class Node:
         async with open_transport(NodeHandler(self)) as transport, trio.open_nursery() as nursery:
             self._transport = transport
             self._update_peers()
+            nursery.start_soon(self.flusher.run)
             self._manager = GroupManager(nursery, transport, self._reopen)
             for group in list(self.groups.values()):
                 await self._manager.start(group)
@@ -168,8 +172,9 @@ class Node:
         peers.pop(self.id, None)
         self._transport.set_peers(peers)
 
-    def _reopen(self, old: GroupActor) -> GroupActor:
+    async def _reopen(self, old: GroupActor) -> GroupActor:
         """A fresh actor for a group whose task crashed, from its files."""
+        await self.flusher.forget(old.group_id)
         group = self._group(
             self.storage.reopen(old.storage, random.Random(self._rng.getrandbits(64)))
         )
@@ -217,6 +222,7 @@ class Node:
         group = self.partitions.pop(key)
         del self.groups[group.group_id], self._keys[group.group_id]
         await self._manager.stop(group.group_id)
+        await self.flusher.forget(group.group_id)
         await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
         self._update_peers()
         logger.info(
@@ -261,6 +267,8 @@ class Node:
         out = self.default_group.status()
         out["controller_id"] = self.controller.core.leader_id
         out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
+        out["partitions_hosted"] = len(self.partitions)
+        out["heartbeats_sent"] = self.stats.heartbeats_sent
         return out
 
     # ------------------------------------------------------------------- the handler

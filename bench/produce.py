@@ -46,6 +46,7 @@ from bench.workload import (
     closed_loop,
     closed_loop_drained,
     closed_loop_row,
+    cpu_s,
     latency_fields,
     leader_address,
     make_batches,
@@ -319,7 +320,7 @@ def single_record(runs: int = 5, duration_s: float = 2.0, acks: str = "quorum") 
         address = leader_address(cluster)
         trio.run(lambda: closed_loop(address, single, 1, ACKS[acks], 64, duration_s=0.5))
         pids = {f"node{i}": p.pid for i, p in cluster.procs.items()}
-        before = {name: _cpu_s(pid) for name, pid in pids.items()}
+        before = {name: cpu_s(pid) for name, pid in pids.items()}
         client_before = sum(os.times()[:2])
         appends = 0
         for i in range(runs):
@@ -330,7 +331,7 @@ def single_record(runs: int = 5, duration_s: float = 2.0, acks: str = "quorum") 
             )
             appends += result.appends
             rows.append(_row(f"1-record appends w64 {acks} run {i + 1}", result, acks=acks))
-        cpu = {name: _cpu_s(pid) - before[name] for name, pid in pids.items()}
+        cpu = {name: cpu_s(pid) - before[name] for name, pid in pids.items()}
         cpu["client"] = sum(os.times()[:2]) - client_before
         leader = f"node{cluster.wait_for_leader()}"
     rows.append(
@@ -344,13 +345,6 @@ def single_record(runs: int = 5, duration_s: float = 2.0, acks: str = "quorum") 
         }
     )
     return rows
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

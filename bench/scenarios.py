@@ -14,6 +14,7 @@ SCENARIOS = {
     "failover": "bench.failover",
     "membership": "bench.membership",
     "scale": "bench.scale",
+    "partitions": "bench.partitions",
     "sim": "bench.sim",
     "nemesis": "bench.nemesis",
     "spark": "bench.spark",

@@ -12,21 +12,27 @@ import time
 from bench.report import print_table
 from bench.simulation import Violation, run_seed
 
-# (cluster size, with membership changes)
-KINDS = ((3, False), (5, False), (3, True), (5, True))
+# (cluster size, with membership changes, with three topics of four partitions)
+KINDS = (
+    (3, False, False),
+    (5, False, False),
+    (3, True, False),
+    (5, True, False),
+    (3, False, True),
+    (5, True, True),
+)
 
 
 def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000) -> list[dict]:
     per_kind = seeds or (25 if quick else 250)
     rows = []
-    for size, membership in KINDS:
+    for size, membership, topics in KINDS:
         failed: list[str] = []
         start = time.perf_counter()
         for seed in range(first_seed, first_seed + per_kind):
             try:
-                if run_seed(seed, size=size, membership=membership) != run_seed(
-                    seed, size=size, membership=membership
-                ):
+                kind = {"size": size, "membership": membership, "topics": topics}
+                if run_seed(seed, **kind) != run_seed(seed, **kind):
                     failed.append(f"seed {seed}: did not replay")
             except Violation as exc:
                 failed.append(str(exc)[:300])
@@ -35,13 +41,14 @@ def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000)
         elapsed = time.perf_counter() - start
         rows.append(
             {
-                "figure": f"{size} nodes{' + membership changes' if membership else ''}",
+                "figure": f"{size} nodes{' + membership changes' if membership else ''}"
+                f"{' + 3 topics x 4 partitions' if topics else ''}",
                 "seeds": per_kind,
                 "failed": len(failed),
                 "seeds_s": per_kind / elapsed,
                 "replay": (
                     f"python -c 'from bench.simulation import run_seed; "
-                    f"run_seed(SEED, size={size}, membership={membership})'"
+                    f"run_seed(SEED, size={size}, membership={membership}, topics={topics})'"
                 ),
             }
         )

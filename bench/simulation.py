@@ -3,8 +3,10 @@
 A cluster runs inside one `trio.run` with `MockClock(autojump_threshold=0)`, the in-memory
 network of transport/memory.py and one in-memory disk per node. A seeded schedule crashes
 and restarts nodes (losing or tearing what was not flushed), partitions and heals links,
-and makes them lossy; clients append with all three acks levels. After the faults heal the
-checker verifies the invariants. Trio's scheduler is seeded too, so a seed replays exactly:
+and makes them lossy; clients append with all three acks levels, to `default` and, with
+`topics`, to the partitions of three topics of four partitions each (created through the
+controller at the start; the controller's leader crashes like any node). After the faults
+heal the checker verifies the invariants in every Raft group. Trio's scheduler is seeded too, so a seed replays exactly:
 `run_seed(seed)` twice gives the same trace hash.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 import trio
 import trio.testing
 
+from actors.group import GroupActor
 from actors.node import Node
 from actors.storage import open_storage
 from log.batch import BatchType, split_batches
@@ -29,13 +32,26 @@ from membership.quorum import has_quorum
 from raft.settings import RaftSettings
 from transport.errors import ConnectionClosed
 from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
-from transport.messages import Acks, AdminRequest, AppendReply, AppendRequest, ErrorCode, ErrorReply
+from transport.messages import (
+    Acks,
+    AdminReply,
+    AdminRequest,
+    AppendReply,
+    AppendRequest,
+    ErrorCode,
+    ErrorReply,
+)
 
 DATA_DIR = "/data"
 # Small messages, so that the simulated clusters' few records still make followers
 # recover in chunks, as they do in production with much more data.
 SETTINGS = RaftSettings(chunk_bytes_max=1024, steady_bytes_max=4096)
 ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
+
+
+TOPICS = (("t0", 4), ("t1", 4), ("t2", 4))
+Route = tuple[str, int]  # (topic, partition)
+DEFAULT_ROUTE: Route = ("default", 0)
 
 
 @dataclass
@@ -45,13 +61,14 @@ class SimNode:
     node: Node | None = None
     scope: trio.CancelScope | None = None
     stopped: trio.Event | None = None
-    last_commit: int = -1
+    last_commit: dict[int, int] = field(default_factory=dict)  # by group
 
 
 @dataclass
 class Outcome:
     value: bytes
     acks: Acks
+    route: Route
     offset: int | None  # the offset the cluster acknowledged, None if not acknowledged
 
 
@@ -73,16 +90,17 @@ def quorums_intersect(a, b) -> bool:
 class Cluster:
     def __init__(self, seed: int, size: int, settings: RaftSettings = SETTINGS):
         self.seed = seed
+        self.routes: list[Route] = [DEFAULT_ROUTE]
         self.rng = random.Random(seed)
         self.settings = settings
         self.network = MemoryNetwork(random.Random(self.rng.getrandbits(64)))
         self.addresses = {i: f"127.0.0.1:{7000 + i}" for i in range(1, size + 1)}
         self.nodes = {i: SimNode(i) for i in self.addresses}
         self.outcomes: list[Outcome] = []
-        self.leaders: dict[int, set[int]] = {}  # term -> nodes seen leading it
+        self.leaders: dict[tuple[int, int], set[int]] = {}  # (group, term) -> its leaders
         self.trace: list[str] = []
         self.failures: list[str] = []
-        self.leader_hint: int | None = None
+        self.leader_hints: dict[Route, int] = {}
 
     # ---------------------------------------------------------------- node lifecycle
 
@@ -98,7 +116,7 @@ class Cluster:
         )
         node = Node(node_id, storage, settings=self.settings, rng=node_rng)
         sim.node, sim.scope, sim.stopped = node, trio.CancelScope(), trio.Event()
-        sim.last_commit = -1
+        sim.last_commit = {}
         peers = {p: a for p, a in self.addresses.items() if p != node_id}
         self.trace.append(f"start {node_id}")
 
@@ -129,22 +147,27 @@ class Cluster:
     # ---------------------------------------------------------------- observation
 
     async def observe(self) -> None:
-        """Every few ms of simulated time: leaders per term, commit monotonic, I4."""
+        """Every few ms of simulated time, in every group: leaders per term, commit
+        monotonic, I4."""
         while True:
             for i, sim in self.nodes.items():
                 node = sim.node
                 if node is None:
                     continue
-                core = node.core
-                if core.is_leader:
-                    self.leaders.setdefault(core.term, set()).add(i)
-                if core.commit_offset < sim.last_commit:
-                    self.failures.append(
-                        f"node {i} commit went back {sim.last_commit}->{core.commit_offset}"
-                    )
-                if core.commit_offset > node.log.flushed_offset:
-                    self.failures.append(f"node {i} commit {core.commit_offset} above flushed")
-                sim.last_commit = core.commit_offset
+                for gid, group in node.groups.items():
+                    core = group.core
+                    if core.is_leader:
+                        self.leaders.setdefault((gid, core.term), set()).add(i)
+                    last = sim.last_commit.get(gid, -1)
+                    if core.commit_offset < last:
+                        self.failures.append(
+                            f"node {i} group {gid} commit went back {last}->{core.commit_offset}"
+                        )
+                    if core.commit_offset > group.log.flushed_offset:
+                        self.failures.append(
+                            f"node {i} group {gid} commit {core.commit_offset} above flushed"
+                        )
+                    sim.last_commit[gid] = core.commit_offset
             self._check_active_configs()
             await trio.sleep(0.005)
 
@@ -152,37 +175,73 @@ class Cluster:
         """A configuration and the one that follows it, both in effect somewhere, must have
         majorities that meet (the joint rule at every step). Older ones are harmless: the
         change after them committed first, on nodes whose longer logs win every vote."""
-        active = {s.node.core.config for s in self.nodes.values() if s.node and s.node.core.config}
-        for a in active:
-            for b in active:
-                if b.version == a.version + 1 and not quorums_intersect(a, b):
-                    self.failures.append(f"configs {a.to_json()} and {b.to_json()} active together")
+        active: dict[int, set] = {}
+        for sim in self.nodes.values():
+            if sim.node is not None:
+                for gid, group in sim.node.groups.items():
+                    if group.core.config is not None:
+                        active.setdefault(gid, set()).add(group.core.config)
+        for configs in active.values():
+            for a in configs:
+                for b in configs:
+                    if b.version == a.version + 1 and not quorums_intersect(a, b):
+                        self.failures.append(
+                            f"configs {a.to_json()} and {b.to_json()} active together"
+                        )
 
     # ---------------------------------------------------------------- clients
 
     async def append(
-        self, value: bytes, acks: Acks, producer: tuple[int, int], timeout_s: float
+        self,
+        value: bytes,
+        acks: Acks,
+        producer: tuple[int, int],
+        route: Route,
+        timeout_s: float,
     ) -> int | None:
         """One idempotent append, retried (same producer sequence) until the deadline."""
         producer_id, seq = producer
         batch = make_data_batch(
             [(None, value, 0, None)], timestamp_ms=0, producer_id=producer_id, producer_seq=seq
         )
-        request = AppendRequest(batch, acks, producer_id, seq)
+        request = AppendRequest(batch, acks, producer_id, seq, *route)
         with trio.move_on_after(timeout_s):
             while True:
-                target = self.leader_hint or self.rng.choice(list(self.addresses))
+                target = self.leader_hints.get(route) or self.rng.choice(list(self.addresses))
                 reply = await self._request(target, request)
                 if isinstance(reply, AppendReply):
-                    self.leader_hint = target
+                    self.leader_hints[route] = target
                     return reply.first_offset
                 if isinstance(reply, ErrorReply) and reply.code is ErrorCode.REFUSED:
                     return None
-                self.leader_hint = reply.leader_id if isinstance(reply, ErrorReply) else None
+                hint = reply.leader_id if isinstance(reply, ErrorReply) else None
+                if hint is None:
+                    self.leader_hints.pop(route, None)
+                else:
+                    self.leader_hints[route] = hint
                 await trio.sleep(0.02)
         return None
 
-    async def _request(self, target: int, request: AppendRequest):
+    async def create_topics(self) -> None:
+        """Create TOPICS through the controller's leader, found by asking around."""
+        replicas = min(3, len(self.nodes))
+        for name, partitions in TOPICS:
+            request = AdminRequest(
+                "create_topic",
+                {"name": name, "partitions": partitions, "replicas": replicas, "timeout_s": 5.0},
+            )
+            target = min(self.nodes)
+            while True:
+                reply = await self._request(target, request)
+                if isinstance(reply, AdminReply):
+                    break
+                hint = reply.leader_id if isinstance(reply, ErrorReply) else None
+                target = hint or self.rng.choice(list(self.nodes))
+                await trio.sleep(0.05)
+            self.routes += [(name, p) for p in range(partitions)]
+            self.trace.append(f"created {name}")
+
+    async def _request(self, target: int, request: AppendRequest | AdminRequest):
         """The reply, or None if the node was unreachable or went away."""
         reply = None
         try:
@@ -197,8 +256,9 @@ class Cluster:
         for k in range(count):
             acks = rng.choice(ACKS)
             value = b"c%d-%d" % (client_id, k)
-            offset = await self.append(value, acks, (client_id, k), timeout_s=1.0)
-            self.outcomes.append(Outcome(value, acks, offset))
+            route = rng.choice(self.routes)
+            offset = await self.append(value, acks, (client_id, k), route, timeout_s=1.0)
+            self.outcomes.append(Outcome(value, acks, route, offset))
             self.trace.append(f"ack {value!r} {acks.name} {offset}")
             await trio.sleep(rng.uniform(0, 0.03))
 
@@ -252,37 +312,55 @@ class Cluster:
             if sim.node is None:
                 await self.start(nursery, i)
 
+    def group_ids(self) -> set[int]:
+        return {gid for s in self.nodes.values() if s.node for gid in s.node.groups}
+
+    def replicas(self, gid: int) -> dict[int, GroupActor]:
+        """Node id -> its replica of group `gid`, on the running nodes that host one."""
+        return {
+            i: s.node.groups[gid] for i, s in self.nodes.items() if s.node and gid in s.node.groups
+        }
+
+    def _converged(self, gid: int) -> bool:
+        replicas = self.replicas(gid)
+        leaders = [g for g in replicas.values() if g.core.is_leader]
+        leader = max(leaders, key=lambda g: g.core.term, default=None)
+        if leader is None or leader.core.configs.change_in_flight:
+            return False
+        target = leader.log.dirty_offset
+        return all(
+            m in replicas
+            and replicas[m].core.commit_offset == target
+            and replicas[m].log.dirty_offset == target
+            for m in leader.core.config.members
+        )
+
     async def wait_converged(self, timeout_s: float) -> bool:
-        """I7: a leader exists and every member holds and commits the leader's log."""
+        """I7: in every group a leader exists and every member holds and commits its log."""
         with trio.move_on_after(timeout_s):
-            while True:
-                leaders = [s.node for s in self.nodes.values() if s.node and s.node.core.is_leader]
-                leader = max(leaders, key=lambda n: n.core.term, default=None)
-                if leader is not None and not leader.core.configs.change_in_flight:
-                    members = [self.nodes[m].node for m in leader.core.config.members]
-                    target = leader.log.dirty_offset
-                    if all(
-                        n is not None
-                        and n.core.commit_offset == target
-                        and n.log.dirty_offset == target
-                        for n in members
-                    ):
-                        return True
+            while not all(self._converged(gid) for gid in self.group_ids()):
                 await trio.sleep(0.05)
+            return True
         return False
 
     async def membership_chaos(self, duration_s: float) -> None:
-        """Membership changes and leadership transfers, through the admin calls."""
+        """Membership changes and leadership transfers, through the admin calls (sent to the
+        controller's leader: cluster membership is its group's)."""
         rng = random.Random(self.rng.getrandbits(64))
         end = trio.current_time() + duration_s
         while trio.current_time() < end:
             await trio.sleep(rng.uniform(0.2, 1.0))
             leader = next(
-                (s.node for s in self.nodes.values() if s.node and s.node.core.is_leader), None
+                (
+                    s.node
+                    for s in self.nodes.values()
+                    if s.node and s.node.controller.core.is_leader
+                ),
+                None,
             )
-            if leader is None or leader.core.config is None:
+            if leader is None or leader.controller.core.config is None:
                 continue
-            config = leader.core.config
+            config = leader.controller.core.config
             voters = sorted(config.voters)
             outsiders = sorted(set(self.nodes) - config.members)
             choice = rng.random()
@@ -315,13 +393,13 @@ class Cluster:
 
     # ---------------------------------------------------------------- checking
 
-    def committed_log(self, node: Node) -> list[tuple[int, int, bytes]]:
-        """(offset, term, batch bytes) of every batch up to the node's commit offset."""
+    def committed_log(self, group: GroupActor) -> list[tuple[int, int, bytes]]:
+        """(offset, term, batch bytes) of every batch up to the replica's commit offset."""
         out = []
-        log = node.log
+        log = group.log
         offset = log.log_start_offset
-        while offset <= node.core.commit_offset:
-            chunk = log.read(offset, 1 << 20, upto_offset=node.core.commit_offset)
+        while offset <= group.core.commit_offset:
+            chunk = log.read(offset, 1 << 20, upto_offset=group.core.commit_offset)
             for header, batch in split_batches(chunk.data):
                 out.append((header.base_offset, header.term, bytes(batch)))
             offset = chunk.last_offset + 1
@@ -332,14 +410,32 @@ class Cluster:
         if not converged:
             states = [s.node.status() for s in self.nodes.values() if s.node]
             problems.append(f"I7: the cluster did not converge after the faults healed: {states}")
-        for term, who in self.leaders.items():
+        for (gid, term), who in self.leaders.items():
             if len(who) > 1:
-                problems.append(f"I6: term {term} had leaders {sorted(who)}")
-        logs = {i: self.committed_log(s.node) for i, s in self.nodes.items() if s.node}
+                problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")
+        routes = self._routes_of_groups()
+        for gid in sorted(self.group_ids()):
+            outcomes = [o for o in self.outcomes if o.route == routes.get(gid)]
+            self._check_group(gid, outcomes, problems)
+        if problems:
+            raise Violation(f"seed {self.seed}: " + "; ".join(problems[:10]))
+
+    def _routes_of_groups(self) -> dict[int, Route]:
+        return {
+            group.group_id: key
+            for s in self.nodes.values()
+            if s.node
+            for key, group in s.node.partitions.items()
+        }
+
+    def _check_group(self, gid: int, outcomes: list[Outcome], problems: list[str]) -> None:
+        logs = {i: self.committed_log(g) for i, g in self.replicas(gid).items()}
         longest = max(logs.values(), key=len, default=[])
         for i, entries in logs.items():
             if entries != longest[: len(entries)]:
-                problems.append(f"I2: node {i}'s committed prefix differs from the longest")
+                problems.append(
+                    f"I2: node {i}'s committed prefix of group {gid} differs from the longest"
+                )
         where: dict[bytes, list[int]] = {}
         for base, _term, batch in longest:
             header = split_batches(batch)[0][0]
@@ -350,18 +446,20 @@ class Cluster:
         for value, offsets in where.items():
             if len(offsets) > 1:
                 problems.append(f"I3: {value!r} at offsets {offsets}")
-        for outcome in self.outcomes:
+        for outcome in outcomes:
             acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
             if acked and where.get(outcome.value) != [outcome.offset]:
                 problems.append(
-                    f"I1: quorum-acked {outcome.value!r} at {outcome.offset} found at "
-                    f"{where.get(outcome.value)}"
+                    f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
+                    f"found at {where.get(outcome.value)}"
                 )
-        if problems:
-            raise Violation(f"seed {self.seed}: " + "; ".join(problems[:10]))
 
     def trace_hash(self) -> str:
-        logs = [self.committed_log(s.node) for s in self.nodes.values() if s.node]
+        logs = [
+            (gid, i, self.committed_log(g))
+            for gid in sorted(self.group_ids())
+            for i, g in sorted(self.replicas(gid).items())
+        ]
         digest = hashlib.sha256()
         for line in self.trace:
             digest.update(line.encode() + b"\n")
@@ -371,13 +469,21 @@ class Cluster:
 
 
 async def _scenario(
-    seed: int, size: int, clients: int, appends: int, chaos_s: float, membership: bool
+    seed: int,
+    size: int,
+    clients: int,
+    appends: int,
+    chaos_s: float,
+    membership: bool,
+    topics: bool,
 ) -> str:
     cluster = Cluster(seed, size)
     async with trio.open_nursery() as nursery:
         for i in cluster.nodes:
             await cluster.start(nursery, i)
         nursery.start_soon(cluster.observe)
+        if topics:
+            await cluster.create_topics()
         async with trio.open_nursery() as work:
             work.start_soon(cluster.chaos, nursery, chaos_s)
             if membership:
@@ -399,6 +505,7 @@ def run_seed(
     appends: int = 30,
     chaos_s: float = 5.0,
     membership: bool = False,
+    topics: bool = False,
 ) -> str:
     """Run one seed; returns its trace hash. Raises Violation with the seed in the message."""
     run_module = trio._core._run
@@ -415,6 +522,7 @@ def run_seed(
             appends,
             chaos_s,
             membership,
+            topics,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     finally:

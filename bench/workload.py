@@ -177,6 +177,13 @@ def _cluster_report(cluster: ProcessCluster, lines: int = 8) -> str:
     return "\n".join(out)
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def leader_address(cluster: ProcessCluster, timeout_s: float = 30.0) -> str:
     return cluster.address(cluster.wait_for_leader(timeout_s=timeout_s))
 

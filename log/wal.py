@@ -100,6 +100,22 @@ class TailCache:
         self._bytes = 0
 
 
+@dataclass(slots=True)
+class FlushJob:
+    """One log's share of a flush: what to make durable, taken when the flush began."""
+
+    log: Log
+    target: int
+    truncations: int
+    files: list[File]
+    indexes: list[tuple[str, bytes]]
+    sync_dir: bool
+
+    def run(self) -> None:
+        """Blocking: fsync the files, the folder, write the indexes."""
+        self.log._sync(self.files, self.indexes, self.sync_dir)
+
+
 class OffsetOutOfRangeError(LookupError):
     """An offset before the log start (or otherwise not held by this log)."""
 
@@ -273,6 +289,13 @@ class Log:
         return 0
 
     @property
+    def unflushed(self) -> bool:
+        """Whether a flush has anything to do (appends, truncations, new files)."""
+        return self.dirty_offset > self._flushed_offset or bool(
+            self._unsynced or self._unindexed or self._dir_dirty
+        )
+
+    @property
     def retains_all(self) -> bool:
         return self._config.retention_bytes is None and self._config.retention_ms is None
 
@@ -410,13 +433,19 @@ class Log:
     # Flushing
 
     async def flush(self) -> int:
-        """fsync everything appended so far (in a worker thread); returns flushed_offset.
+        """fsync everything appended so far (through `run_sync`); returns flushed_offset.
+        A node's flusher does the same for many logs at once (`begin_flush`, `end_flush`)."""
+        job = self.begin_flush()
+        try:
+            await self._run_sync(job.run)
+        except BaseException:
+            self.end_flush(job, durable=False)
+            raise
+        return self.end_flush(job, durable=True)
 
-        A truncation while the fsync runs makes its result void (storage rule 3).
-        """
+    def begin_flush(self) -> FlushJob:
+        """Take what is to be made durable now; `job.run()` (blocking) syncs it."""
         assert not self._flushing, "one flush at a time: the flusher owns it"
-        target = self.dirty_offset
-        truncations = self._truncations
         files = [s.file for s in self._unsynced]
         self._unsynced.clear()
         indexes = [(s.index_path, s.index_file_bytes()) for s in self._unindexed]
@@ -424,15 +453,17 @@ class Log:
         sync_dir = self._dir_dirty or bool(indexes)
         self._dir_dirty = False
         self._flushing = True
-        try:
-            await self._run_sync(self._sync, files, indexes, sync_dir)
-        finally:
-            self._flushing = False
-            for f in self._retired:
-                f.close()
-            self._retired.clear()
-        if truncations == self._truncations and target > self._flushed_offset:
-            self._flushed_offset = target
+        return FlushJob(self, self.dirty_offset, self._truncations, files, indexes, sync_dir)
+
+    def end_flush(self, job: FlushJob, durable: bool) -> int:
+        """After `job.run()`: the flushed offset moves to the job's target unless a
+        truncation happened meanwhile, which makes its result void (storage rule 3)."""
+        self._flushing = False
+        for f in self._retired:
+            f.close()
+        self._retired.clear()
+        if durable and job.truncations == self._truncations and job.target > self._flushed_offset:
+            self._flushed_offset = job.target
         return self._flushed_offset
 
     def _sync(self, files: list[File], indexes: list[tuple[str, bytes]], sync_dir: bool) -> None:

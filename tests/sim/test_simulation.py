@@ -1,7 +1,7 @@
 """Seeded simulations of whole clusters; each seed runs twice and must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from bench.simulation import run_seed; run_seed(SEED, size=N, membership=M)"
+  .venv/bin/python -c "from bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -16,11 +16,14 @@ SEEDS_5 = range(1000, 1100)
 # With membership changes and leadership transfers on top of the faults.
 MEMBERSHIP_SEEDS_3 = range(2000, 2030)
 MEMBERSHIP_SEEDS_5 = range(3000, 3030)
+# Three topics of four partitions besides `default` and the controller: 14 groups a node.
+TOPIC_SEEDS_3 = range(4000, 4030)
+TOPIC_SEEDS_5 = range(5000, 5020)
 
 
-def check_seed(seed: int, size: int, membership: bool = False) -> None:
-    first = run_seed(seed, size=size, membership=membership)
-    second = run_seed(seed, size=size, membership=membership)
+def check_seed(seed: int, size: int, membership: bool = False, topics: bool = False) -> None:
+    first = run_seed(seed, size=size, membership=membership, topics=topics)
+    second = run_seed(seed, size=size, membership=membership, topics=topics)
     assert first == second, f"seed {seed} did not replay: lost determinism"
 
 
@@ -42,3 +45,13 @@ def test_three_nodes_changing_members(seed):
 @pytest.mark.parametrize("seed", MEMBERSHIP_SEEDS_5)
 def test_five_nodes_changing_members(seed):
     check_seed(seed, 5, membership=True)
+
+
+@pytest.mark.parametrize("seed", TOPIC_SEEDS_3)
+def test_three_nodes_many_groups(seed):
+    check_seed(seed, 3, membership=seed % 3 == 0, topics=True)
+
+
+@pytest.mark.parametrize("seed", TOPIC_SEEDS_5)
+def test_five_nodes_many_groups(seed):
+    check_seed(seed, 5, membership=seed % 3 == 0, topics=True)
