@@ -24,7 +24,17 @@ import structlog
 import trio
 
 from actors.flusher import FLUSHED, Flushed, Flusher
-from actors.mailbox import Answered, ClientAppend, CoreCall, PeerInput, Pending, QuorumWaiter
+from actors.heartbeats import HeartbeatManager
+from actors.mailbox import (
+    WAKE_UP,
+    Answered,
+    ClientAppend,
+    CoreCall,
+    PeerInput,
+    Pending,
+    QuorumWaiter,
+    WakeUp,
+)
 from actors.stats import NodeStats
 from actors.storage import GroupStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
@@ -69,6 +79,7 @@ class GroupActor:
         run_sync: RunSync,
         stats: NodeStats,
         flusher: Flusher,
+        heartbeats: HeartbeatManager,
         on_changed: Callable[[GroupActor], None],
     ):
         self.node_id = node_id
@@ -84,6 +95,8 @@ class GroupActor:
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
+        self._heartbeats = heartbeats
+        self._led = False  # registered with the heartbeats as this group's leader
         self._flushed_seen = self.log.flushed_offset
         self._waiters: deque[QuorumWaiter] = deque()
         # Appends that arrived during a leadership transfer: they wait, they do not fail.
@@ -118,13 +131,22 @@ class GroupActor:
         appends: list[ClientAppend] = []
         while True:
             with trio.move_on_at(core.next_deadline()):
-                self._handle_input(await mailbox.receive(), appends)
+                item = await mailbox.receive()
+                if core.quiet:  # before the input: it must see what the node heard
+                    core.wake(
+                        trio.current_time(),
+                        self._heartbeats.contacts_for(self.group_id, core.is_leader),
+                    )
+                    self._heartbeats.active(self.group_id)
+                self._handle_input(item, appends)
                 for _ in range(ROUND_INPUTS_MAX - 1):
                     try:
                         self._handle_input(mailbox.receive_nowait(), appends)
                     except trio.WouldBlock:
                         break
             now = trio.current_time()
+            if core.is_leader:
+                core.note_contacts(self._heartbeats.answered_by)
             if self.log.flushed_offset != self._flushed_seen:
                 # The flusher made more durable: commit may advance, waiting replies go.
                 self._flushed_seen = self.log.flushed_offset
@@ -150,8 +172,8 @@ class GroupActor:
                 core.step(sender, message, trio.current_time())
                 if processed is not None:
                     processed.set()
-            case Flushed():
-                pass  # a wake-up: the round checks the flushed offset
+            case Flushed() | WakeUp():
+                pass  # a wake-up: the round checks the flushed offset, a quiet core wakes
             case CoreCall(fn, reply):
                 core.now = trio.current_time()
                 try:
@@ -203,9 +225,8 @@ class GroupActor:
             self._leader_seen = (core.leader_id, core.term)
             self._on_changed(self)
         for to, message in core.take_outbox():
-            if type(message) is Heartbeat:
-                self.stats.heartbeats_sent += 1
-            transport.send_nowait(to, message)
+            if type(message) is not Heartbeat:  # the node sends them batched
+                transport.send_nowait(to, message)
         if self._held and core.transfer is None:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
@@ -222,6 +243,23 @@ class GroupActor:
             )
             core.flush_urgent = False
             self._flusher.request(self, urgent)
+        self._tell_heartbeats()
+
+    def _tell_heartbeats(self) -> None:
+        """What the node's batched heartbeats need: the group it leads, or that this group
+        went quiet (nothing to do until something happens: raft/quiescence.py)."""
+        core = self.core
+        heartbeats = self._heartbeats
+        if core.is_leader:
+            heartbeats.leading(self.group_id, core.term, core.commit_offset, tuple(core.progress))
+        elif self._led:
+            heartbeats.not_leading(self.group_id)
+        self._led = core.is_leader
+        if self._waiters or self._held or not core.can_quiesce():
+            return
+        core.quiet = True
+        if not core.is_leader:
+            heartbeats.quiet_follower(self.group_id, core.leader_id)
 
     def _answer_waiters(self) -> None:
         core = self.core
@@ -282,6 +320,17 @@ class GroupActor:
             leader_id,
             self.address_of(leader_id),
         )
+
+    def wake_up(self) -> None:
+        """From the heartbeat manager: a quiet group must run its timers again."""
+        with contextlib.suppress(trio.WouldBlock):
+            self._inbox.send_nowait(WAKE_UP)
+
+    def deliver_nowait(self, sender: int, message: Message) -> None:
+        """A Raft message from the heartbeat manager; dropped if the mailbox is full (as
+        the network may drop it: Raft resends)."""
+        with contextlib.suppress(trio.WouldBlock):
+            self._inbox.send_nowait(PeerInput(sender, message))
 
     def wake_flushed(self) -> None:
         """From the flusher: this log's flushed offset moved."""

@@ -71,6 +71,15 @@ class Answered:
         self._answer(value)
 
 
+class WakeUp:
+    """Mailbox message: a quiet group must run its timers again (actors/heartbeats.py)."""
+
+    __slots__ = ()
+
+
+WAKE_UP = WakeUp()
+
+
 @dataclass(frozen=True, slots=True)
 class PeerInput:
     sender: int

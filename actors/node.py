@@ -23,6 +23,7 @@ from actors.balancer import balance_leaders
 from actors.controller import ControllerActor
 from actors.flusher import Flusher
 from actors.group import GroupActor
+from actors.heartbeats import HeartbeatManager
 from actors.manager import GroupManager
 from actors.stats import NodeStats
 from actors.storage import GroupStorage, NodeStorage, Retention
@@ -41,6 +42,8 @@ from transport.messages import (
     ErrorCode,
     ErrorReply,
     Heartbeat,
+    HeartbeatBatch,
+    HeartbeatBatchReply,
     HeartbeatReply,
     LeaderUpdates,
     Message,
@@ -103,6 +106,9 @@ class Node:
         self._rng = rng
         self._run_sync = run_sync
         self.flusher = Flusher(run_sync, settings.leader_flush_interval_s, self.stats)
+        self.heartbeats = HeartbeatManager(
+            node_id, settings, lambda: self.groups, self.send_nowait, self.stats
+        )
         self.controller = self._group(storage.controller)
         self.partitions = {key: self._group(g) for key, g in storage.partitions.items()}
         self.groups: dict[int, GroupActor] = {
@@ -122,6 +128,7 @@ class Node:
             run_sync=self._run_sync,
             stats=self.stats,
             flusher=self.flusher,
+            heartbeats=self.heartbeats,
             on_changed=self._group_changed,
         )
 
@@ -146,6 +153,7 @@ class Node:
             self._transport = transport
             self._update_peers()
             nursery.start_soon(self.flusher.run)
+            nursery.start_soon(self.heartbeats.run)
             self._manager = GroupManager(nursery, transport, self._reopen)
             for group in list(self.groups.values()):
                 await self._manager.start(group)
@@ -269,6 +277,7 @@ class Node:
         out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
         out["partitions_hosted"] = len(self.partitions)
         out["heartbeats_sent"] = self.stats.heartbeats_sent
+        out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
         return out
 
     # ------------------------------------------------------------------- the handler
@@ -298,14 +307,24 @@ class Node:
                 return StatusReply(self.status())
             case PartitionsRequest(topic):
                 return StatusReply(self.partitions_status(topic))
-            case LeaderUpdates():
-                if peer.role is ConnectionRole.PEER:
-                    self.controller_actor.on_leader_updates(message)
+            case LeaderUpdates() | HeartbeatBatch() | HeartbeatBatchReply():
+                if peer.role is not ConnectionRole.PEER or peer.node_id is None:
+                    return ErrorReply(ErrorCode.PROTOCOL, "node messages come from peers only")
+                self._from_peer(peer.node_id, message)
                 return None
             case AdminRequest():
                 return await handle_admin(self, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
+
+    def _from_peer(self, sender: int, message: Message) -> None:
+        match message:
+            case LeaderUpdates():
+                self.controller_actor.on_leader_updates(message)
+            case HeartbeatBatch():
+                self.heartbeats.on_batch(sender, message)
+            case HeartbeatBatchReply():
+                self.heartbeats.on_batch_reply(sender, message)
 
     def _no_replica(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
         """A call for a partition this node holds no replica of: the leader it believes in,

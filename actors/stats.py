@@ -57,7 +57,7 @@ class NodeStats:
     append_bytes: Counter = field(default_factory=Counter)
     append_latency_s: dict[str, Histogram] = field(default_factory=dict)
     fsync_latency_s: Histogram = field(default_factory=Histogram)
-    heartbeats_sent: int = 0  # to every peer, all groups together
+    heartbeats_sent: int = 0  # heartbeat messages (batches of every group) to all peers
 
     def append_done(self, acks: str, size: int, seconds: float) -> None:
         self.appends[acks] += 1

@@ -40,6 +40,7 @@ from raft.election import ElectionRules
 from raft.follower import FollowerRules
 from raft.producers import ProducerTable, StaleSequenceError
 from raft.progress import Progress
+from raft.quiescence import QuiescenceRules
 from raft.reconfiguration import ReconfigurationRules
 from raft.replication import ReplicationRules
 from raft.roles import NotLeaderError, Role
@@ -72,7 +73,9 @@ class Proposal:
     awaited: bool
 
 
-class RaftCore(ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRules):
+class RaftCore(
+    ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRules, QuiescenceRules
+):
     def __init__(
         self,
         node_id: int,
@@ -149,6 +152,8 @@ class RaftCore(ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRu
         return out
 
     def next_deadline(self) -> float:
+        if self.quiet:
+            return math.inf  # the node's heartbeat manager wakes the group
         if self.role is Role.LEADER:
             return self.heartbeat_deadline_s
         if self.role is Role.LEARNER:

@@ -93,8 +93,11 @@ class ElectionRules:
 
     def _on_vote_request(self, sender: int, req: VoteRequest, now: float) -> None:
         up_to_date = (req.last_term, req.last_offset) >= (self.log.last_term, self.log.dirty_offset)
-        # Storage rule 6: a repaired node votes again only once it has caught up.
-        may_vote = self._is_voter() and self.log.dirty_offset >= self.meta.vote_after_offset
+        # Storage rule 6: a repaired node votes again only once it has caught up. Whether
+        # it is a voter does not matter here: the candidate counts only its voters' votes,
+        # and a learner promoted by a joint entry it has not received yet must be able to
+        # vote, or C(old,new) can elect no one (etcd's rule; a simulation seed stalled).
+        may_vote = self.log.dirty_offset >= self.meta.vote_after_offset
         if req.pre_vote:
             granted = (
                 may_vote

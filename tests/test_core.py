@@ -288,3 +288,19 @@ def test_a_leader_cut_off_from_the_majority_steps_down():
     elect(core, now=10.0)
     core.tick(10.0 + SETTINGS.election_timeout_max_s + 0.01)
     assert core.role is Role.FOLLOWER and core.leader_id is None
+
+
+def test_a_learner_votes_when_asked_so_that_a_joint_configuration_can_elect():
+    """Voters {1, 2} and learner 3 entered C(old={1,2}, new={1,3}) on 1 and 2 only; node 2
+    is gone. Node 1 needs node 3's vote for C(new), and node 3, still a learner in its own
+    configuration, must give it (the candidate decides whose votes count)."""
+    learner_config = Configuration(
+        version=1, voters=frozenset({1, 2}), learners=frozenset({3}), addresses=PEERS
+    )
+    core = make_core(node_id=3, config=learner_config)
+    assert core.role is Role.LEARNER
+    core.step(1, VoteRequest(0, 2, 1, 5, 1, True, False), now=10.0)
+    core.step(1, VoteRequest(0, 2, 1, 5, 1, False, False), now=10.0)
+    replies = [m for _, m in core.take_outbox()]
+    assert [(r.pre_vote, r.granted) for r in replies] == [(True, True), (False, True)]
+    assert core.role is Role.LEARNER, "voting does not make it a candidate"

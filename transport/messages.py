@@ -310,6 +310,30 @@ class PartitionsRequest:
     topic: str
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatBatch:
+    """One-way, once per heartbeat interval from a node to each peer: every group the
+    sender leads with that peer as a member. `ids` (int64 little-endian array) are groups
+    whose term and commit offset did not change since the last batch to this peer; `full`
+    is the msgpack array of [group, term, commit_offset] of the others
+    (actors/heartbeats.py)."""
+
+    TAG = 43
+    seq: int  # echoed by the reply, which confirms the full entries this batch carried
+    ids: bytes
+    full: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatBatchReply:
+    """The answer to a HeartbeatBatch: `need_full` (int64 array) are groups named by id
+    only whose last full entry the receiver does not know (it restarted, say)."""
+
+    TAG = 44
+    seq: int
+    need_full: bytes
+
+
 Message = (
     Hello
     | Challenge
@@ -335,6 +359,8 @@ Message = (
     | ErrorReply
     | LeaderUpdates
     | PartitionsRequest
+    | HeartbeatBatch
+    | HeartbeatBatchReply
 )
 
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__

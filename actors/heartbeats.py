@@ -1,0 +1,260 @@
+"""Batched heartbeats: one message per node pair per interval carries every group the
+sender leads towards that peer (Redpanda's heartbeat manager), and idle groups sleep.
+
+Leader side: each group this node leads is registered here with its term, commit offset
+and peers (`leading`); every interval each peer gets one `HeartbeatBatch` naming every such
+group it replicates: [group, term, commit] where that changed since the last batch to the
+peer, the bare id otherwise (`BeatBatcher`). The groups' own Heartbeat messages are not sent.
+
+Follower side (`BeatReceiver`): a full entry becomes a Heartbeat for its group; an id
+costs a timestamp for a quiet group that follows the sender (when its leader's node last
+named it), and becomes the Heartbeat of its last full entry for any other. A quiet group
+whose leader's node has not named it for the minimum election timeout (the node died, or
+no longer leads it) is woken: its election timer runs again. Quiet leaders are woken when
+a peer stops answering for the maximum election timeout (raft/quiescence.py says what
+quiet means and why it is safe).
+
+The classes below are plain state, tested without trio; `HeartbeatManager` is the task.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgpack
+import structlog
+import trio
+
+from transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from actors.stats import NodeStats
+    from raft.settings import RaftSettings
+
+logger = structlog.get_logger("quorumlog.heartbeats")
+
+
+def pack_ids(ids: Iterable[int]) -> bytes:
+    return array("q", ids).tobytes()
+
+
+def unpack_ids(data: bytes) -> list[int]:
+    if len(data) % 8:
+        raise ValueError(f"a group id array of {len(data)} bytes")
+    ids = array("q")
+    ids.frombytes(data)
+    return ids.tolist()
+
+
+@dataclass(frozen=True, slots=True)
+class Led:
+    """A group this node leads, as the batches need it."""
+
+    term: int
+    commit_offset: int
+    peers: tuple[int, ...]
+
+
+class BeatBatcher:
+    """What to send each peer: the bare id of a group whose (term, commit) the peer has
+    confirmed receiving (its reply to a batch that carried it), a full entry otherwise. A
+    lost batch therefore costs a resend, never a follower stuck on an old commit."""
+
+    # Batches whose replies are awaited, per peer: older ones are forgotten (lost).
+    UNCONFIRMED_MAX = 8
+
+    def __init__(self) -> None:
+        self._confirmed: dict[int, dict[int, tuple[int, int]]] = {}  # peer -> group -> state
+        self._unconfirmed: dict[int, dict[int, dict[int, tuple[int, int]]]] = {}  # peer, seq
+        self._seq = 0
+
+    def batch(self, peer: int, led: dict[int, Led]) -> tuple[int, list[int], list[list[int]]]:
+        """(sequence number, ids, full entries) of the next batch to `peer`."""
+        confirmed = self._confirmed.setdefault(peer, {})
+        ids: list[int] = []
+        full: list[list[int]] = []
+        carried: dict[int, tuple[int, int]] = {}
+        for group_id, state in led.items():
+            if peer not in state.peers:
+                continue
+            beat = (state.term, state.commit_offset)
+            if confirmed.get(group_id) == beat:
+                ids.append(group_id)
+            else:
+                carried[group_id] = beat
+                full.append([group_id, *beat])
+        if len(confirmed) > len(ids):  # groups no longer led towards this peer, or changed
+            for group_id in [g for g in confirmed if g not in led]:
+                del confirmed[group_id]
+        self._seq += 1
+        unconfirmed = self._unconfirmed.setdefault(peer, {})
+        if carried:
+            unconfirmed[self._seq] = carried
+            while len(unconfirmed) > self.UNCONFIRMED_MAX:
+                del unconfirmed[next(iter(unconfirmed))]
+        return self._seq, ids, full
+
+    def confirmed(self, peer: int, seq: int, need_full: Iterable[int]) -> None:
+        """The peer answered batch `seq`; it lacks the full entries of `need_full`."""
+        carried = self._unconfirmed.get(peer, {}).pop(seq, None)
+        confirmed = self._confirmed.setdefault(peer, {})
+        if carried:
+            confirmed.update(carried)
+        for group_id in need_full:
+            confirmed.pop(group_id, None)
+
+
+class BeatReceiver:
+    """The last full entry of each (leader node, group), to read ids by."""
+
+    def __init__(self) -> None:
+        self._full: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def receive(
+        self, sender: int, ids: list[int], full: list[list[int]]
+    ) -> tuple[list[Heartbeat], list[int], list[int]]:
+        """(Heartbeats of the full entries, ids known, ids whose full entry is unknown)."""
+        beats = []
+        for group_id, term, commit in full:
+            self._full[(sender, group_id)] = (term, commit)
+            beats.append(Heartbeat(group_id, term, sender, -1, 0, commit))
+        known, unknown = [], []
+        for group_id in ids:
+            (known if (sender, group_id) in self._full else unknown).append(group_id)
+        return beats, known, unknown
+
+    def heartbeat(self, sender: int, group_id: int) -> Heartbeat:
+        term, commit = self._full[(sender, group_id)]
+        return Heartbeat(group_id, term, sender, -1, 0, commit)
+
+
+class HeartbeatManager:
+    def __init__(
+        self,
+        node_id: int,
+        settings: RaftSettings,
+        groups: Callable[[], dict[int, GroupActor]],
+        send: Callable[[int, object], None],
+        stats: NodeStats,
+    ):
+        self.node_id = node_id
+        self._settings = settings
+        self._groups = groups  # the node's groups, by id, as they are now
+        self._send = send
+        self._stats = stats
+        self._led: dict[int, Led] = {}
+        self._batcher = BeatBatcher()
+        self._receiver = BeatReceiver()
+        # Liveness: when each group was last named by a batch (and by which node), and
+        # when each peer last answered ours. Quiet groups rely on these.
+        self.named: dict[int, tuple[int, float]] = {}
+        self.answered_by: dict[int, float] = {}
+        self._quiet_following: dict[int, int] = {}  # quiet follower group -> leader node
+        self._silent_peers: set[int] = set()
+
+    # ------------------------------------------------------------------- groups' side
+
+    def leading(self, group_id: int, term: int, commit_offset: int, peers: tuple[int, ...]) -> None:
+        self._led[group_id] = Led(term, commit_offset, peers)
+
+    def not_leading(self, group_id: int) -> None:
+        self._led.pop(group_id, None)
+
+    def quiet_follower(self, group_id: int, leader_id: int) -> None:
+        self._quiet_following[group_id] = leader_id
+
+    def active(self, group_id: int) -> None:
+        self._quiet_following.pop(group_id, None)
+
+    def contacts_for(self, group_id: int, leading: bool) -> dict[int, float]:
+        """What the node heard that a waking group's core has not seen: for a leader,
+        when each peer last answered this node; for a follower, when the node that leads
+        it last named it (only that: other traffic from that node says nothing of it)."""
+        if leading:
+            return self.answered_by
+        named = self.named.get(group_id)
+        return {} if named is None else {named[0]: named[1]}
+
+    # ------------------------------------------------------------------- messages
+
+    def on_batch(self, sender: int, message: HeartbeatBatch) -> None:
+        now = trio.current_time()
+        try:
+            ids = unpack_ids(message.ids)
+            full = msgpack.unpackb(message.full, raw=False)
+            beats, known, unknown = self._receiver.receive(sender, ids, full)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            logger.warning("bad_heartbeat_batch", peer=sender, error=str(exc))
+            return
+        groups = self._groups()
+        named = self.named
+        for beat in beats:
+            named[beat.group] = (sender, now)
+            if (group := groups.get(beat.group)) is not None:
+                group.deliver_nowait(sender, beat)
+        following = self._quiet_following
+        for group_id in known:
+            named[group_id] = (sender, now)
+            if following.get(group_id) == sender:
+                continue  # a quiet follower of the sender: the timestamp is all it needs
+            if (group := groups.get(group_id)) is not None:
+                group.deliver_nowait(sender, self._receiver.heartbeat(sender, group_id))
+        self._send(sender, HeartbeatBatchReply(message.seq, pack_ids(unknown)))
+
+    def on_batch_reply(self, sender: int, message: HeartbeatBatchReply) -> None:
+        try:
+            need_full = unpack_ids(message.need_full)
+        except ValueError as exc:
+            logger.warning("bad_heartbeat_batch_reply", peer=sender, error=str(exc))
+            return
+        self.answered_by[sender] = trio.current_time()
+        self._batcher.confirmed(sender, message.seq, need_full)
+
+    # ------------------------------------------------------------------- the task
+
+    async def run(self) -> None:
+        interval = self._settings.heartbeat_interval_s
+        while True:
+            await trio.sleep(interval)
+            peers = {p for led in self._led.values() for p in led.peers}
+            for peer in sorted(peers):
+                seq, ids, full = self._batcher.batch(peer, self._led)
+                if ids or full:
+                    full_bytes = msgpack.packb(full, use_bin_type=True)
+                    message = HeartbeatBatch(seq, pack_ids(ids), full_bytes)
+                    self._send(peer, message)
+                    self._stats.heartbeats_sent += 1
+            self._watch_peers(trio.current_time())
+
+    def _watch_peers(self, now: float) -> None:
+        """Wake quiet followers their leader's node stopped naming, and quiet leaders of a
+        peer that went silent (once, when it turns silent)."""
+        settings = self._settings
+        timeout = settings.election_timeout_min_s
+        for group_id, leader in list(self._quiet_following.items()):
+            named = self.named.get(group_id)
+            if named is None or named[0] != leader or now - named[1] > timeout:
+                self._wake(group_id)
+        silent = {
+            peer
+            for led in self._led.values()
+            for peer in led.peers
+            if now - self.answered_by.get(peer, -math.inf) > settings.election_timeout_max_s
+        }
+        for peer in silent - self._silent_peers:
+            groups = self._groups()
+            for group_id, led in self._led.items():
+                if peer in led.peers and (group := groups.get(group_id)) is not None:
+                    group.wake_up()
+        self._silent_peers = silent
+
+    def _wake(self, group_id: int) -> None:
+        self._quiet_following.pop(group_id, None)
+        group = self._groups().get(group_id)
+        if group is not None:
+            group.wake_up()
