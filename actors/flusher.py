@@ -2,7 +2,10 @@
 commit across partitions.
 
 A group asks for a flush after each round of inputs that left its log ahead of its
-flushed offset. An urgent request (quorum appends waiting, a follower that owes a reply,
+flushed offset. Each partition has its own log; with `fsync_threads` > 1 the files of a
+pass are synced by that many threads at once, so that the file system's journal commits
+them together (100 partitions each appending: a pass of 25 ms one file after another,
+about 5 ms with 16 threads; docs/decisions.md, "One log per partition"). An urgent request (quorum appends waiting, a follower that owes a reply,
 any follower: its flushed offset is what commits) starts a pass at once; a lazy one waits
 up to `interval_s` for company. One pass takes every group that asked, syncs all their
 files in one job on the node's storage thread (whatever is appended meanwhile goes in the
@@ -12,6 +15,7 @@ fatal to the node (storage rule 8).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import trio
@@ -32,14 +36,12 @@ class Flushed:
 FLUSHED = Flushed()
 
 
-def _run_all(jobs: list[FlushJob]) -> None:
-    for job in jobs:
-        job.run()
-
-
 class Flusher:
-    def __init__(self, run_sync: RunSync, interval_s: float, stats: NodeStats):
+    def __init__(
+        self, run_sync: RunSync, interval_s: float, stats: NodeStats, fsync_threads: int = 1
+    ):
         self._run_sync = run_sync
+        self._pool = ThreadPoolExecutor(fsync_threads, "fsync") if fsync_threads > 1 else None
         self._interval_s = interval_s
         self._stats = stats
         self._asked: dict[int, GroupActor] = {}  # by group id, in the order they asked
@@ -69,6 +71,14 @@ class Flusher:
             async with self._pass:
                 await self._flush_pass()
 
+    def _run_all(self, jobs: list[FlushJob]) -> None:
+        """Blocking, on the node's storage thread."""
+        if self._pool is None or len(jobs) == 1:
+            for job in jobs:
+                job.run()
+        else:
+            list(self._pool.map(FlushJob.run, jobs))  # raises the first job's error
+
     async def _flush_pass(self) -> None:
         asked, self._asked = list(self._asked.values()), {}
         work = [(g, g.log.flushed_offset, g.log.begin_flush()) for g in asked if g.log.unflushed]
@@ -77,7 +87,7 @@ class Flusher:
         jobs = [job for _, _, job in work]
         started = trio.current_time()
         try:
-            await self._run_sync(_run_all, jobs)
+            await self._run_sync(self._run_all, jobs)
         except BaseException:
             for group, _, job in work:
                 group.log.end_flush(job, durable=False)

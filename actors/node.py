@@ -98,6 +98,7 @@ class Node:
         settings: RaftSettings,
         rng: random.Random,
         run_sync: RunSync = run_inline,
+        fsync_threads: int = 1,
     ):
         self.id = node_id
         self.settings = settings
@@ -105,7 +106,9 @@ class Node:
         self.stats = NodeStats()
         self._rng = rng
         self._run_sync = run_sync
-        self.flusher = Flusher(run_sync, settings.leader_flush_interval_s, self.stats)
+        self.flusher = Flusher(
+            run_sync, settings.leader_flush_interval_s, self.stats, fsync_threads
+        )
         self.heartbeats = HeartbeatManager(
             node_id, settings, lambda: self.groups, self.send_nowait, self.stats
         )

@@ -4,6 +4,10 @@
   (a flusher task flushing whatever was appended while the last fsync ran), beside a plain
   Python loop writing the same bytes with the same number of fsyncs per batch;
 - read: 32 KiB reads through the log beside a raw sequential read of the same files;
+- group commit across partitions: N partitions each append a small batch, then one flush
+  pass makes all of it durable: with a log per partition (the node's flusher syncs each
+  partition's files in one job) against one log shared by the N partitions (one fsync), for
+  N = 1 and 100 (the choice of docs/decisions.md, "One log per partition");
 - peak RSS of the process doing all of it (the worker runs in its own process).
 
 The figures are medians over `repeats` alternating runs; ratios are log / raw.
@@ -127,6 +131,62 @@ def _raw_read(directory: str) -> tuple[float, int]:
     return time.perf_counter() - start, total
 
 
+PARTITION_BATCH_RECORDS = 4  # a small append per partition per pass: the costly case
+PARTITION_COUNTS = (1, 100)
+
+
+def _flush_passes(logs: list[Log], batches_per_log: int, batch: bytes, passes: int) -> list[float]:
+    """Seconds of each pass: every log appends, then one job syncs every log's files."""
+    seconds = []
+    for _ in range(passes):
+        for log in logs:
+            log.append([batch] * batches_per_log, term=1)
+        start = time.perf_counter()
+        jobs = [log.begin_flush() for log in logs]
+        for job in jobs:
+            job.run()
+        for log, job in zip(logs, jobs, strict=True):
+            log.end_flush(job, durable=True)
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _partition_flush_rows(work_dir: str, passes: int) -> list[dict]:
+    rng = random.Random(2)
+    records = [(None, rng.randbytes(RECORD_BYTES), 0, None) for _ in range(PARTITION_BATCH_RECORDS)]
+    batch = make_data_batch(records, timestamp_ms=0, compress=False)
+    rows = []
+    for partitions in PARTITION_COUNTS:
+        results = {}
+        for layout in ("log per partition", "one shared log"):
+            path = os.path.join(work_dir, f"partitions-{partitions}-{layout.split()[0]}")
+            shutil.rmtree(path, ignore_errors=True)
+            count = partitions if layout == "log per partition" else 1
+            logs = [
+                Log.open(
+                    OsFileSystem(), os.path.join(path, str(i)), LogConfig(), run_sync=run_inline
+                )
+                for i in range(count)
+            ]
+            per_log = 1 if count == partitions else partitions
+            results[layout] = _flush_passes(logs, per_log, batch, passes)
+            for log in logs:
+                log.close()
+            shutil.rmtree(path, ignore_errors=True)
+        own, shared = (median(results[k]) for k in ("log per partition", "one shared log"))
+        rows.append(
+            {
+                "figure": f"flush pass, {partitions} partitions appending, log per partition",
+                "pass_ms": own * 1e3,
+                "shared_log_pass_ms": shared * 1e3,
+                "ratio": own / shared,
+                "mb_s": partitions * len(batch) / own / 1e6,
+                "shared_log_mb_s": partitions * len(batch) / shared / 1e6,
+            }
+        )
+    return rows
+
+
 def _worker(work_dir: str, per_batch_mib: int, group_mib: int, repeats: int) -> list[dict]:
     batch = _batch()
     rows = []
@@ -179,6 +239,7 @@ def _worker(work_dir: str, per_batch_mib: int, group_mib: int, repeats: int) -> 
             "ratio": log_mbs / raw_mbs,
         }
     )
+    rows += _partition_flush_rows(work_dir, passes=20 * repeats)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rows.append({"figure": "peak RSS (append + read)", "bytes_mib": group_mib, "rss_mb": peak_mb})
     return rows

@@ -34,6 +34,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DAMAGED = 3
+# Files synced at once by a flush pass over many partitions (see actors/flusher.py).
+FSYNC_THREADS = 16
 
 
 class UsageError(Exception):
@@ -178,7 +180,14 @@ def serve(options: ServeOptions) -> int:
 
 
 async def _run(options: ServeOptions, storage, rng: random.Random, worker: WorkerThread) -> None:
-    node = Node(options.node_id, storage, settings=options.settings, rng=rng, run_sync=worker)
+    node = Node(
+        options.node_id,
+        storage,
+        settings=options.settings,
+        rng=rng,
+        run_sync=worker,
+        fsync_threads=FSYNC_THREADS,
+    )
 
     def open_transport(handler):
         # The node sets the peers from its configuration once it runs.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from membership.quorum import has_quorum
 from raft.roles import Role
 
 
@@ -34,8 +35,15 @@ class QuiescenceRules:
         if log.flushed_offset != dirty or self.commit_offset != dirty:
             return False
         if self.role is Role.LEADER:
+            # A majority heard from lately: a leader cut off stays awake, so that its
+            # check-quorum rule steps it down.
+            window = self.settings.election_timeout_min_s
+            recent = {self.id} | {
+                p.node_id for p in self.progress.values() if self.now - p.last_contact_s < window
+            }
             return (
-                self.transfer is None
+                has_quorum(self.config, recent)
+                and self.transfer is None
                 and not self.configs.change_in_flight
                 and not self.config.learners_to_promote
                 and all(

@@ -91,7 +91,9 @@ def test_a_retried_change_that_was_made_already_succeeds(cluster):
     sends it again marked `retry`, and the leader answers from the configuration it finds.
     (Membership calls go to the controller's leader: cluster membership is its group's.)"""
     cluster.wait_for_leader()
-    leader = cluster.node_status(cluster.ids[0])["controller_id"]
+    leader = None
+    while leader is None:
+        leader = cluster.node_status(cluster.ids[0])["controller_id"]
     removed = next(i for i in cluster.ids if i != leader)
     with cluster.client() as c:
         c.admin("remove_member", node_id=removed)
