@@ -258,7 +258,9 @@ class GroupActor:
         if self._waiters or self._held or not core.can_quiesce():
             return
         core.quiet = True
-        if not core.is_leader:
+        if core.is_leader:
+            heartbeats.quiet_leader(self.group_id)
+        else:
             heartbeats.quiet_follower(self.group_id, core.leader_id)
 
     def _answer_waiters(self) -> None:

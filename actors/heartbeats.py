@@ -10,9 +10,9 @@ Follower side (`BeatReceiver`): a full entry becomes a Heartbeat for its group; 
 costs a timestamp for a quiet group that follows the sender (when its leader's node last
 named it), and becomes the Heartbeat of its last full entry for any other. A quiet group
 whose leader's node has not named it for the minimum election timeout (the node died, or
-no longer leads it) is woken: its election timer runs again. Quiet leaders are woken when
-a peer stops answering for the maximum election timeout (raft/quiescence.py says what
-quiet means and why it is safe).
+no longer leads it) is woken: its election timer runs again. A quiet leader is woken when
+a majority of its peers has not answered this node for the maximum election timeout
+(raft/quiescence.py says what quiet means and why it is safe).
 
 The classes below are plain state, tested without trio; `HeartbeatManager` is the task.
 """
@@ -155,7 +155,7 @@ class HeartbeatManager:
         self.named: dict[int, tuple[int, float]] = {}
         self.answered_by: dict[int, float] = {}
         self._quiet_following: dict[int, int] = {}  # quiet follower group -> leader node
-        self._silent_peers: set[int] = set()
+        self._quiet_leading: set[int] = set()
 
     # ------------------------------------------------------------------- groups' side
 
@@ -168,8 +168,18 @@ class HeartbeatManager:
     def quiet_follower(self, group_id: int, leader_id: int) -> None:
         self._quiet_following[group_id] = leader_id
 
+    def quiet_leader(self, group_id: int) -> None:
+        self._quiet_leading.add(group_id)
+
     def active(self, group_id: int) -> None:
         self._quiet_following.pop(group_id, None)
+        self._quiet_leading.discard(group_id)
+
+    def forget(self, group_id: int) -> None:
+        """The group stopped here (its topic was deleted, or its task restarts)."""
+        self.active(group_id)
+        self._led.pop(group_id, None)
+        self.named.pop(group_id, None)
 
     def contacts_for(self, group_id: int, leading: bool) -> dict[int, float]:
         """What the node heard that a waking group's core has not seen: for a leader,
@@ -232,29 +242,35 @@ class HeartbeatManager:
             self._watch_peers(trio.current_time())
 
     def _watch_peers(self, now: float) -> None:
-        """Wake quiet followers their leader's node stopped naming, and quiet leaders of a
-        peer that went silent (once, when it turns silent)."""
+        """Wake quiet followers their leader's node stopped naming, and quiet leaders that
+        no longer hear from a majority of their peers (nothing to check while every peer
+        answers)."""
         settings = self._settings
         timeout = settings.election_timeout_min_s
         for group_id, leader in list(self._quiet_following.items()):
             named = self.named.get(group_id)
             if named is None or named[0] != leader or now - named[1] > timeout:
                 self._wake(group_id)
+        window = settings.election_timeout_max_s
+        answered = self.answered_by
+        led = self._led
         silent = {
             peer
-            for led in self._led.values()
-            for peer in led.peers
-            if now - self.answered_by.get(peer, -math.inf) > settings.election_timeout_max_s
+            for group_id in self._quiet_leading
+            for peer in led[group_id].peers
+            if now - answered.get(peer, -math.inf) > window
         }
-        for peer in silent - self._silent_peers:
-            groups = self._groups()
-            for group_id, led in self._led.items():
-                if peer in led.peers and (group := groups.get(group_id)) is not None:
-                    group.wake_up()
-        self._silent_peers = silent
+        if not silent:
+            return
+        for group_id in list(self._quiet_leading):
+            peers = led[group_id].peers
+            heard = sum(peer not in silent for peer in peers) + 1  # and itself
+            if 2 * heard <= len(peers) + 1:
+                self._wake(group_id)  # its check-quorum rule decides
 
     def _wake(self, group_id: int) -> None:
         self._quiet_following.pop(group_id, None)
+        self._quiet_leading.discard(group_id)
         group = self._groups().get(group_id)
         if group is not None:
             group.wake_up()

@@ -186,6 +186,7 @@ class Node:
     async def _reopen(self, old: GroupActor) -> GroupActor:
         """A fresh actor for a group whose task crashed, from its files."""
         await self.flusher.forget(old.group_id)
+        self.heartbeats.forget(old.group_id)
         group = self._group(
             self.storage.reopen(old.storage, random.Random(self._rng.getrandbits(64)))
         )
@@ -234,15 +235,15 @@ class Node:
         del self.groups[group.group_id], self._keys[group.group_id]
         await self._manager.stop(group.group_id)
         await self.flusher.forget(group.group_id)
+        self.heartbeats.forget(group.group_id)
         await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
         self._update_peers()
         logger.info(
             "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
         )
 
-    def send_nowait(self, peer: int, message: Message) -> None:
-        if self._transport is not None:
-            self._transport.send_nowait(peer, message)
+    def send_nowait(self, peer: int, message: Message) -> bool:
+        return self._transport is not None and self._transport.send_nowait(peer, message)
 
     def address_of(self, node_id: int | None) -> str | None:
         if node_id is None:

@@ -43,6 +43,7 @@ from quorumlog.localcluster import ProcessCluster, free_ports
 
 FAULTS = (
     "kill-leader",
+    "kill-controller",
     "kill-follower",
     "kill-majority",
     "pause-leader",
@@ -59,7 +60,9 @@ FAULTS = (
 )
 # Faults that can run together: one on the links, one on the processes.
 LINK_FAULTS = frozenset({"isolate-leader", "partition", "bridge", "one-way", "slow", "flap"})
-PROCESS_FAULTS = frozenset({"kill-leader", "kill-follower", "kill-majority", "pause-leader"})
+PROCESS_FAULTS = frozenset(
+    {"kill-leader", "kill-controller", "kill-follower", "kill-majority", "pause-leader"}
+)
 COMBINED_SHARE = 0.3
 ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
 SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
@@ -102,6 +105,7 @@ class Nemesis:
         self.paused: set[int] = set()
         self.leader: int | None = None
         self.term = 0
+        self.controller: int | None = None  # the controller group's leader, as last seen
         self.config: dict = {"voters": list(self.cluster.ids), "learners": []}
         self.next_id = plan.size + 1
         self.faults_injected = 0
@@ -210,6 +214,8 @@ class Nemesis:
                 if node_id in self.paused:
                     continue
                 status = await status_of(self.cluster.address(node_id))
+                if status is not None and status.get("controller_id") == node_id:
+                    self.controller = node_id
                 if status is None or status.get("role") != "leader":
                     continue
                 term = status["term"]
@@ -237,6 +243,11 @@ class Nemesis:
         leader = await self.leader_now()
         if leader is not None:
             await self.kill_and_restart([leader])
+
+    async def kill_controller(self) -> None:
+        """The controller group's leader (topic calls and membership go through it)."""
+        if self.controller is not None and self.controller in self.running:
+            await self.kill_and_restart([self.controller])
 
     async def kill_follower(self) -> None:
         if followers := self.followers():

@@ -91,6 +91,24 @@ def snapshot(node: Node) -> list:
             "quorumlog_elections", "Elections this node started", value=core.elections_started
         )
     )
+    groups = list(node.partitions.values())
+    for name, doc, value in (
+        ("partitions_hosted", "Partition replicas on this node", len(groups)),
+        ("partitions_led", "Partitions this node leads", sum(g.core.is_leader for g in groups)),
+        (
+            "partitions_quiet",
+            "Idle partition replicas running no timers",
+            sum(g.core.quiet for g in groups),
+        ),
+    ):
+        out.append(GaugeMetricFamily(f"quorumlog_{name}", doc, value=value))
+    out.append(
+        CounterMetricFamily(
+            "quorumlog_heartbeat_messages",
+            "Heartbeat batches sent (one per peer per interval, every group in it)",
+            value=stats.heartbeats_sent,
+        )
+    )
     return out
 
 

@@ -10,7 +10,13 @@ import pytest
 from bench.nemesis import FAULTS, Plan, run_plan
 
 FAMILIES = {
-    "kills and pauses": ("kill-leader", "kill-follower", "kill-majority", "pause-leader"),
+    "kills and pauses": (
+        "kill-leader",
+        "kill-controller",
+        "kill-follower",
+        "kill-majority",
+        "pause-leader",
+    ),
     "partitions": ("isolate-leader", "partition", "bridge", "one-way", "slow", "flap"),
     "disks": ("lose-unsynced", "lose-unsynced-all", "damage", "kill-leader"),
     "everything": FAULTS,
