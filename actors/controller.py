@@ -15,6 +15,7 @@ a leader.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import msgpack
@@ -298,12 +299,31 @@ class ControllerActor:
         if args.get("retry") and existing and len(existing.partitions) == partitions:
             return await self._created(name, partitions, replicas)  # the first try made it
         check_create(self.state, name, partitions, replicas, retention_bytes, retention_ms)
-        placed = place(partitions, replicas, self.state.brokers, self.state.replica_sets())
+        live = self._live_brokers()
+        if replicas > len(live):
+            raise TopicError(
+                f"{replicas} replicas asked for but only {len(live)} of the cluster's "
+                f"{len(self.state.brokers)} nodes answer now"
+            )
+        placed = place(partitions, replicas, live, self.state.replica_sets())
         command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
         why = await self._propose(command)
         if why is not None:
             raise TopicError(why)
         return await self._created(name, partitions, replicas)
+
+    def _live_brokers(self) -> list[int]:
+        """The brokers that answered this node (it leads the controller's group, so it
+        beats all of them) within the maximum election timeout: new replicas go only
+        there, or a partition could be born without the majority it needs to elect."""
+        now = trio.current_time()
+        window = self.node.settings.election_timeout_max_s
+        answered = self.node.heartbeats.answered_by
+        return [
+            b
+            for b in self.state.brokers
+            if b == self.node.id or now - answered.get(b, -math.inf) < window
+        ]
 
     async def _created(self, name: str, partitions: int, replicas: int) -> Message:
         while any(self.leader_hint(name, p) is None for p in range(partitions)):

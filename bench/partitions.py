@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import trio
 
@@ -180,16 +181,32 @@ def _describe_exact(cluster: ProcessCluster, client: Client, topic: str) -> bool
     return True
 
 
-def run(quick: bool = False) -> list[dict]:
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int
+    seconds: float
+    created: int  # partitions of the topic whose creation is timed
+    kills: int
+    idle_partitions: int
+    idle_s: float
+
+
+FULL = Sizes(rounds=5, seconds=4.0, created=100, kills=5, idle_partitions=1000, idle_s=20.0)
+QUICK = Sizes(rounds=2, seconds=2.0, created=100, kills=2, idle_partitions=100, idle_s=5.0)
+TINY = Sizes(rounds=1, seconds=0.5, created=10, kills=1, idle_partitions=20, idle_s=1.0)
+
+
+def run(quick: bool = False, tiny: bool = False) -> list[dict]:
+    sizes = TINY if tiny else QUICK if quick else FULL
     rows: list[dict] = []
     with running_cluster("partitions") as cluster:
-        rows += _throughput_rows(cluster, rounds=2 if quick else 5, seconds=2.0 if quick else 4.0)
-        rows.append(_create_row(cluster, 100))
-        rows += _controller_failover_rows(cluster, kills=2 if quick else 5)
+        rows += _throughput_rows(cluster, rounds=sizes.rounds, seconds=sizes.seconds)
+        rows.append(_create_row(cluster, sizes.created))
+        rows += _controller_failover_rows(cluster, kills=sizes.kills)
     with running_cluster("partitions-idle") as cluster:
-        rows += _idle_rows(cluster, partitions=100 if quick else 1000, seconds=5 if quick else 20)
+        rows += _idle_rows(cluster, partitions=sizes.idle_partitions, seconds=sizes.idle_s)
     return rows
 
 
 if __name__ == "__main__":
-    print_table("bench partitions", run(quick="--quick" in sys.argv))
+    print_table("bench partitions", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))

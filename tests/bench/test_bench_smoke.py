@@ -103,6 +103,24 @@ def test_storage(tmp_path):
     for figure in ("append fsync_per_batch", "append group_commit", "read 32KiB chunks"):
         _positive(rows[figure], "log_mb_s", "raw_mb_s", "ratio")
     _positive(rows["peak RSS (append + read)"], "rss_mb")
+    for partitions in (1, 100):
+        row = rows[f"flush pass, {partitions} partitions appending, log per partition"]
+        _positive(row, "pass_ms", "shared_log_pass_ms", "ratio")
+
+
+def test_partitions_smallest(tmp_path):
+    from bench import partitions
+
+    rows = _by_figure(_written(tmp_path, "partitions", partitions.run(tiny=True)))
+    for n in (1, 3, 6, 12):
+        _positive(
+            rows[f"aggregate acks=quorum, 64 x 1 KiB appends, w64, {n} partitions"], "records_s"
+        )
+    _positive(rows["create a topic of 10 partitions, until all lead"], "s")
+    _positive(rows["controller failover: kill its leader -> topic created"], "median_s")
+    _positive(rows["controller failover: kill its leader -> describe exact"], "median_s")
+    idle = rows["idle, 20 partitions x 3: heartbeats per node pair per s"]
+    assert 0 < idle["max"] <= 2 * idle["target"], idle
 
 
 def test_produce(tmp_path):
