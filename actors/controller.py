@@ -299,12 +299,7 @@ class ControllerActor:
         if args.get("retry") and existing and len(existing.partitions) == partitions:
             return await self._created(name, partitions, replicas)  # the first try made it
         check_create(self.state, name, partitions, replicas, retention_bytes, retention_ms)
-        live = self._live_brokers()
-        if replicas > len(live):
-            raise TopicError(
-                f"{replicas} replicas asked for but only {len(live)} of the cluster's "
-                f"{len(self.state.brokers)} nodes answer now"
-            )
+        live = await self._live_brokers(replicas)
         placed = place(partitions, replicas, live, self.state.replica_sets())
         command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
         why = await self._propose(command)
@@ -312,18 +307,28 @@ class ControllerActor:
             raise TopicError(why)
         return await self._created(name, partitions, replicas)
 
-    def _live_brokers(self) -> list[int]:
+    async def _live_brokers(self, wanted: int) -> list[int]:
         """The brokers that answered this node (it leads the controller's group, so it
         beats all of them) within the maximum election timeout: new replicas go only
-        there, or a partition could be born without the majority it needs to elect."""
-        now = trio.current_time()
+        there, or a partition could be born without the majority it needs to elect. A
+        new leader may not have heard from everyone yet: it waits that long for `wanted`."""
         window = self.node.settings.election_timeout_max_s
         answered = self.node.heartbeats.answered_by
-        return [
-            b
-            for b in self.state.brokers
-            if b == self.node.id or now - answered.get(b, -math.inf) < window
-        ]
+        with trio.move_on_after(2 * window):
+            while True:
+                now = trio.current_time()
+                live = [
+                    b
+                    for b in self.state.brokers
+                    if b == self.node.id or now - answered.get(b, -math.inf) < window
+                ]
+                if len(live) >= wanted:
+                    return live
+                await trio.sleep(self.node.settings.heartbeat_interval_s)
+        raise TopicError(
+            f"{wanted} replicas asked for but only {len(live)} of the cluster's "
+            f"{len(self.state.brokers)} nodes answer now"
+        )
 
     async def _created(self, name: str, partitions: int, replicas: int) -> Message:
         while any(self.leader_hint(name, p) is None for p in range(partitions)):
