@@ -63,6 +63,8 @@ TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_
 READ_BYTES_MAX = 1024 * 1024
 # Leader changes of this node's replicas go out at most this often, batched.
 LEADER_UPDATES_INTERVAL_S = 0.05
+# A broker that answered within this many heartbeat intervals is live (for placement).
+LIVE_BEATS = 4
 # How long `describe_topic` waits for each replica's own account of itself.
 DESCRIBE_ASK_S = 1.0
 
@@ -308,13 +310,15 @@ class ControllerActor:
         return await self._created(name, partitions, replicas)
 
     async def _live_brokers(self, wanted: int) -> list[int]:
-        """The brokers that answered this node (it leads the controller's group, so it
-        beats all of them) within the maximum election timeout: new replicas go only
-        there, or a partition could be born without the majority it needs to elect. A
-        new leader may not have heard from everyone yet: it waits that long for `wanted`."""
-        window = self.node.settings.election_timeout_max_s
+        """The brokers that answered this node's heartbeats (it leads the controller's
+        group, so it beats all of them every interval) within LIVE_BEATS intervals: new
+        replicas go only there, or a partition could be born without the majority it needs
+        to elect. A new leader may not have heard from everyone yet: it waits up to two
+        election timeouts for `wanted` of them."""
+        settings = self.node.settings
+        window = LIVE_BEATS * settings.heartbeat_interval_s
         answered = self.node.heartbeats.answered_by
-        with trio.move_on_after(2 * window):
+        with trio.move_on_after(2 * settings.election_timeout_max_s):
             while True:
                 now = trio.current_time()
                 live = [
