@@ -135,7 +135,9 @@ async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Messag
     core = group.core
     args = request.args
     try:
-        with trio.move_on_after(_wait_s(request)):
+        with trio.move_on_after(_wait_s(request)) as scope:
+            if "revision" in args:
+                return await _move(group, request, scope)
             return await _dispatch(group, request.op, args)
         return ErrorReply(
             ErrorCode.TIMEOUT, f"{request.op} did not finish within {_wait_s(request):g} s"
@@ -155,6 +157,25 @@ async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Messag
         )
     except StepFailed as exc:
         return ErrorReply(ErrorCode.TIMEOUT, str(exc))
+
+
+async def _move(group: GroupActor, request: AdminRequest, scope: trio.CancelScope) -> Message:
+    """A replica move (actors/mover.py): a change to the replica set of a controller
+    revision. A move of a later revision cancels this one, wherever its plan is (a learner
+    it staged and no longer wanted is removed by the later plan); an earlier one is refused."""
+    revision = int(request.args["revision"])
+    if group.move is not None:
+        if group.move[0] > revision:
+            return ErrorReply(
+                ErrorCode.REFUSED, f"a move of a later revision ({group.move[0]}) is under way"
+            )
+        group.move[1].cancel()
+    group.move = (revision, scope)
+    try:
+        return await _dispatch(group, request.op, request.args)
+    finally:
+        if group.move is not None and group.move[1] is scope:
+            group.move = None
 
 
 async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message:
@@ -208,7 +229,7 @@ def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
             return old not in config.members and config.is_voter(new)
         case "set_members":
             wanted = {check_node_id(int(k)) for k in args["members"]}
-            return not config.is_joint and config.voters == wanted
+            return not config.is_joint and config.members == wanted  # no stray learner
     return False
 
 

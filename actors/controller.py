@@ -65,6 +65,8 @@ READ_BYTES_MAX = 1024 * 1024
 LEADER_UPDATES_INTERVAL_S = 0.05
 # A broker that answered within this many heartbeat intervals is live (for placement).
 LIVE_BEATS = 4
+# How often a node looks for replicas moved away whose group has let it go.
+MOVED_AWAY_CHECK_S = 1.0
 # How long `describe_topic` waits for each replica's own account of itself.
 DESCRIBE_ASK_S = 1.0
 
@@ -79,6 +81,7 @@ class ControllerActor:
         self._next_offset = 0  # the next controller log offset to apply
         self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
         self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
+        self._reconciling = trio.Lock()
 
     @property
     def group(self) -> GroupActor:
@@ -89,6 +92,7 @@ class ControllerActor:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_leader_updates)
+            nursery.start_soon(self._drop_moved_away)
             while True:
                 if self._apply_committed():
                     await self._reconcile()
@@ -148,7 +152,29 @@ class ControllerActor:
 
     async def _reconcile(self) -> None:
         """Make this node's replicas match the state: create those placed here, drop those
-        of deleted topics. `default` follows membership instead (admin calls)."""
+        of deleted topics and those moved away once their group has let this node go.
+        `default` follows membership instead (admin calls)."""
+        async with self._reconciling:
+            await self._reconcile_now()
+
+    async def _drop_moved_away(self) -> None:
+        """Replicas moved off this node leave once their group's change reaches them, which
+        no controller command announces: look for them now and then."""
+        while True:
+            await trio.sleep(MOVED_AWAY_CHECK_S)
+            if any(
+                key[0] != DEFAULT_TOPIC and not self._placed_here(key)
+                for key in self.node.partitions
+            ):
+                await self._reconcile()
+
+    def _placed_here(self, key: tuple[str, int]) -> bool:
+        try:
+            return self.node.id in self.state.partition(*key).replicas
+        except TopicError:
+            return False
+
+    async def _reconcile_now(self) -> None:
         node = self.node
         state = self.state
         wanted = {
@@ -160,13 +186,28 @@ class ControllerActor:
             placed = wanted.get(key)
             if placed is not None and placed.group_id == group.group_id:
                 continue
-            if group.group_id < state.next_group_id:  # the state has seen it go
-                await node.remove_partition(key)
+            if group.group_id >= state.next_group_id:
+                continue  # newer than this node's state: it has not seen it placed yet
+            if self._moving_away(key, group):
+                continue
+            await node.remove_partition(key)
         for key, placed in wanted.items():
             if key not in node.partitions:
-                await node.add_partition(
-                    placed, self._bootstrap_config(placed), self._retention(placed)
-                )
+                # A replica placed at creation bootstraps the group with its peers; one
+                # placed by a move joins it, added by the group's leader (actors/mover.py).
+                config = None if state.was_moved(placed) else self._bootstrap_config(placed)
+                await node.add_partition(placed, config, self._retention(placed))
+
+    def _moving_away(self, key: tuple[str, int], group: GroupActor) -> bool:
+        """A replica moved off this node serves until its group's configuration leaves
+        it out: dropped earlier, the group would run one replica short during the move."""
+        topic = self.state.topics.get(key[0])
+        if topic is None or key[1] >= len(topic.partitions):
+            return False
+        if topic.partitions[key[1]].group_id != group.group_id:
+            return False
+        config = group.core.config
+        return config is not None and self.node.id in config.members
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
         addresses = {n: self.state.brokers[n].address for n in placed.replicas}
@@ -254,7 +295,7 @@ class ControllerActor:
                 case "describe_topic":
                     name = check_topic_name(args["name"], internal=True)
                     return AdminReply({"partitions": await self._describe(name)})
-        except _Answer as answer:
+        except PassBack as answer:
             return answer.reply
         except (TopicError, PlacementError) as exc:
             code = (
@@ -269,23 +310,30 @@ class ControllerActor:
 
     async def _wait_current(self) -> None:
         """Until this leader's state holds everything committed before its term."""
-        core = self.group.core
-        term = core.term
-        while not (
-            core.term_at(core.commit_offset) == term and self._next_offset > core.commit_offset
-        ):
-            if not core.is_leader or core.term != term:
+        term = self.group.core.term
+        while not self.is_current():
+            if not self.group.core.is_leader or self.group.core.term != term:
                 raise _not_leader(self.group)
             await self.changed.wait()
 
-    async def _propose(self, command: Command) -> str | None:
+    def is_current(self) -> bool:
+        """Whether this node leads the controller and its state holds everything committed
+        before its term (its term's barrier committed and applied)."""
+        core = self.group.core
+        return (
+            core.is_leader
+            and core.term_at(core.commit_offset) == core.term
+            and self._next_offset > core.commit_offset
+        )
+
+    async def propose(self, command: Command) -> str | None:
         """Append a command with acks=quorum; once applied here, why it did nothing (or
         None)."""
         value = msgpack.packb(to_wire(command), use_bin_type=True)
         batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
         reply = await self.group.append(AppendRequest(batch, Acks.QUORUM, -1, -1))
         if not isinstance(reply, AppendReply):
-            raise _Answer(reply)
+            raise PassBack(reply)
         offset = reply.last_offset
         while self._next_offset <= offset:
             await self.changed.wait()
@@ -301,38 +349,41 @@ class ControllerActor:
         if args.get("retry") and existing and len(existing.partitions) == partitions:
             return await self._created(name, partitions, replicas)  # the first try made it
         check_create(self.state, name, partitions, replicas, retention_bytes, retention_ms)
-        live = await self._live_brokers(replicas)
+        live = await self._wait_live_brokers(replicas)
         placed = place(partitions, replicas, live, self.state.replica_sets())
         command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
-        why = await self._propose(command)
+        why = await self.propose(command)
         if why is not None:
             raise TopicError(why)
         return await self._created(name, partitions, replicas)
 
-    async def _live_brokers(self, wanted: int) -> list[int]:
+    async def _wait_live_brokers(self, wanted: int) -> list[int]:
         """The brokers that answered this node's heartbeats (it leads the controller's
         group, so it beats all of them every interval) within LIVE_BEATS intervals: new
         replicas go only there, or a partition could be born without the majority it needs
         to elect. A new leader may not have heard from everyone yet: it waits up to two
         election timeouts for `wanted` of them."""
         settings = self.node.settings
-        window = LIVE_BEATS * settings.heartbeat_interval_s
-        answered = self.node.heartbeats.answered_by
         with trio.move_on_after(2 * settings.election_timeout_max_s):
-            while True:
-                now = trio.current_time()
-                live = [
-                    b
-                    for b in self.state.brokers
-                    if b == self.node.id or now - answered.get(b, -math.inf) < window
-                ]
-                if len(live) >= wanted:
-                    return live
-                await trio.sleep(self.node.settings.heartbeat_interval_s)
+            while len(live := self.live_brokers()) < wanted:
+                await trio.sleep(settings.heartbeat_interval_s)
+            return live
         raise TopicError(
             f"{wanted} replicas asked for but only {len(live)} of the cluster's "
             f"{len(self.state.brokers)} nodes answer now"
         )
+
+    def live_brokers(self) -> list[int]:
+        """The brokers that answered this node's heartbeats within LIVE_BEATS intervals
+        (on the controller's leader, which beats all of them)."""
+        window = LIVE_BEATS * self.node.settings.heartbeat_interval_s
+        answered = self.node.heartbeats.answered_by
+        now = trio.current_time()
+        return [
+            b
+            for b in self.state.brokers
+            if b == self.node.id or now - answered.get(b, -math.inf) < window
+        ]
 
     async def _created(self, name: str, partitions: int, replicas: int) -> Message:
         while any(self.leader_hint(name, p) is None for p in range(partitions)):
@@ -344,7 +395,7 @@ class ControllerActor:
         if args.get("retry") and name not in self.state.topics and name != DEFAULT_TOPIC:
             return AdminReply({"topic": name})  # the first try deleted it
         check_delete(self.state, name)
-        why = await self._propose(DeleteTopic(name))
+        why = await self.propose(DeleteTopic(name))
         if why is not None:
             raise TopicError(why)
         await self._wait_dropped(name)
@@ -416,7 +467,7 @@ class ControllerActor:
         return out
 
 
-class _Answer(Exception):
+class PassBack(Exception):
     """A reply to pass back to the caller as it is (leadership moved, say)."""
 
     def __init__(self, reply: Message):
@@ -424,8 +475,8 @@ class _Answer(Exception):
         self.reply = reply
 
 
-def _not_leader(group: GroupActor) -> _Answer:
-    return _Answer(group.not_leader(group.core.leader_id))
+def _not_leader(group: GroupActor) -> PassBack:
+    return PassBack(group.not_leader(group.core.leader_id))
 
 
 def _pack(entries: list[LeaderEntry]) -> bytes:

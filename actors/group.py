@@ -106,6 +106,9 @@ class GroupActor:
         self._config_seen: Configuration | None = None
         self._leader_seen: tuple[int | None, int] | None = None
         self.round_done = trio.Event()  # set (and replaced) after every round of inputs
+        # The replica move under way here (actors/admin.py): its controller revision and
+        # scope, cancelled when a move of a later revision arrives.
+        self.move: tuple[int, trio.CancelScope] | None = None
         self._logger = logger.bind(node_id=node_id, group=group_id)
 
     # ------------------------------------------------------------------- running

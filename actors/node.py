@@ -25,6 +25,7 @@ from actors.flusher import Flusher
 from actors.group import GroupActor
 from actors.heartbeats import HeartbeatManager
 from actors.manager import GroupManager
+from actors.mover import ReplicaMover
 from actors.stats import NodeStats
 from actors.storage import GroupStorage, NodeStorage, Retention
 from controller.state import DEFAULT_TOPIC, Partition
@@ -162,6 +163,7 @@ class Node:
                 await self._manager.start(group)
             nursery.start_soon(self.controller_actor.run)
             nursery.start_soon(balance_leaders, self)
+            nursery.start_soon(ReplicaMover(self).run)
             task_status.started(self)
 
     def _group_changed(self, group: GroupActor) -> None:

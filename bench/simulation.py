@@ -61,7 +61,8 @@ class SimNode:
     node: Node | None = None
     scope: trio.CancelScope | None = None
     stopped: trio.Event | None = None
-    last_commit: dict[int, int] = field(default_factory=dict)  # by group
+    # by group replica (group id, incarnation): a replica moved away and back is a new one
+    last_commit: dict[tuple[int, str], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -158,7 +159,8 @@ class Cluster:
                     core = group.core
                     if core.is_leader:
                         self.leaders.setdefault((gid, core.term), set()).add(i)
-                    last = sim.last_commit.get(gid, -1)
+                    replica = (gid, group.storage.meta.incarnation)
+                    last = sim.last_commit.get(replica, -1)
                     if core.commit_offset < last:
                         self.failures.append(
                             f"node {i} group {gid} commit went back {last}->{core.commit_offset}"
@@ -167,7 +169,7 @@ class Cluster:
                         self.failures.append(
                             f"node {i} group {gid} commit {core.commit_offset} above flushed"
                         )
-                    sim.last_commit[gid] = core.commit_offset
+                    sim.last_commit[replica] = core.commit_offset
             self._check_active_configs()
             await trio.sleep(0.005)
 
@@ -408,8 +410,12 @@ class Cluster:
     def check(self, converged: bool) -> None:
         problems = list(self.failures)
         if not converged:
-            states = [s.node.status() for s in self.nodes.values() if s.node]
-            problems.append(f"I7: the cluster did not converge after the faults healed: {states}")
+            stuck = {
+                gid: {i: g.core.status() for i, g in self.replicas(gid).items()}
+                for gid in self.group_ids()
+                if not self._converged(gid)
+            }
+            problems.append(f"I7: these groups did not converge after the faults healed: {stuck}")
         for (gid, term), who in self.leaders.items():
             if len(who) > 1:
                 problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")

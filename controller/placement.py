@@ -12,7 +12,10 @@ lower node id: every node computes the same placement from the same inputs.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
+
+K = TypeVar("K")
 
 
 class PlacementError(ValueError):
@@ -50,3 +53,37 @@ def place(
         leads[leader] += 1
         placed.append(replica_set)
     return placed
+
+
+def replace_departed(
+    replica_sets: Mapping[K, Sequence[int]], brokers: Iterable[int], live: Iterable[int]
+) -> dict[K, tuple[int, ...]]:
+    """New replica sets for the partitions that have replicas on nodes that are no longer
+    brokers (removed or replaced members). Each departed replica is replaced in its place
+    (a preferred leader by a preferred leader) by the live broker with the fewest replicas
+    that the set does not hold yet; where no live broker is left to take it, the set loses
+    it. A set left with no replica at all keeps its old one: nothing is left to copy from.
+    Only the sets that change are returned, each from the same inputs on every node."""
+    nodes = set(brokers)
+    candidates = sorted(nodes & set(live))
+    load: Counter[int] = Counter({n: 0 for n in nodes})
+    for replica_set in replica_sets.values():
+        load.update(n for n in replica_set if n in nodes)
+    moved: dict[K, tuple[int, ...]] = {}
+    for key, replica_set in replica_sets.items():
+        if all(n in nodes for n in replica_set):
+            continue
+        if not any(n in nodes for n in replica_set):
+            continue
+        new_set: list[int] = []
+        for n in replica_set:
+            if n in nodes:
+                new_set.append(n)
+                continue
+            free = [c for c in candidates if c not in replica_set and c not in new_set]
+            if free:
+                taker = min(free, key=lambda c: (load[c], c))
+                load[taker] += 1
+                new_set.append(taker)
+        moved[key] = tuple(new_set)
+    return moved

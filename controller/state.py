@@ -53,6 +53,7 @@ class Topic:
     retention_bytes: int | None
     retention_ms: int | None
     timestamp_type: str
+    created_offset: int  # a partition whose revision differs was moved since
 
     @property
     def replication_factor(self) -> int:
@@ -71,7 +72,7 @@ class ClusterState:
         """A new cluster: the topic `default`, one partition on every voter (its replicas
         follow the brokers, see `set_brokers`)."""
         default = Partition(DEFAULT_TOPIC, 0, DEFAULT_GROUP, (), 0)
-        topic = Topic(DEFAULT_TOPIC, (default,), None, None, TIMESTAMP_TYPES[0])
+        topic = Topic(DEFAULT_TOPIC, (default,), None, None, TIMESTAMP_TYPES[0], 0)
         return cls(topics={DEFAULT_TOPIC: topic}, next_group_id=DEFAULT_GROUP + 1)
 
     def set_brokers(self, addresses: Mapping[int, str]) -> None:
@@ -109,6 +110,11 @@ class ClusterState:
     def replica_sets(self) -> list[tuple[int, ...]]:
         return [p.replicas for t in self.topics.values() for p in t.partitions]
 
+    def was_moved(self, partition: Partition) -> bool:
+        """Whether the partition's replicas changed since its topic was created (a replica
+        placed by a move joins its group; one placed at creation bootstraps it)."""
+        return partition.revision != self.topics[partition.topic].created_offset
+
     def apply(self, command: Command, offset: int) -> str | None:
         """Apply a committed command at controller log `offset`; returns why it changed
         nothing, or None."""
@@ -131,7 +137,7 @@ class ClusterState:
                     )
                     self.next_group_id += 1
                 self.topics[name] = Topic(
-                    name, tuple(partitions), retention_bytes, retention_ms, timestamp_type
+                    name, tuple(partitions), retention_bytes, retention_ms, timestamp_type, offset
                 )
             case DeleteTopic(name):
                 if self.topics.pop(name, None) is None:

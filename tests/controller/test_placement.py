@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.placement import PlacementError, place
+from controller.placement import PlacementError, place, replace_departed
 
 
 def spread(counts: Counter, nodes: list[int]) -> int:
@@ -52,3 +52,44 @@ def test_a_new_node_takes_the_next_replicas_until_it_holds_as_many():
 def test_more_replicas_than_brokers_is_refused():
     with pytest.raises(PlacementError, match="4 replicas asked for but only 3 brokers"):
         place(1, 4, [1, 2, 3])
+
+
+def test_a_departed_replica_is_replaced_in_its_place_by_the_least_loaded_live_broker():
+    sets = {("t", 0): (3, 1, 2), ("t", 1): (1, 2, 4), ("t", 2): (2, 4, 5)}
+    moved = replace_departed(sets, brokers=[1, 2, 4, 5], live=[1, 2, 4, 5])
+    # 3 left: node 5 holds one replica, node 4 two, 1 and 2 are in the set already.
+    assert moved == {("t", 0): (5, 1, 2)}
+
+
+def test_only_live_brokers_take_replicas_and_a_set_shrinks_when_none_is_free():
+    sets = {("t", 0): (1, 2, 3)}
+    assert replace_departed(sets, brokers=[1, 2, 4], live=[1, 2]) == {("t", 0): (1, 2)}
+    assert replace_departed(sets, brokers=[1, 2, 4], live=[1, 2, 4]) == {("t", 0): (1, 2, 4)}
+
+
+def test_a_set_whose_replicas_all_departed_is_left_alone():
+    assert replace_departed({"p": (7, 8)}, brokers=[1, 2], live=[1, 2]) == {}
+
+
+@given(
+    nodes=st.integers(2, 7),
+    partitions=st.integers(1, 40),
+    gone=st.sets(st.integers(1, 7), min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_moves_keep_the_sets_on_brokers_and_in_place(nodes, partitions, gone, data):
+    brokers = list(range(1, nodes + 1))
+    replicas = data.draw(st.integers(1, nodes))
+    sets = dict(enumerate(place(partitions, replicas, brokers)))
+    left = [b for b in brokers if b not in gone]
+    moved = replace_departed(sets, left, left)
+    for key, new_set in moved.items():
+        old = sets[key]
+        assert set(new_set) <= set(left) and len(set(new_set)) == len(new_set)
+        assert len(new_set) == min(len(old), len(left)), "as many replicas as brokers allow"
+        assert [n for n in new_set if n in old] == [n for n in old if n in left], "in place"
+    assert replace_departed(sets, list(reversed(left)), left) == moved, "same on every node"
+    for key, old in sets.items():
+        if key not in moved:
+            on_brokers = [n in left for n in old]
+            assert all(on_brokers) or not any(on_brokers), "a set with a departed replica moves"

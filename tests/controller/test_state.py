@@ -70,6 +70,7 @@ def test_topics_get_consecutive_groups_and_revisions_from_the_log():
     assert state.apply(SetReplicas("a", 1, (2, 1)), 12) is None
     moved = state.partition("a", 1)
     assert (moved.replicas, moved.revision, moved.group_id) == ((2, 1), 12, 2)
+    assert state.was_moved(moved) and not state.was_moved(state.partition("a", 0))
 
 
 def test_a_command_that_lost_a_race_changes_nothing_and_says_why():

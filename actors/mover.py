@@ -1,0 +1,204 @@
+"""Replica moves, driven by the controller's leader.
+
+When a node leaves the cluster (`members remove`, `replace` or `set` changed the
+controller's voters), every partition with a replica on it gets a new replica set: the
+departed replica is replaced in its place by the live node with the fewest replicas
+(`controller.placement.replace_departed`), and the controller appends the new set
+(`SetReplicas`, which bumps the partition's revision). Every node applies it: a node new to
+the set creates an empty replica that waits to be added (it joins; it never bootstraps).
+
+Then the controller's leader drives each moved partition's group to its new set with the
+membership machinery every group has: a `set_members` call on the partition's leader
+(new members as staged learners, caught up, then joint consensus C(old,new) and C(new);
+a leader that is left out hands its leadership over first). The call is marked `retry`, so
+asking again is free once the group is there: a new controller leader asks again for every
+partition ever moved and learns at once which are done. A replica that was moved away
+leaves its node once its group's configuration leaves it out (actors/controller.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from actors.admin import RETRY_LATER, handle_admin
+from actors.controller import PassBack
+from controller.commands import SetReplicas
+from controller.placement import replace_departed
+from controller.state import DEFAULT_TOPIC, Partition, TopicError
+from transport.errors import ConnectionClosed
+from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
+
+if TYPE_CHECKING:
+    from actors.controller import ControllerActor
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.mover")
+
+MOVES_AT_ONCE = 4  # groups catching a new replica up at the same time
+MOVE_TIMEOUT_S = 60.0  # one group's change: more than the catch-up wait, which rolls back
+MOVE_RECHECK_S = 30.0
+PASS_INTERVAL_S = 0.2  # at most this often, and at least every MOVE_CHECK_S
+MOVE_CHECK_S = 2.0
+RETRY_AFTER_S = (1.0, 30.0)  # a move that did not finish is asked again, backing off
+
+
+class ReplicaMover:
+    def __init__(self, node: Node):
+        self.node = node
+        self._limiter = trio.CapacityLimiter(MOVES_AT_ONCE)
+        # partition -> (revision, scope) of the drive under way, cancelled if moved again
+        self._moving: dict[tuple[str, int], tuple[int, trio.CancelScope]] = {}
+        # partition -> (revision its group was found at, when)
+        self._settled: dict[tuple[str, int], tuple[int, float]] = {}
+        self._backoff_s: dict[tuple[str, int], float] = {}
+
+    @property
+    def controller(self) -> ControllerActor:
+        return self.node.controller_actor
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            while True:
+                if self.controller.is_current():
+                    with contextlib.suppress(PassBack):  # leadership moved: the next goes on
+                        await self._replace_departed()
+                    self._drive_moved(nursery)
+                await trio.sleep(PASS_INTERVAL_S)
+                with trio.move_on_after(MOVE_CHECK_S):
+                    await self.controller.changed.wait()
+
+    async def _replace_departed(self) -> None:
+        """New replica sets for the partitions with replicas on departed nodes."""
+        state = self.controller.state
+        sets = {
+            (t.name, p.partition): p.replicas
+            for t in state.topics.values()
+            if t.name != DEFAULT_TOPIC
+            for p in t.partitions
+        }
+        moves = replace_departed(sets, state.brokers, self.controller.live_brokers())
+        for (topic, partition), replicas in sorted(moves.items()):
+            logger.info(
+                "replicas_moving", topic=topic, partition=partition, replicas=list(replicas)
+            )
+            await self.controller.propose(SetReplicas(topic, partition, replicas))
+
+    def _drive_moved(self, nursery: trio.Nursery) -> None:
+        state = self.controller.state
+        for topic in state.topics.values():
+            if topic.name == DEFAULT_TOPIC:
+                continue
+            for p in topic.partitions:
+                key = (p.topic, p.partition)
+                if not state.was_moved(p) or self._settled_lately(key, p.revision):
+                    continue
+                under_way = self._moving.get(key)
+                if under_way is not None:
+                    if under_way[0] != p.revision:
+                        under_way[1].cancel()  # superseded: the next pass drives the new set
+                    continue
+                if all(n in state.brokers for n in p.replicas):
+                    self._moving[key] = (p.revision, trio.CancelScope())
+                    nursery.start_soon(self._drive, p)
+
+    def _settled_lately(self, key: tuple[str, int], revision: int) -> bool:
+        """Whether the group was found at this revision's set within MOVE_RECHECK_S: a
+        change made by an earlier controller leader can land after a later one's, so
+        moved partitions are asked again now and then (free when they are right)."""
+        settled = self._settled.get(key)
+        return (
+            settled is not None
+            and settled[0] == revision
+            and trio.current_time() - settled[1] < MOVE_RECHECK_S
+        )
+
+    async def _drive(self, p: Partition) -> None:
+        """Bring the partition's group to its replica set, through its leader."""
+        key = (p.topic, p.partition)
+        try:
+            with self._moving[key][1]:
+                await self._drive_now(p)
+        finally:
+            del self._moving[key]
+
+    async def _drive_now(self, p: Partition) -> None:
+        key = (p.topic, p.partition)
+        async with self._limiter:
+            members = self._members(p)
+            if members is None:
+                return  # moved again or deleted meanwhile: the next pass sees it
+            request = AdminRequest(
+                "set_members",
+                {
+                    "group": p.group_id,
+                    "members": members,
+                    "revision": p.revision,
+                    "retry": True,
+                    "timeout_s": MOVE_TIMEOUT_S,
+                },
+            )
+            reply = await self._on_leader(p, request)
+        if isinstance(reply, AdminReply):
+            if key not in self._settled or self._settled[key][0] != p.revision:
+                logger.info(
+                    "replicas_moved", topic=p.topic, partition=p.partition, replicas=members
+                )
+            self._settled[key] = (p.revision, trio.current_time())
+            self._backoff_s.pop(key, None)
+            return
+        backoff_s = self._backoff_s.get(key, RETRY_AFTER_S[0])
+        self._backoff_s[key] = min(2 * backoff_s, RETRY_AFTER_S[1])
+        logger.warning(
+            "replica_move_waits",
+            topic=p.topic,
+            partition=p.partition,
+            reply=None if reply is None else str(reply),
+            retry_in_s=backoff_s,
+        )
+        await trio.sleep(backoff_s)
+
+    def _members(self, p: Partition) -> dict[str, str] | None:
+        """The set to drive `p`'s group to, if the state still places it so."""
+        state = self.controller.state
+        try:
+            now = state.partition(p.topic, p.partition)
+        except TopicError:
+            return None
+        if now.revision != p.revision or any(n not in state.brokers for n in p.replicas):
+            return None
+        return {str(n): state.brokers[n].address for n in p.replicas}
+
+    async def _on_leader(self, p: Partition, request: AdminRequest) -> Message | None:
+        """`request` answered by the partition's leader, found from the leader table and
+        the replicas' hints; None if none of them would take it now."""
+        hint = self.controller.leader_hint(p.topic, p.partition)
+        queue = [n for n in (hint, *p.replicas) if n is not None]
+        asked: set[int] = set()
+        while queue:
+            target = queue.pop(0)
+            if target in asked:
+                continue
+            asked.add(target)
+            reply = await self._ask(target, request)
+            if isinstance(reply, ErrorReply):
+                if reply.leader_id is not None and reply.leader_id not in asked:
+                    queue.insert(0, reply.leader_id)
+                if reply.code in RETRY_LATER or reply.code is ErrorCode.UNKNOWN_TOPIC:
+                    continue
+            if reply is not None:
+                return reply
+        return None
+
+    async def _ask(self, node_id: int, request: AdminRequest) -> Message | None:
+        if node_id == self.node.id:
+            return await handle_admin(self.node, request)
+        with trio.move_on_after(MOVE_TIMEOUT_S + 5):
+            try:
+                return await self.node.request(node_id, request)
+            except ConnectionClosed:
+                return None
+        return None

@@ -1,0 +1,105 @@
+"""Real processes: a node leaves the cluster and its partition replicas move to another
+node, driven by the controller, under a steady producer; nothing acknowledged is lost and
+the moved partitions survive losing one of their original replicas afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+
+from quorumlog import Client, QuorumLogError
+from quorumlog.localcluster import QUORUMLOG
+from tests.process.test_topics import wait_until
+
+TOPIC = "moving"
+PARTITIONS = 4
+
+
+class TopicProducer(threading.Thread):
+    """Appends one record at a time to each partition in turn, with acks=quorum."""
+
+    def __init__(self, brokers: str):
+        super().__init__(daemon=True)
+        self.brokers = brokers
+        self.acked: dict[tuple[int, int], bytes] = {}  # (partition, offset) -> value
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        i = 0
+        with Client(self.brokers, timeout=20) as c:
+            while not self.stop.is_set():
+                partition = i % PARTITIONS
+                value = b"record-%d" % i
+                with contextlib.suppress(QuorumLogError):  # not acknowledged: not checked
+                    offset = c.append([value], topic=TOPIC, partition=partition)
+                    self.acked[(partition, offset)] = value
+                i += 1
+
+
+def ql(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=90)
+
+
+def check_no_loss(client: Client, acked: dict[tuple[int, int], bytes]) -> None:
+    found = {}
+    for p in range(PARTITIONS):
+        for r in client.read(0, 100_000, topic=TOPIC, partition=p):
+            found[(p, r.offset)] = r.value
+    lost = [k for k, v in acked.items() if found.get(k) != v]
+    assert not lost, f"{len(lost)} acknowledged records lost or moved, first at {lost[:3]}"
+    assert len(set(found.values())) == len(found), "a value was written twice"
+
+
+def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
+    cluster.wait_for_leader()
+    address = cluster.start_joiner(4)
+    brokers = f"{cluster.brokers},{address}"
+    out = ql("members", "-b", brokers, "add", "4", address, "--wait", "--timeout", "60")
+    assert out.returncode == 0, out.stderr
+    with Client(brokers, timeout=30) as c:
+        c.create_topic(TOPIC, partitions=PARTITIONS, replicas=3)
+        before = {r["partition"]: r["replicas"] for r in c.describe_topic(TOPIC)}
+    leaving = next(n for n in (1, 2, 3) if any(n in r for r in before.values()))
+    producer = TopicProducer(brokers)
+    producer.start()
+    try:
+        wait_until(lambda: len(producer.acked) >= 50, 30, "appends flow")
+        out = ql("members", "-b", brokers, "remove", str(leaving), "--timeout", "60")
+        assert out.returncode == 0, out.stderr
+        with Client(brokers, timeout=30) as c:
+
+            def moved() -> list[dict] | None:
+                rows = c.describe_topic(TOPIC)
+                done = all(
+                    leaving not in r["replicas"]
+                    and len(r["replicas"]) == 3
+                    and r["leader_id"] in r["replicas"]
+                    for r in rows
+                )
+                return rows if done else None
+
+            after = {r["partition"]: r["replicas"] for r in wait_until(moved, 60, "moved")}
+        remaining = {1, 2, 3, 4} - {leaving}
+        newcomer = {}
+        for p, replicas in before.items():
+            if leaving in replicas:
+                (newcomer[p],) = remaining - set(replicas)
+            expected = [newcomer[p] if n == leaving else n for n in replicas]
+            assert after[p] == expected, "the departed replica is replaced in its place"
+        acked_during_move = len(producer.acked)
+        wait_until(lambda: len(producer.acked) > acked_during_move + 50, 30, "appends go on")
+    finally:
+        producer.stop.set()
+        producer.join(timeout=30)
+    cluster.kill(leaving)
+    with Client(brokers, timeout=30) as c:
+        check_no_loss(c, producer.acked)
+    # The new replicas hold the data: a moved partition still commits without one of its
+    # original replicas (a majority of three needs the newcomer).
+    survivor = next(n for n in remaining if any(n != m for m in newcomer.values()))
+    cluster.kill(survivor)
+    with Client(brokers, timeout=30) as c:
+        for p in range(PARTITIONS):
+            c.append([b"after-%d" % p], topic=TOPIC, partition=p)
+        check_no_loss(c, producer.acked)
