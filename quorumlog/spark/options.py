@@ -3,11 +3,14 @@ settings, and the clients they make."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
-from quorumlog.protocol import read_secret_file
+from quorumlog.protocol import DEFAULT_TOPIC, read_secret_file
 
 RECORDS_PER_PARTITION = 50_000
 REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn at a call; then the next one
@@ -17,6 +20,7 @@ KAFKA_NAMES = {  # options of Spark's Kafka source that users carry over
     "maxoffsetspertrigger": "maxRecordsPerTrigger",
     "kafka.bootstrap.servers": "brokers",
 }
+OFFSET_CODES = {-2: "earliest", -1: "latest"}  # in a JSON map of offsets, as Kafka's
 
 
 class DataLossError(QuorumLogError):
@@ -30,8 +34,13 @@ class Options:
     brokers: tuple[str, ...]
     secret: bytes | None = None
     timeout_s: float = 30.0
-    starting: str | int = "earliest"  # earliest | latest | N
-    ending: str | int = "latest"  # latest | N
+    # None: no `topic` option, the default topic's one log as before (no partition column,
+    # stream offsets {"offset": N}).
+    topic: str | None = None
+    # earliest | latest | N for every partition, or a map from partition to one of them (a
+    # partition left out: the default).
+    starting: str | int | dict[int, str | int] = "earliest"
+    ending: str | int | dict[int, str | int] = "latest"  # latest | N, or a map
     max_records_per_trigger: int | None = None
     records_per_partition: int = RECORDS_PER_PARTITION
     fail_on_data_loss: bool = True
@@ -47,6 +56,7 @@ class Options:
             brokers=_brokers(options.get("brokers")),
             secret=_secret(options.get("secretFile")),
             timeout_s=_number(options, "timeout", 30.0, float),
+            topic=_topic(options.get("topic")),
             starting=_offset(options, "startingOffset", "earliest", ("earliest", "latest")),
             ending=_offset(options, "endingOffset", "latest", ("latest",)),
             max_records_per_trigger=_number(options, "maxRecordsPerTrigger", None, int),
@@ -55,6 +65,30 @@ class Options:
             ),
             fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         )
+
+    @property
+    def topic_name(self) -> str:
+        return self.topic or DEFAULT_TOPIC
+
+    def starting_at(self, partition: int) -> str | int:
+        return _at(self.starting, partition, "earliest")
+
+    def ending_at(self, partition: int) -> str | int:
+        return _at(self.ending, partition, "latest")
+
+    def log_name(self, partition: int) -> str:
+        """How messages name one partition's log."""
+        return "the log" if self.topic is None else f"{self.topic}/{partition}"
+
+    def check_partitions(self, count: int) -> None:
+        """Offsets given per partition name partitions of the topic only."""
+        for name, offsets in (("startingOffset", self.starting), ("endingOffset", self.ending)):
+            unknown = sorted(p for p in offsets if p >= count) if isinstance(offsets, dict) else []
+            if unknown:
+                raise ValueError(
+                    f"option {name} names partition {unknown[0]}, but topic "
+                    f"{self.topic_name!r} has {count} partition(s)"
+                )
 
     def client(self, producer_id: int | None = None) -> Client:
         """A client that finds the leader through any of the brokers."""
@@ -66,6 +100,22 @@ class Options:
         """A client of one node only: it reads up to the commit offset that node knows."""
         timeout = min(self.timeout_s, REPLICA_TIMEOUT_S_MAX)
         return Client(address, secret=self.secret, timeout=timeout, direct=True)
+
+
+@contextmanager
+def planning(options: Options) -> Iterator[Client]:
+    """A leader-routed client for the driver's calls; its errors name the brokers."""
+    try:
+        with options.client() as client:
+            yield client
+    except DataLossError:
+        raise
+    except QuorumLogError as exc:  # the same class (UnknownTopicError, say), named brokers
+        raise type(exc)(f"quorumlog brokers {','.join(options.brokers)}: {exc}") from exc
+
+
+def _at(offsets: str | int | dict[int, str | int], partition: int, default: str) -> str | int:
+    return offsets.get(partition, default) if isinstance(offsets, dict) else offsets
 
 
 def _brokers(value: str | None) -> tuple[str, ...]:
@@ -88,6 +138,14 @@ def _secret(path: str | None) -> bytes | None:
         raise ValueError(f"option secretFile: {exc}") from None
 
 
+def _topic(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValueError("option topic must name a topic")
+    return value.strip()
+
+
 def _number(options, name: str, default, kind: type):
     text = options.get(name)
     if text is None:
@@ -102,14 +160,41 @@ def _number(options, name: str, default, kind: type):
     return value
 
 
-def _offset(options, name: str, default: str, words: tuple[str, ...]) -> str | int:
+def _offset(
+    options, name: str, default: str, words: tuple[str, ...]
+) -> str | int | dict[int, str | int]:
     text = options.get(name, default).strip().lower()
+    if text.startswith("{"):
+        return _offset_map(name, text, words)
     if text in words:
         return text
     if text.isdigit():
         return int(text)
     raise ValueError(
         f"option {name} must be {' | '.join(words)} or an offset >= 0, not {options.get(name)!r}"
+    )
+
+
+def _offset_map(name: str, text: str, words: tuple[str, ...]) -> dict[int, str | int]:
+    """{"0": 10, "1": -2}: Kafka's JSON offsets of one topic (-2 earliest, -1 latest)."""
+    codes = {code: word for code, word in OFFSET_CODES.items() if word in words}
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        entries = None
+    if (
+        isinstance(entries, dict)
+        and entries
+        and all(
+            key.isdigit() and type(value) is int and (value >= 0 or value in codes)
+            for key, value in entries.items()
+        )
+    ):
+        return {int(key): codes.get(value, value) for key, value in entries.items()}
+    meaning = ", ".join(f"{code} {word}" for code, word in codes.items())
+    raise ValueError(
+        f'option {name} must map partitions to offsets, as {{"0": 10, "1": {min(codes)}}} '
+        f"({meaning}), not {text!r}"
     )
 
 

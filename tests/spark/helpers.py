@@ -15,3 +15,20 @@ def committed_from(cluster: ProcessCluster, offset: int) -> list[Record]:
             out += page
             offset = page[-1].offset + 1
     return out
+
+
+def topic_records(cluster: ProcessCluster, topic: str) -> list[Record]:
+    """Every committed record of every partition of `topic`, read from each partition's
+    leader (a follower of a quiet partition may not know that the last appends are
+    committed)."""
+    out = []
+    with cluster.client() as client:
+        partitions = client.describe_topic(topic)
+    for partition in partitions:
+        number = partition["partition"]
+        with cluster.client(node_id=partition["leader_id"]) as leader:
+            offset = leader.start_offset(topic, number)
+            while page := leader.read(offset, 10_000, topic, number):
+                out += page
+                offset = page[-1].offset + 1
+    return out

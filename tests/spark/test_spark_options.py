@@ -37,6 +37,24 @@ def test_options_are_parsed_and_defaulted(tmp_path):
     assert Options.parse({"brokers": "h:1"}) == Options(("h:1",))
 
 
+def test_offsets_may_be_given_per_partition():
+    options = Options.parse(
+        {
+            "brokers": "h:1",
+            "topic": " events ",
+            "startingOffset": '{"0": 10, "2": -2, "1": -1}',
+            "endingOffset": '{"1": -1, "0": 20}',
+        }
+    )
+    assert (options.topic, options.starting, options.ending) == (
+        "events",
+        {0: 10, 1: "latest", 2: "earliest"},
+        {0: 20, 1: "latest"},
+    )
+    assert [options.starting_at(p) for p in range(4)] == [10, "latest", "earliest", "earliest"]
+    assert [options.ending_at(p) for p in range(3)] == [20, "latest", "latest"]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -54,6 +72,11 @@ def test_options_are_parsed_and_defaulted(tmp_path):
         ({"timeout": "nan"}, "option timeout"),
         ({"failOnDataLoss": "yes"}, "option failOnDataLoss must be true or false, not 'yes'"),
         ({"secretFile": "/nonexistent/secret"}, "option secretFile: cannot read the secret file"),
+        ({"topic": " "}, "option topic must name a topic"),
+        ({"startingOffset": '{"a": 1}'}, "option startingOffset must map partitions to offsets"),
+        ({"startingOffset": "{}"}, "must map partitions to offsets"),
+        ({"startingOffset": '{"0": -3}'}, r"\(-2 earliest, -1 latest\), not"),
+        ({"endingOffset": '{"0": -2}'}, r"option endingOffset must map .* \(-1 latest\)"),
         ({"startingOffsets": "earliest"}, "no option 'startingoffsets': use 'startingOffset'"),
         ({"kafka.bootstrap.servers": "h:1"}, "use 'brokers'"),
     ],
