@@ -1,21 +1,25 @@
 """`quorumlog bench nemesis`: real `serve` processes, real faults, and a checker of every
-promise in RELIABILITY.md.
+promise in RELIABILITY.md, in every partition.
 
 A run starts a cluster whose links all pass through the harness's proxy (bench/proxy.py),
-with every node's fsyncs journaled (so a crash can lose exactly what was not yet durable).
-Producers append unique values (acks quorum mostly, some leader and none), a reader per
-node polls what that node has committed, and a watcher records who leads in which term.
-Then a seeded schedule of faults runs, one step after another, each held for a while and
-healed; membership changes run during the other faults. At the end everything is healed
-and restarted, the cluster must accept appends again, the nodes must converge, and the
-checker (bench/history.py) compares the history with every member's log.
+with every node's fsyncs journaled (so a crash can lose exactly what was not yet durable),
+and creates two topics of three partitions beside `default`: each partition is its own Raft
+group, with its own log, offsets, leaders and terms. Producers append unique values (acks
+quorum mostly, some leader and none) to partitions drawn from the seed, a reader per node
+polls what each of that node's replicas has committed, and a watcher records who leads
+each partition in which term (bench/nemesis_workload.py). Then a seeded schedule of faults
+runs (bench/nemesis_faults.py), one step after another, each held for a while and healed;
+membership changes run during the other faults. At the end everything is healed and
+restarted, every partition must accept appends again, the replicas of each must converge,
+and the checker (bench/history.py) compares the history with each partition's logs.
 
     quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
 
-The schedule's random draws (which faults, for how long, which of the candidate nodes) come
-from the seed; the timing of real processes does not, and the candidates can depend on it
-(who leads when the fault starts), so a replay repeats the faults, not the interleaving. Every run writes its history (faults and appends, as JSON lines) beside
-the figures.
+The schedule's random draws (which faults, for how long, which partition's leader, which
+of the candidate nodes) come from the seed; the timing of real processes does not, and the
+candidates can depend on it (who leads when the fault starts), so a replay repeats the
+faults, not the interleaving. Every run writes its history (faults and appends, as JSON
+lines) beside the figures.
 """
 
 from __future__ import annotations
@@ -27,48 +31,29 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
 
-from bench import faults as disk
-from bench.history import Append, History, check, unavailable_s
+from bench.history import DEFAULT_PART, History, Log, Part, check, unavailable_s
+from bench.nemesis_faults import ACTIONS, SPARE_NODES
+from bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
 from bench.proxy import Links, serve_front
-from bench.workload import status_of
 from quorumlog.aclient import AsyncClient
-from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.protocol import DEFAULT_TOPIC
 
-FAULTS = (
-    "kill-leader",
-    "kill-controller",
-    "kill-follower",
-    "kill-majority",
-    "pause-leader",
-    "isolate-leader",
-    "partition",
-    "bridge",
-    "one-way",
-    "slow",
-    "flap",
-    "lose-unsynced",
-    "lose-unsynced-all",
-    "damage",
-    "membership",
-)
+FAULTS = tuple(ACTIONS)
 # Faults that can run together: one on the links, one on the processes.
 LINK_FAULTS = frozenset({"isolate-leader", "partition", "bridge", "one-way", "slow", "flap"})
 PROCESS_FAULTS = frozenset(
     {"kill-leader", "kill-controller", "kill-follower", "kill-majority", "pause-leader"}
 )
 COMBINED_SHARE = 0.3
-ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
-SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
 RECOVERY_TIMEOUT_S = 60.0
-STARTUP_REFUSAL_S = 10.0
 FSYNC_DELAY_MS = 20  # CONTRACT: damaged storage exits 3 within 10 s
+REPLICAS_MAX = 3  # of a topic's partitions
 
 
 @dataclass(frozen=True)
@@ -79,6 +64,8 @@ class Plan:
     size: int = 3
     hold_s: tuple[float, float] = (1.0, 3.0)
     producers: int = 3
+    topics: tuple[str, ...] = ("nemesis-a", "nemesis-b")
+    partitions: int = 3  # of each topic
 
 
 class Nemesis:
@@ -101,12 +88,16 @@ class Nemesis:
         self.links = Links(random.Random(plan.seed + 1))
         self.history = History()
         self.t0 = time.monotonic()
+        self.topics = [DEFAULT_TOPIC, *plan.topics]
+        self.parts = [DEFAULT_PART]  # the plan's topics' partitions join once created
+        self.topic_replicas: dict[Part, list[int]] = {}  # as describe_topic last said
         self.started: set[int] = set()  # every id ever started (each gets a reader)
         self.paused: set[int] = set()
-        self.leader: int | None = None
-        self.term = 0
+        self.leaders: dict[Part, tuple[int, int]] = {}  # (node, term), as last seen
+        self.hosting: dict[int, set[Part]] = {}  # node -> its replicas, as last seen
         self.controller: int | None = None  # the controller group's leader, as last seen
-        self.config: dict = {"voters": list(self.cluster.ids), "learners": []}
+        self.config: dict = {"voters": list(self.cluster.ids), "learners": []}  # default's
+        self.removed: set[int] = set()  # asked to leave by a membership change
         self.next_id = plan.size + 1
         self.faults_injected = 0
         self._nursery: trio.Nursery | None = None
@@ -133,6 +124,16 @@ class Nemesis:
     def members(self) -> list[int]:
         return sorted({*self.config["voters"], *self.config["learners"]})
 
+    def hosted_by(self, node_id: int) -> list[Part]:
+        """The partitions a node had a replica of when the watcher last asked it."""
+        return [p for p in self.parts if p in self.hosting.get(node_id, ())]
+
+    def replicas_of(self, part: Part) -> list[int]:
+        """The running replicas of a partition; of `default`, every running node (the
+        members, once healed)."""
+        placed = self.topic_replicas.get(part)
+        return [i for i in self.running if placed is None or i in placed]
+
     def start(self, node_id: int, extra: list[str] | None = None) -> None:
         if node_id in self.running:
             return  # two faults at once may both restart it: one process per data folder
@@ -141,7 +142,7 @@ class Nemesis:
         if node_id not in self.started:
             self.started.add(node_id)
             assert self._nursery is not None
-            self._nursery.start_soon(self._reader, node_id)
+            self._nursery.start_soon(reader, self, node_id)
 
     async def kill(self, node_id: int) -> None:
         proc = self.cluster.procs.pop(node_id, None)
@@ -157,302 +158,44 @@ class Nemesis:
             proc.send_signal(sig)
             (self.paused.add if sig == signal.SIGSTOP else self.paused.discard)(node_id)
 
-    async def leader_now(self, timeout_s: float = 20.0) -> int | None:
-        """The leader as the watcher last saw it, waiting a while for one to exist."""
+    async def leader_now(self, part: Part = DEFAULT_PART, timeout_s: float = 20.0) -> int | None:
+        """The partition's leader as the watcher last saw it, waiting a while for one."""
         with trio.move_on_after(timeout_s):
-            while self.leader is None or self.leader not in self.running:
+            while (seen := self.leaders.get(part)) is None or seen[0] not in self.running:
                 await trio.sleep(0.05)
-            return self.leader
+            return seen[0]
         return None
 
     def followers(self) -> list[int]:
-        return [i for i in self.config["voters"] if i != self.leader and i in self.running]
+        """The running voters of `default` that do not lead it."""
+        leader = self.leaders.get(DEFAULT_PART, (None,))[0]
+        return [i for i in self.config["voters"] if i != leader and i in self.running]
 
     async def hold(self) -> None:
         await trio.sleep(self.rng.uniform(*self.plan.hold_s))
 
-    # --- the workload --------------------------------------------------------------------
+    async def create_topics(self) -> None:
+        """The plan's topics, each partition with a leader."""
+        replicas = min(REPLICAS_MAX, self.plan.size)
+        async with AsyncClient(self.brokers, timeout=30.0) as c:
+            for topic in self.plan.topics:
+                await c.create_topic(topic, partitions=self.plan.partitions, replicas=replicas)
+        await self.read_placement()
+        self.parts = [DEFAULT_PART, *self.topic_replicas]
+        self.event("topics", replicas={str(p): r for p, r in self.topic_replicas.items()})
+        for part in self.parts:
+            if await self.leader_now(part, 30.0) is None:
+                raise RuntimeError(f"{part} had no leader within 30 s of its creation")
 
-    async def _producer(self, name: str, stop: trio.Event) -> None:
-        rng = random.Random(f"{self.plan.seed}-{name}")
-        acks_levels, weights = list(ACKS_WEIGHTS), list(ACKS_WEIGHTS.values())
-        async with AsyncClient(self.brokers, timeout=5.0) as client:
-            n = 0
-            while not stop.is_set():
-                value = f"{name}-{n}".encode()
-                acks = rng.choices(acks_levels, weights)[0]
-                start = self.now()
-                try:
-                    offset = await client.append([value], acks=acks)
-                    outcome = "ok"
-                except QuorumLogError:
-                    offset, outcome = None, "unknown"
-                self.history.appends.append(Append(value, acks, start, self.now(), outcome, offset))
-                n += 1
-                await trio.sleep(rng.uniform(0, 0.01))
-
-    async def _reader(self, node_id: int) -> None:
-        """Polls one node's committed records from the start, as a consumer would."""
-        next_offset = 0
-        async with AsyncClient(self.cluster.address(node_id), timeout=2.0, direct=True) as c:
-            while True:
-                try:
-                    records = await c.read(next_offset, 500)
-                except QuorumLogError:
-                    await trio.sleep(0.2)
-                    continue
-                if records:
-                    self.history.saw_records(node_id, [(r.offset, r.value) for r in records])
-                    next_offset = records[-1].offset + 1
-                else:
-                    await trio.sleep(0.05)
-
-    async def _watcher(self) -> None:
-        """Who leads, in which term, with which configuration: every 100 ms."""
-        while True:
-            for node_id in self.running:
-                if node_id in self.paused:
-                    continue
-                status = await status_of(self.cluster.address(node_id))
-                if status is not None and status.get("controller_id") == node_id:
-                    self.controller = node_id
-                if status is None or status.get("role") != "leader":
-                    continue
-                term = status["term"]
-                self.history.saw_leader(term, node_id)
-                if (self.leader, self.term) != (node_id, term):
-                    self.event("leader", node=node_id, term=term)
-                self.leader, self.term = node_id, term
-                config = status["config"]
-                if config.get("joint") is None:
-                    self.config = config
-            await trio.sleep(0.1)
-
-    # --- the faults ----------------------------------------------------------------------
-
-    async def kill_and_restart(self, nodes: list[int]) -> None:
-        for node_id in nodes:
-            await self.kill(node_id)
-        self.event("kill", nodes=nodes)
-        await self.hold()
-        for node_id in nodes:
-            self.start(node_id)
-        self.event("restart", nodes=nodes)
-
-    async def kill_leader(self) -> None:
-        leader = await self.leader_now()
-        if leader is not None:
-            await self.kill_and_restart([leader])
-
-    async def kill_controller(self) -> None:
-        """The controller group's leader (topic calls and membership go through it)."""
-        if self.controller is not None and self.controller in self.running:
-            await self.kill_and_restart([self.controller])
-
-    async def kill_follower(self) -> None:
-        if followers := self.followers():
-            await self.kill_and_restart([self.rng.choice(followers)])
-
-    async def kill_majority(self) -> None:
-        voters = [i for i in self.config["voters"] if i in self.running]
-        await self.kill_and_restart(self.rng.sample(voters, len(voters) // 2 + 1))
-
-    async def pause_leader(self) -> None:
-        leader = await self.leader_now()
-        if leader is None:
-            return
-        self.signal(leader, signal.SIGSTOP)
-        self.event("pause", node=leader)
-        await self.hold()
-        self.signal(leader, signal.SIGCONT)
-        self.event("resume", node=leader)
-
-    async def partitioned(self, groups: list[set[int]], what: str) -> None:
-        self.links.partition(groups)
-        self.event(what, groups=[sorted(g) for g in groups])
-        await self.hold()
-        self.links.heal()
-        self.event("heal")
-
-    async def isolate_leader(self) -> None:
-        leader = await self.leader_now()
-        if leader is not None:
-            await self.partitioned([{leader}, set(self.members) - {leader}], "isolate")
-
-    async def partition(self) -> None:
-        nodes = self.members
-        self.rng.shuffle(nodes)
-        cut = self.rng.randint(1, len(nodes) // 2)
-        await self.partitioned([set(nodes[:cut]), set(nodes[cut:])], "partition")
-
-    async def bridge(self) -> None:
-        """Two sides that cannot talk, and one node that talks to both."""
-        nodes = self.members
-        self.rng.shuffle(nodes)
-        bridge, rest = nodes[0], nodes[1:]
-        half = max(1, len(rest) // 2)
-        left, right = set(rest[:half]), set(rest[half:])
-        for a in left:
-            for b in right:
-                self.links.cut.update({(a, b), (b, a)})
-        self.event("bridge", bridge=bridge, left=sorted(left), right=sorted(right))
-        await self.hold()
-        self.links.heal()
-        self.event("heal")
-
-    async def one_way(self) -> None:
-        leader = await self.leader_now()
-        if leader is None:
-            return
-        outward = self.rng.random() < 0.5  # the leader cannot send, or cannot hear
-        for other in self.members:
-            if other != leader:
-                pair = (leader, other) if outward else (other, leader)
-                self.links.cut_one_way(*pair)
-        self.event("one-way", leader=leader, leader_can="hear" if outward else "send")
-        await self.hold()
-        self.links.heal()
-        self.event("heal")
-
-    async def slow(self) -> None:
-        pairs = [(a, b) for a in self.members for b in self.members if a != b]
-        delay, loss = self.rng.uniform(0.02, 0.2), self.rng.uniform(0.0, 0.2)
-        self.links.slow(pairs, delay, loss)
-        self.event("slow", delay_s=round(delay, 3), loss=round(loss, 3))
-        await self.hold()
-        self.links.heal()
-        self.event("heal")
-
-    async def flap(self) -> None:
-        end = trio.current_time() + self.rng.uniform(*self.plan.hold_s) * 2
-        while trio.current_time() < end:
-            self.links.heal()
-            if self.rng.random() < 0.7:
-                nodes = self.members
-                self.rng.shuffle(nodes)
-                cut = self.rng.randint(1, len(nodes) // 2)
-                self.links.partition([set(nodes[:cut]), set(nodes[cut:])])
-            await trio.sleep(self.rng.uniform(0.2, 0.6))
-        self.links.heal()
-        self.event("flap")
-
-    async def lose_unsynced(self) -> None:
-        """Kill the leader right after it acknowledged an acks=leader append, on a disk
-        that loses what was not yet fsynced."""
-        leader = await self.leader_now()
-        if leader is None:
-            return
-        value = f"nemesis-{self.faults_injected}".encode()
-        start = self.now()
-        try:
-            async with AsyncClient(self.cluster.address(leader), timeout=2.0, direct=True) as c:
-                offset = await c.append([value], acks="leader")
-            outcome = "ok"
-        except QuorumLogError:
-            offset, outcome = None, "unknown"
-        await self.kill(leader)
-        self.history.appends.append(Append(value, "leader", start, self.now(), outcome, offset))
-        lost = self._lose_unsynced(leader)
-        self.event("kill, unsynced writes lost", node=leader, bytes_lost=lost)
-        await self.hold()
-        self.start(leader)
-
-    async def lose_unsynced_all(self) -> None:
-        nodes = self.running
-        for node_id in nodes:
-            await self.kill(node_id)
-        lost = {node_id: self._lose_unsynced(node_id) for node_id in nodes}
-        self.event("kill all, unsynced writes lost", bytes_lost=lost)
-        await trio.sleep(0.5)
-        for node_id in nodes:
-            self.start(node_id)
-
-    def _lose_unsynced(self, node_id: int) -> int:
-        data = self.cluster.data_dir(node_id)
-        return disk.lose_unsynced(data, os.path.join(data, "sync-journal"), self.rng)
-
-    async def damage(self) -> None:
-        """Restart a follower on damaged files. A torn tail is cut and the node starts;
-        damage in the middle of a segment or in the metadata makes it refuse to start
-        (exit 3). It comes back with --repair (segments) or a restored file (metadata)."""
-        if not (followers := self.followers()):
-            return
-        node_id = self.rng.choice(followers)
-        await self.kill(node_id)
-        data = self.cluster.data_dir(node_id)
-        kind = self.rng.choice(disk.DAMAGE)
-        metadata = disk.metadata_path(data)
-        with open(metadata, "rb") as f:
-            saved_metadata = f.read()
-        what = disk.damage(data, kind, self.rng)
-        self.event("damage", node=node_id, kind=kind, what=what)
-        self.start(node_id)
-        refused = what is not None and kind in disk.REFUSED
-        proc = self.cluster.procs[node_id]
-        with trio.move_on_after(STARTUP_REFUSAL_S if refused else 3.0):
-            while proc.poll() is None:
-                await trio.sleep(0.1)
-        code = proc.poll()
-        if not refused:
-            if code is not None:
-                self.history.violations.append(f"node {node_id} did not start after {what}")
-            return
-        if code != 3:
-            self.history.violations.append(
-                f"node {node_id} did not refuse damaged storage ({what}): exit {code}"
-            )
-            return
-        self.cluster.procs.pop(node_id)
-        await self.hold()
-        if kind == disk.METADATA:
-            with open(metadata, "wb") as f:
-                f.write(saved_metadata)
-            self.start(node_id)
-        else:
-            self.start(node_id, ["--repair"])
-        self.event("restored" if kind == disk.METADATA else "repaired", node=node_id)
-
-    async def membership(self) -> None:
-        """One change: add a node, remove one, replace one, or move the leadership."""
-        voters = [i for i in self.config["voters"] if i in self.running]
-        op = self.rng.choice(["add", "remove", "replace", "transfer"])
-        if op in ("add", "replace") and self.next_id > self.plan.size + SPARE_NODES:
-            op = "transfer"
-        if op == "remove" and len(voters) <= self.plan.size:
-            op = "add" if self.next_id <= self.plan.size + SPARE_NODES else "transfer"
-        args: dict
-        if op in ("add", "replace"):
-            new_id = self.next_id
-            self.next_id += 1
-            self.start(new_id)
-            address = self.cluster.address(new_id)
-            if op == "add":
-                args = {"op": "add_member", "node_id": new_id, "address": address}
-            else:
-                old = self.rng.choice(voters)
-                args = {"op": "replace_member", "old_id": old, "new_id": new_id, "address": address}
-        elif op == "remove":
-            args = {"op": "remove_member", "node_id": self.rng.choice(voters)}
-        else:
-            args = {"op": "transfer_leader", "node_id": self.rng.choice(voters)}
-        self.event("membership", **args)
-        result = await trio.to_thread.run_sync(self._admin, args)
-        self.event("membership done", result=result)
-
-    def _admin(self, args: dict) -> str:
-        args = dict(args)
-        op = args.pop("op")
-        try:
-            with Client(self.brokers, timeout=15.0) as client:
-                client.admin(op, **args)
-            return "ok"
-        except QuorumLogError as exc:
-            return f"{type(exc).__name__}: {exc}"
+    async def read_placement(self) -> None:
+        """Where the topics' replicas are: membership changes do not move them, but the
+        controller may."""
+        async with AsyncClient(self.brokers, timeout=30.0) as c:
+            for topic in self.plan.topics:
+                for row in await c.describe_topic(topic):
+                    self.topic_replicas[Part(topic, row["partition"])] = row["replicas"]
 
     # --- the run -------------------------------------------------------------------------
-
-    def fault(self, name: str) -> Callable[[], Awaitable[None]]:
-        return getattr(self, name.replace("-", "_"))
 
     async def step(self, index: int) -> None:
         """One fault; sometimes a second one at the same time: a process fault during a
@@ -469,8 +212,8 @@ class Nemesis:
         self.event("step", index=index, faults=names)
         async with trio.open_nursery() as nursery:
             for name in names[1:]:
-                nursery.start_soon(self.fault(name))
-            await self.fault(names[0])()
+                nursery.start_soon(ACTIONS[name], self)
+            await ACTIONS[names[0]](self)
 
     async def heal_all(self) -> None:
         self.links.heal()
@@ -490,27 +233,33 @@ class Nemesis:
                 await self.kill(node_id)  # removed from the cluster: it has no more say
         self.event("heal all", members=sorted(members))
 
-    async def first_quorum_ack(self) -> float | None:
+    async def recover(self) -> float | None:
+        """Seconds until every partition took a quorum append after healing (I7)."""
         start = self.now()
-        with trio.move_on_after(RECOVERY_TIMEOUT_S):
-            async with AsyncClient(self.brokers, timeout=5.0) as c:
-                while True:
-                    try:
-                        await c.append([f"healed-{self.plan.seed}".encode()])
-                        return self.now() - start
-                    except QuorumLogError as exc:
-                        self.event("append after healing failed", error=str(exc))
-                        await trio.sleep(0.1)
-        return None
+        waiting = set(self.parts)
 
-    def read_log(self, node_id: int) -> list[tuple[int, bytes]]:
-        out: list[tuple[int, bytes]] = []
-        with Client(self.cluster.address(node_id), timeout=10.0, direct=True) as c:
-            offset = c.start_offset()
-            while records := c.read(offset, 5000):
-                out += [(r.offset, r.value) for r in records]
-                offset = records[-1].offset + 1
-        return out
+        async def first_ack(client: AsyncClient, part: Part) -> None:
+            value = f"healed-{self.plan.seed}-{part}".encode()
+            while True:
+                try:
+                    await client.append([value], topic=part.topic, partition=part.partition)
+                    waiting.discard(part)
+                    return
+                except QuorumLogError as exc:
+                    self.event("append after healing failed", partition=str(part), error=str(exc))
+                    await trio.sleep(0.1)
+
+        with trio.move_on_after(RECOVERY_TIMEOUT_S):
+            async with AsyncClient(self.brokers, timeout=5.0) as c, trio.open_nursery() as tasks:
+                for part in self.parts:
+                    tasks.start_soon(first_ack, c, part)
+        if waiting:
+            self.history.violations.append(
+                f"I7: no quorum append succeeded within {RECOVERY_TIMEOUT_S} s of healing in "
+                + ", ".join(str(p) for p in sorted(waiting))
+            )
+            return None
+        return self.now() - start
 
     async def run(self) -> dict:
         async with trio.open_nursery() as nursery:
@@ -525,37 +274,58 @@ class Nemesis:
                 )
             for i in self.cluster.ids:
                 self.start(i)
-            nursery.start_soon(self._watcher)
-            if await self.leader_now(30.0) is None:
+            nursery.start_soon(watcher, self)
+            if await self.leader_now(DEFAULT_PART, 30.0) is None:
                 raise RuntimeError("no leader within 30 s of the start")
+            await self.create_topics()
             stop = trio.Event()
             async with trio.open_nursery() as workload:
                 for p in range(self.plan.producers):
-                    workload.start_soon(self._producer, f"s{self.plan.seed}p{p}", stop)
+                    workload.start_soon(producer, self, f"s{self.plan.seed}p{p}", stop)
                 await trio.sleep(1.0)
                 for index in range(self.plan.steps):
                     await self.step(index)
                     await trio.sleep(self.rng.uniform(0.5, 1.5))
                 await self.heal_all()
                 healed_at = self.now()
-                recovery_s = await self.first_quorum_ack()
+                recovery_s = await self.recover()
                 stop.set()
-            if recovery_s is None:
-                self.history.violations.append(
-                    f"I7: no quorum append succeeded within {RECOVERY_TIMEOUT_S} s of healing"
-                )
             await self.heal_all()  # the config may have changed while it recovered
             result = await self.settle_and_check(healed_at, recovery_s)
             nursery.cancel_scope.cancel()
         return result
 
-    async def settle_and_check(self, healed_at: float, recovery_s: float | None) -> dict:
+    async def final_logs(self) -> dict[Part, dict[int, Log]]:
+        """Every running replica's log of each partition whose replicas converged."""
         try:
-            await trio.to_thread.run_sync(self.cluster.wait_converged, RECOVERY_TIMEOUT_S)
-            logs = {i: await trio.to_thread.run_sync(self.read_log, i) for i in self.running}
-        except (AssertionError, QuorumLogError) as exc:
-            self.history.violations.append(f"I7: the nodes did not converge: {exc}")
-            logs = {}
+            await self.read_placement()
+        except QuorumLogError as exc:
+            self.history.violations.append(f"I7: the topics could not be described: {exc}")
+        unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
+        for part, views in unsettled.items():
+            self.history.violations.append(
+                f"I7 {part}: the replicas did not converge within {RECOVERY_TIMEOUT_S} s: "
+                f"(dirty, commit) {views}"
+            )
+        settled = [p for p in self.parts if p not in unsettled]
+        logs: dict[Part, dict[int, Log]] = {p: {} for p in settled}
+        for node_id in self.running:
+            mine = [p for p in settled if node_id in self.replicas_of(p)]
+            try:
+                found = await trio.to_thread.run_sync(
+                    read_logs, self.cluster.address(node_id), mine
+                )
+            except QuorumLogError as exc:
+                self.history.violations.append(
+                    f"I7: node {node_id}'s logs could not be read: {exc}"
+                )
+                continue
+            for part, log in found.items():
+                logs[part][node_id] = log
+        return {part: replicas for part, replicas in logs.items() if replicas}
+
+    async def settle_and_check(self, healed_at: float, recovery_s: float | None) -> dict:
+        logs = await self.final_logs()
         figures = check(self.history, logs) if logs else {"violations": self.history.violations}
         violations = figures.pop("violations")
         levels = ("quorum", "leader", "none")

@@ -10,7 +10,8 @@ import sys
 import time
 
 from bench.report import print_table
-from bench.simulation import Violation, run_seed
+from bench.sim_checks import Violation
+from bench.simulation import run_seed
 
 # (cluster size, with membership changes, with three topics of four partitions)
 KINDS = (

@@ -23,10 +23,10 @@ import trio.testing
 from actors.group import GroupActor
 from actors.node import Node
 from actors.storage import open_storage
-from log.batch import BatchType, split_batches
+from bench.sim_checks import check_cluster, committed_log
 from log.files import StorageError
 from log.memdisk import MemoryFileSystem
-from log.records import batch_records, make_data_batch
+from log.records import make_data_batch
 from log.wal import run_inline
 from membership.quorum import has_quorum
 from raft.settings import RaftSettings
@@ -71,10 +71,6 @@ class Outcome:
     acks: Acks
     route: Route
     offset: int | None  # the offset the cluster acknowledged, None if not acknowledged
-
-
-class Violation(AssertionError):
-    pass
 
 
 @functools.cache
@@ -323,7 +319,7 @@ class Cluster:
             i: s.node.groups[gid] for i, s in self.nodes.items() if s.node and gid in s.node.groups
         }
 
-    def _converged(self, gid: int) -> bool:
+    def group_converged(self, gid: int) -> bool:
         replicas = self.replicas(gid)
         leaders = [g for g in replicas.values() if g.core.is_leader]
         leader = max(leaders, key=lambda g: g.core.term, default=None)
@@ -340,7 +336,7 @@ class Cluster:
     async def wait_converged(self, timeout_s: float) -> bool:
         """I7: in every group a leader exists and every member holds and commits its log."""
         with trio.move_on_after(timeout_s):
-            while not all(self._converged(gid) for gid in self.group_ids()):
+            while not all(self.group_converged(gid) for gid in self.group_ids()):
                 await trio.sleep(0.05)
             return True
         return False
@@ -393,76 +389,9 @@ class Cluster:
                 )
                 self.trace.append(f"admin reply {type(reply).__name__}")
 
-    # ---------------------------------------------------------------- checking
-
-    def committed_log(self, group: GroupActor) -> list[tuple[int, int, bytes]]:
-        """(offset, term, batch bytes) of every batch up to the replica's commit offset."""
-        out = []
-        log = group.log
-        offset = log.log_start_offset
-        while offset <= group.core.commit_offset:
-            chunk = log.read(offset, 1 << 20, upto_offset=group.core.commit_offset)
-            for header, batch in split_batches(chunk.data):
-                out.append((header.base_offset, header.term, bytes(batch)))
-            offset = chunk.last_offset + 1
-        return out
-
-    def check(self, converged: bool) -> None:
-        problems = list(self.failures)
-        if not converged:
-            stuck = {
-                gid: {i: g.core.status() for i, g in self.replicas(gid).items()}
-                for gid in self.group_ids()
-                if not self._converged(gid)
-            }
-            problems.append(f"I7: these groups did not converge after the faults healed: {stuck}")
-        for (gid, term), who in self.leaders.items():
-            if len(who) > 1:
-                problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")
-        routes = self._routes_of_groups()
-        for gid in sorted(self.group_ids()):
-            outcomes = [o for o in self.outcomes if o.route == routes.get(gid)]
-            self._check_group(gid, outcomes, problems)
-        if problems:
-            raise Violation(f"seed {self.seed}: " + "; ".join(problems[:10]))
-
-    def _routes_of_groups(self) -> dict[int, Route]:
-        return {
-            group.group_id: key
-            for s in self.nodes.values()
-            if s.node
-            for key, group in s.node.partitions.items()
-        }
-
-    def _check_group(self, gid: int, outcomes: list[Outcome], problems: list[str]) -> None:
-        logs = {i: self.committed_log(g) for i, g in self.replicas(gid).items()}
-        longest = max(logs.values(), key=len, default=[])
-        for i, entries in logs.items():
-            if entries != longest[: len(entries)]:
-                problems.append(
-                    f"I2: node {i}'s committed prefix of group {gid} differs from the longest"
-                )
-        where: dict[bytes, list[int]] = {}
-        for base, _term, batch in longest:
-            header = split_batches(batch)[0][0]
-            if header.batch_type is not BatchType.DATA:
-                continue
-            for k, record in enumerate(batch_records(batch, header)):
-                where.setdefault(record.value, []).append(base + k)
-        for value, offsets in where.items():
-            if len(offsets) > 1:
-                problems.append(f"I3: {value!r} at offsets {offsets}")
-        for outcome in outcomes:
-            acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
-            if acked and where.get(outcome.value) != [outcome.offset]:
-                problems.append(
-                    f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
-                    f"found at {where.get(outcome.value)}"
-                )
-
     def trace_hash(self) -> str:
         logs = [
-            (gid, i, self.committed_log(g))
+            (gid, i, committed_log(g))
             for gid in sorted(self.group_ids())
             for i, g in sorted(self.replicas(gid).items())
         ]
@@ -498,7 +427,7 @@ async def _scenario(
                 work.start_soon(cluster.client, c, appends)
         await cluster.heal_all(nursery)
         converged = await cluster.wait_converged(timeout_s=10.0)
-        cluster.check(converged)
+        check_cluster(cluster, converged)
         digest = cluster.trace_hash()
         nursery.cancel_scope.cancel()
     return digest

@@ -31,6 +31,7 @@ from transport.messages import (
     AppendRequest,
     ErrorCode,
     ErrorReply,
+    Message,
     StatusReply,
     StatusRequest,
 )
@@ -334,15 +335,25 @@ def peak_rss_row(cluster: ProcessCluster, figure: str = "peak RSS per node") -> 
 
 
 async def status_of(address: str) -> dict | None:
-    reply = None
+    found = await statuses_of(address, [StatusRequest()])
+    return None if found is None else found[0]
+
+
+async def statuses_of(address: str, requests: Sequence[Message]) -> list[dict] | None:
+    """The statuses that `requests` (StatusRequest, PartitionsRequest) are answered with,
+    over one connection; None if the node is unreachable or answers something else."""
+    replies: list[Message] = []
     try:
         with trio.fail_after(2.0):
             async with open_connection(address) as conn:
-                reply = await conn.request(StatusRequest())
+                for request in requests:
+                    replies.append(await conn.request(request))
     # The connection's nursery wraps what breaks inside it in an ExceptionGroup.
     except* (TransportError, trio.TooSlowError, OSError):
-        pass  # reply stays None: unreachable
-    return reply.status if isinstance(reply, StatusReply) else None
+        pass  # too few replies: unreachable
+    if len(replies) < len(requests) or not all(isinstance(r, StatusReply) for r in replies):
+        return None
+    return [r.status for r in replies]
 
 
 async def wait_all_committed(

@@ -278,6 +278,7 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
     assert row["faults"] >= 1 and row["lost q/l/n"].startswith("0/")
     details = row["details"]
     assert details["quorum_acked"] > 0 and details["violations"] == []
+    assert "nemesis-a/2" in details["partitions"] and "default/0" in details["partitions"]
     assert "--seed 5 --faults kill-follower --steps 1" in details["replay"]
     assert os.path.exists(details["history"])
     bad = CliRunner().invoke(main, ["bench", "nemesis", "--faults", "no-such-fault"])

@@ -1,6 +1,7 @@
 """A bounded run of the fault harness (`quorumlog bench nemesis`) against real processes:
 fixed seeds, each drawing from one family of faults, then all of them with membership
-changes. Every run must keep every promise of RELIABILITY.md; a failure prints the seed and
+changes, with appends spread over `default` and two topics of three partitions. Every run
+must keep every promise of RELIABILITY.md in every partition; a failure prints the seed and
 the command that replays its schedule."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ FAMILIES = {
     "disks": ("lose-unsynced", "lose-unsynced-all", "damage", "kill-leader"),
     "everything": FAULTS,
 }
-SEEDS = (101, 102)  # per family: about 25 s a run, 3-4 minutes in all
+SEEDS = (101, 102)  # per family: about 30 s a run, 4 minutes in all
 STEPS = 8
 
 
@@ -36,4 +37,7 @@ def test_no_promise_is_broken(family, seed, tmp_path):
     assert details["violations"] == [], f"replay: {replay}; node logs in {tmp_path}"
     assert result["faults"] >= STEPS
     assert details["quorum_acked"] > 0, "the workload ran"
+    partitions = details["partitions"]
+    assert len(partitions) == 7, "default/0 and two topics of three partitions, all checked"
+    assert all(p["quorum_acked"] > 0 for p in partitions.values()), partitions
     assert result["recovery_s"] is not None, "the cluster took appends again after healing"

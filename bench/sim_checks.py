@@ -1,0 +1,88 @@
+"""The simulation's final checks: what every Raft group's replicas hold after the faults
+healed, against what the clients were told (I1-I3, I6, I7; bench/simulation.py runs them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from log.batch import BatchType, split_batches
+from log.records import batch_records
+from transport.messages import Acks
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from bench.simulation import Cluster, Outcome, Route
+
+
+class Violation(AssertionError):
+    pass
+
+
+def committed_log(group: GroupActor) -> list[tuple[int, int, bytes]]:
+    """(offset, term, batch bytes) of every batch up to the replica's commit offset."""
+    out = []
+    log = group.log
+    offset = log.log_start_offset
+    while offset <= group.core.commit_offset:
+        chunk = log.read(offset, 1 << 20, upto_offset=group.core.commit_offset)
+        for header, batch in split_batches(chunk.data):
+            out.append((header.base_offset, header.term, bytes(batch)))
+        offset = chunk.last_offset + 1
+    return out
+
+
+def check_cluster(cluster: Cluster, converged: bool) -> None:
+    """Raise Violation naming every broken invariant of a run that ended."""
+    problems = list(cluster.failures)
+    if not converged:
+        stuck = {
+            gid: {i: g.core.status() for i, g in cluster.replicas(gid).items()}
+            for gid in cluster.group_ids()
+            if not cluster.group_converged(gid)
+        }
+        problems.append(f"I7: these groups did not converge after the faults healed: {stuck}")
+    for (gid, term), who in cluster.leaders.items():
+        if len(who) > 1:
+            problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")
+    routes = _routes_of_groups(cluster)
+    for gid in sorted(cluster.group_ids()):
+        outcomes = [o for o in cluster.outcomes if o.route == routes.get(gid)]
+        _check_group(cluster, gid, outcomes, problems)
+    if problems:
+        raise Violation(f"seed {cluster.seed}: " + "; ".join(problems[:10]))
+
+
+def _routes_of_groups(cluster: Cluster) -> dict[int, Route]:
+    return {
+        group.group_id: key
+        for s in cluster.nodes.values()
+        if s.node
+        for key, group in s.node.partitions.items()
+    }
+
+
+def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: list[str]) -> None:
+    logs = {i: committed_log(g) for i, g in cluster.replicas(gid).items()}
+    longest = max(logs.values(), key=len, default=[])
+    for i, entries in logs.items():
+        if entries != longest[: len(entries)]:
+            problems.append(
+                f"I2: node {i}'s committed prefix of group {gid} differs from the longest"
+            )
+    where: dict[bytes, list[int]] = {}
+    for base, _term, batch in longest:
+        header = split_batches(batch)[0][0]
+        if header.batch_type is not BatchType.DATA:
+            continue
+        for k, record in enumerate(batch_records(batch, header)):
+            where.setdefault(record.value, []).append(base + k)
+    for value, offsets in where.items():
+        if len(offsets) > 1:
+            problems.append(f"I3: {value!r} at offsets {offsets}")
+    for outcome in outcomes:
+        acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
+        if acked and where.get(outcome.value) != [outcome.offset]:
+            problems.append(
+                f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
+                f"found at {where.get(outcome.value)}"
+            )
