@@ -1,0 +1,159 @@
+"""Queue mode as a pure state machine: the window of in-flight records of one partition
+for one group (Kafka's share-partition, KIP-932).
+
+Every record from `start` on is in the window until it is settled. A record is available,
+leased to one member, acked, or dead (moved to the dead-letter topic); `start` moves past
+the records settled at the front, so everything below it is settled for good. `next` is
+the first offset never leased yet: new records enter the window there, at most
+WINDOW_MAX of them in flight at once. A full window leases no new record until its oldest
+settles: members get only redeliveries meanwhile, and the lag shows it.
+
+Leases, acks, releases and dead letters are commands in the group's `__groups` partition
+(appended with acks=quorum), so a new coordinator rebuilds the window with every
+delivery count and every ack: it never hands out an acked record again, and a record
+leased before the failover is leased again only once its lease runs out (lease deadlines
+are the coordinator's soft state: a new coordinator gives every lease a fresh one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+WINDOW_MAX = 2_000  # records in flight per partition and group
+
+
+class RecordState(Enum):
+    AVAILABLE = "available"
+    LEASED = "leased"
+    ACKED = "acked"
+    DEAD = "dead"
+
+
+SETTLED = frozenset({RecordState.ACKED, RecordState.DEAD})
+
+
+@dataclass(slots=True)
+class InFlight:
+    state: RecordState = RecordState.AVAILABLE
+    deliveries: int = 0
+    member: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Offsets handed to `member`: each is available in the window, or the next ones."""
+
+    group: str
+    topic: str
+    partition: int
+    member: str
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """`outcome` for offsets: "ack" and "release" by the member holding their lease,
+    "expire" (the lease ran out) and "dead" (moved to the dead-letter topic) by the
+    coordinator."""
+
+    group: str
+    topic: str
+    partition: int
+    member: str | None
+    offsets: tuple[int, ...]
+    outcome: str
+
+
+OUTCOMES = ("ack", "release", "expire", "dead")
+
+
+@dataclass(slots=True)
+class SharePartition:
+    start: int = 0
+    next: int = 0
+    records: dict[int, InFlight] = field(default_factory=dict)  # start <= offset < next
+
+    def leasable(self, end_offset: int, max_records: int, deliveries_max: int) -> list[int]:
+        """Offsets to lease next, oldest first: available records in the window (below
+        `deliveries_max` deliveries), then new ones up to `end_offset` inclusive, as the
+        window allows."""
+        out = [
+            o
+            for o, r in sorted(self.records.items())
+            if r.state is RecordState.AVAILABLE and r.deliveries < deliveries_max
+        ][:max_records]
+        room = WINDOW_MAX - (self.next - self.start)
+        fresh = min(max_records - len(out), room, end_offset + 1 - self.next)
+        return out + list(range(self.next, self.next + max(fresh, 0)))
+
+    def exhausted(self, deliveries_max: int) -> list[int]:
+        """Available records delivered `deliveries_max` times: for the dead-letter topic."""
+        return sorted(
+            o
+            for o, r in self.records.items()
+            if r.state is RecordState.AVAILABLE and r.deliveries >= deliveries_max
+        )
+
+    def leased_to(self, member: str) -> list[int]:
+        return sorted(
+            o
+            for o, r in self.records.items()
+            if r.state is RecordState.LEASED and r.member == member
+        )
+
+    def check_lease(self, offsets: tuple[int, ...]) -> str | None:
+        expected = self.next
+        for o in offsets:
+            if o >= self.next:
+                if o != expected:
+                    return f"offset {o} is not the next new record ({expected})"
+                expected += 1
+            elif o < self.start or self.records[o].state is not RecordState.AVAILABLE:
+                return f"offset {o} is not available to lease"
+        if expected - self.start > WINDOW_MAX:
+            return f"the window holds at most {WINDOW_MAX} records in flight"
+        return None
+
+    def check_settle(
+        self, member: str | None, offsets: tuple[int, ...], outcome: str
+    ) -> str | None:
+        if outcome not in OUTCOMES:
+            return f"unknown outcome {outcome!r}"
+        for o in offsets:
+            record = self.records.get(o) if self.start <= o < self.next else None
+            if outcome == "dead":
+                if record is None or record.state is not RecordState.AVAILABLE:
+                    return f"offset {o} is not waiting for a dead letter"
+            elif record is None or record.state is not RecordState.LEASED:
+                return f"offset {o} is not leased"
+            elif outcome != "expire" and record.member != member:
+                return f"offset {o} is not leased to member {member!r}"
+        return None
+
+    def lease(self, command: Lease) -> str | None:
+        why = self.check_lease(command.offsets)
+        if why is not None:
+            return why
+        for o in command.offsets:
+            record = self.records.setdefault(o, InFlight())
+            record.state, record.member = RecordState.LEASED, command.member
+            record.deliveries += 1
+            self.next = max(self.next, o + 1)
+        return None
+
+    def settle(self, command: Settle) -> str | None:
+        why = self.check_settle(command.member, command.offsets, command.outcome)
+        if why is not None:
+            return why
+        state = {
+            "ack": RecordState.ACKED,
+            "dead": RecordState.DEAD,
+        }.get(command.outcome, RecordState.AVAILABLE)
+        for o in command.offsets:
+            record = self.records[o]
+            record.state, record.member = state, None
+        while self.start < self.next and self.records[self.start].state in SETTLED:
+            del self.records[self.start]
+            self.start += 1
+        return None

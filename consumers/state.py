@@ -1,0 +1,227 @@
+"""Consumer groups as a pure state machine: what a partition of the internal topic
+`__groups` holds about the groups that hash to it.
+
+A group's hard state is its mode, topics, generation, members with their assignment, and
+its committed positions (the next offset to consume, per topic partition). The coordinator
+(the leader of the group's `__groups` partition) decides everything that needs a choice
+(who is a member, the assignment) before it appends a command, so applying one is
+deterministic on every replica, and a new coordinator rebuilds the same state by applying
+the partition from its start. Liveness (when a member last heartbeated) is soft state of
+the coordinator and never in the log: a new coordinator gives every member a fresh session.
+
+A command that is no longer valid when applied (a commit fenced by a newer generation, a
+position that would go back) changes nothing and says why, as the controller's do.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from consumers.assignment import TopicPartition
+from consumers.queue import Lease, Settle, SharePartition
+
+GROUPS_TOPIC = "__groups"
+MODES = ("stream", "queue")
+GROUP_NAME_CHARS_MAX = 200
+SESSION_TIMEOUT_MS_MAX = 10 * 60 * 1000
+
+
+class GroupError(ValueError):
+    """A group call that can never succeed as asked (one line, for the user)."""
+
+
+class CommandError(ValueError):
+    """A command's wire form is malformed."""
+
+
+def groups_partition(group: str, partitions: int) -> int:
+    """The `__groups` partition that holds `group` (its coordinator leads it): a stable
+    hash, the same on every node and in every version."""
+    return zlib.crc32(group.encode()) % partitions
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SetMembers:
+    """A new generation: these members (id -> session timeout) with this assignment."""
+
+    group: str
+    mode: str
+    topics: tuple[str, ...]
+    generation: int
+    members: tuple[tuple[str, int], ...]  # (member id, session timeout ms), sorted
+    assignment: tuple[tuple[str, tuple[TopicPartition, ...]], ...]  # stream mode only
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """A member's positions (next offset to consume) in the generation it was given."""
+
+    group: str
+    generation: int
+    member: str
+    offsets: tuple[tuple[str, int, int], ...]  # (topic, partition, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOffsets:
+    """`group reset-offsets`: positions set by an operator, while no member is active."""
+
+    group: str
+    offsets: tuple[tuple[str, int, int], ...]
+
+
+Command = SetMembers | Commit | ResetOffsets | Lease | Settle
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
+
+
+def to_wire(command: Command) -> dict[str, Any]:
+    return {"type": type(command).__name__, **asdict(command)}
+
+
+def from_wire(wire: Any) -> Command:
+    """A command from its msgpack form; CommandError if malformed."""
+    if not isinstance(wire, dict):
+        raise CommandError(f"a command is a map, not {type(wire).__name__}")
+    cls = _TYPES.get(wire.get("type"))
+    if cls is None:
+        raise CommandError(f"unknown command type {wire.get('type')!r}")
+    args = {k: v for k, v in wire.items() if k != "type"}
+    if set(args) != {f.name for f in fields(cls)}:
+        raise CommandError(f"{cls.__name__} has fields {sorted(f.name for f in fields(cls))}")
+    try:
+        if cls in (Lease, Settle):
+            args["offsets"] = tuple(int(o) for o in args["offsets"])
+        elif cls is SetMembers:
+            args["topics"] = tuple(args["topics"])
+            args["members"] = tuple((m, int(t)) for m, t in args["members"])
+            args["assignment"] = tuple(
+                (m, tuple((t, int(p)) for t, p in tps)) for m, tps in args["assignment"]
+            )
+        else:
+            args["offsets"] = tuple((t, int(p), int(o)) for t, p, o in args["offsets"])
+        return cls(**args)
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"bad {cls.__name__}: {exc}") from None
+
+
+# --- state ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Group:
+    name: str
+    mode: str
+    topics: tuple[str, ...] = ()
+    generation: int = 0
+    members: dict[str, int] = field(default_factory=dict)  # member id -> session timeout ms
+    assignment: dict[str, tuple[TopicPartition, ...]] = field(default_factory=dict)
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    queues: dict[TopicPartition, SharePartition] = field(default_factory=dict)  # queue mode
+
+    def owner(self, tp: TopicPartition) -> str | None:
+        return next((m for m, tps in self.assignment.items() if tp in tps), None)
+
+
+@dataclass(slots=True)
+class GroupsState:
+    """Every group of one `__groups` partition."""
+
+    groups: dict[str, Group] = field(default_factory=dict)
+    applied_offset: int = -1
+
+    def apply(self, command: Command, offset: int) -> str | None:
+        """Apply a committed command at `offset`; returns why it changed nothing, or None."""
+        assert offset > self.applied_offset, (offset, self.applied_offset)
+        self.applied_offset = offset
+        match command:
+            case SetMembers(name, mode, topics, generation, members, assignment):
+                group = self.groups.get(name)
+                if group is not None and generation <= group.generation:
+                    return f"generation {generation} of {name!r} is not after {group.generation}"
+                if group is None:
+                    group = self.groups[name] = Group(name, mode)
+                group.mode, group.topics, group.generation = mode, topics, generation
+                group.members = dict(members)
+                group.assignment = dict(assignment)
+            case Commit(name, generation, member, offsets):
+                group = self.groups.get(name)
+                if group is None:
+                    return f"unknown group {name!r}"
+                why = check_commit(group, generation, member, offsets)
+                if why is not None:
+                    return why
+                for topic, partition, position in offsets:
+                    group.committed[(topic, partition)] = position
+            case ResetOffsets(name, offsets):
+                group = self.groups.setdefault(name, Group(name, MODES[0]))
+                if group.members:
+                    return f"group {name!r} has active members: stop them first"
+                for topic, partition, position in offsets:
+                    group.committed[(topic, partition)] = position
+                    group.queues.pop((topic, partition), None)  # queue mode starts there
+            case Lease() | Settle():
+                return _apply_queue(self.groups.get(command.group), command)
+        return None
+
+
+def _apply_queue(group: Group | None, command: Lease | Settle) -> str | None:
+    if group is None or group.mode != "queue":
+        return f"{command.group!r} is not a queue-mode group"
+    if command.member is not None and command.member not in group.members:
+        return f"{command.member!r} is not a member of {group.name!r}: rejoin"
+    tp = (command.topic, command.partition)
+    window = group.queues.get(tp)
+    if window is None:
+        start = group.committed.get(tp, 0)
+        window = group.queues[tp] = SharePartition(start, start)
+    if isinstance(command, Lease):
+        return window.lease(command)
+    why = window.settle(command)
+    group.committed[tp] = window.start  # everything before it is settled: the lag counts from it
+    return why
+
+
+def check_commit(
+    group: Group, generation: int, member: str, offsets: tuple[tuple[str, int, int], ...]
+) -> str | None:
+    """Why a stream member's commit must be refused: fenced by a newer generation, a
+    partition it does not own, or a position that would go back."""
+    if generation != group.generation or member not in group.members:
+        return (
+            f"member {member!r} of generation {generation} was fenced: the group "
+            f"{group.name!r} is at generation {group.generation}; rejoin"
+        )
+    owned = group.assignment.get(member, ())
+    for topic, partition, position in offsets:
+        if (topic, partition) not in owned:
+            return f"member {member!r} does not own {topic}/{partition}"
+        if position < group.committed.get((topic, partition), 0):
+            return (
+                f"the committed position of {topic}/{partition} is "
+                f"{group.committed[(topic, partition)]}: a commit never goes back"
+            )
+    return None
+
+
+def check_group_name(name: str) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= GROUP_NAME_CHARS_MAX:
+        raise GroupError(f"a group name has 1-{GROUP_NAME_CHARS_MAX} characters")
+    if not name.isprintable():
+        raise GroupError(f"a group name is printable text, not {name!r}")
+    return name
+
+
+def check_member_settings(mode: str, session_timeout_ms: int) -> None:
+    if mode not in MODES:
+        raise GroupError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
+    if not isinstance(session_timeout_ms, int) or not 0 < session_timeout_ms <= (
+        SESSION_TIMEOUT_MS_MAX
+    ):
+        raise GroupError(
+            f"a session timeout is more than 0 and at most {SESSION_TIMEOUT_MS_MAX // 1000} s"
+        )

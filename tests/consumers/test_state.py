@@ -1,0 +1,111 @@
+"""The `__groups` state machine: generations fence old members, positions never go back
+except by a reset with no member active, and commands survive their wire form."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from consumers.state import (
+    CommandError,
+    Commit,
+    GroupError,
+    GroupsState,
+    ResetOffsets,
+    SetMembers,
+    check_group_name,
+    check_member_settings,
+    from_wire,
+    groups_partition,
+    to_wire,
+)
+
+JOIN = SetMembers(
+    "billing",
+    "stream",
+    ("events",),
+    1,
+    (("m1", 10_000), ("m2", 10_000)),
+    (("m1", (("events", 0),)), ("m2", (("events", 1),))),
+)
+
+
+def state_with_members() -> GroupsState:
+    state = GroupsState()
+    assert state.apply(JOIN, 0) is None
+    return state
+
+
+def test_commands_survive_their_wire_form():
+    for command in (JOIN, Commit("g", 3, "m1", (("t", 0, 42),)), ResetOffsets("g", (("t", 1, 0),))):
+        wire = msgpack.unpackb(msgpack.packb(to_wire(command)), raw=False)
+        assert from_wire(wire) == command
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [[], {"type": "Nope"}, {"type": "Commit", "group": "g"}, {**to_wire(JOIN), "members": [[1]]}],
+)
+def test_a_malformed_command_is_refused(wire):
+    with pytest.raises(CommandError):
+        from_wire(wire)
+
+
+def test_an_owner_commits_and_positions_only_go_forward():
+    state = state_with_members()
+    assert state.apply(Commit("billing", 1, "m1", (("events", 0, 10),)), 1) is None
+    assert state.groups["billing"].committed == {("events", 0): 10}
+    why = state.apply(Commit("billing", 1, "m1", (("events", 0, 5),)), 2)
+    assert why is not None and "never goes back" in why
+    assert state.groups["billing"].committed == {("events", 0): 10}
+
+
+def test_old_generations_and_non_owners_are_fenced():
+    state = state_with_members()
+    assert "does not own" in state.apply(Commit("billing", 1, "m1", (("events", 1, 3),)), 1)
+    assert "fenced" in state.apply(Commit("billing", 0, "m1", (("events", 0, 3),)), 2)
+    assert "fenced" in state.apply(Commit("billing", 1, "m9", (("events", 0, 3),)), 3)
+    assert "not after" in state.apply(JOIN, 4), "a generation is applied once"
+    assert state.groups["billing"].committed == {}
+
+
+def test_reset_is_refused_while_members_are_active():
+    state = state_with_members()
+    assert state.apply(Commit("billing", 1, "m1", (("events", 0, 10),)), 1) is None
+    assert "active members" in state.apply(ResetOffsets("billing", (("events", 0, 0),)), 2)
+    empty = SetMembers("billing", "stream", ("events",), 2, (), ())
+    assert state.apply(empty, 3) is None
+    assert state.apply(ResetOffsets("billing", (("events", 0, 0),)), 4) is None
+    assert state.groups["billing"].committed == {("events", 0): 0}
+
+
+def test_replaying_the_log_rebuilds_the_same_state():
+    commands = [
+        JOIN,
+        Commit("billing", 1, "m1", (("events", 0, 10),)),
+        Commit("billing", 1, "m2", (("events", 1, 7),)),
+        Commit("billing", 1, "m2", (("events", 1, 3),)),  # refused: goes back
+    ]
+    first, second = GroupsState(), GroupsState()
+    for offset, command in enumerate(commands):
+        first.apply(command, offset)
+        second.apply(from_wire(msgpack.unpackb(msgpack.packb(to_wire(command)))), offset)
+    assert first == second
+    assert first.groups["billing"].committed == {("events", 0): 10, ("events", 1): 7}
+
+
+def test_names_and_settings_are_checked():
+    assert check_group_name("billing") == "billing"
+    for bad in ("", "x" * 201, "tab\there"):
+        with pytest.raises(GroupError):
+            check_group_name(bad)
+    check_member_settings("queue", 30_000)
+    with pytest.raises(GroupError, match="session timeout"):
+        check_member_settings("stream", 0)
+    with pytest.raises(GroupError, match="mode"):
+        check_member_settings("fanout", 1000)
+
+
+def test_a_group_always_maps_to_the_same_groups_partition():
+    assert groups_partition("billing", 3) == groups_partition("billing", 3)
+    assert {groups_partition(f"g{i}", 3) for i in range(30)} == {0, 1, 2}
