@@ -111,7 +111,8 @@ class ControllerActor:
         committed = core.configs.committed
         if committed is not None and set(self.state.brokers) != set(committed.voters):
             self.state.set_brokers(
-                {n: a for n, a in committed.addresses.items() if n in committed.voters}
+                {n: a for n, a in committed.addresses.items() if n in committed.voters},
+                core.configs.committed_offset,
             )
         if core.commit_offset < self._next_offset:
             return False
@@ -125,15 +126,15 @@ class ControllerActor:
                 elif header.batch_type is BatchType.CONFIG:
                     config = config_of(batch, header)
                     self.state.applied_offset = header.base_offset
-                    self._note_config(config)
+                    self._note_config(config, header.base_offset)
             offset = chunk.last_offset + 1
         self._next_offset = offset
         return True
 
-    def _note_config(self, config: Configuration) -> None:
+    def _note_config(self, config: Configuration, offset: int) -> None:
         if not config.is_joint:
             self.state.set_brokers(
-                {n: a for n, a in config.addresses.items() if n in config.voters}
+                {n: a for n, a in config.addresses.items() if n in config.voters}, offset
             )
 
     def _apply(self, value: bytes, offset: int) -> None:

@@ -14,6 +14,11 @@ a leader that is left out hands its leadership over first). The call is marked `
 asking again is free once the group is there: a new controller leader asks again for every
 partition ever moved and learns at once which are done. A replica that was moved away
 leaves its node once its group's configuration leaves it out (actors/controller.py).
+
+`default` is on every broker: a change of the controller's voters moves its replicas too
+(`ClusterState.set_brokers`), and the mover drives its group like any other. A membership
+call changes `default` itself right after the controller's group; the mover is what makes
+sure it follows when that second step was cut short (a timeout, a leader killed).
 """
 
 from __future__ import annotations
@@ -90,8 +95,6 @@ class ReplicaMover:
     def _drive_moved(self, nursery: trio.Nursery) -> None:
         state = self.controller.state
         for topic in state.topics.values():
-            if topic.name == DEFAULT_TOPIC:
-                continue
             for p in topic.partitions:
                 key = (p.topic, p.partition)
                 if not state.was_moved(p) or self._settled_lately(key, p.revision):

@@ -28,6 +28,7 @@ from log.files import StorageError
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch
 from log.wal import run_inline
+from membership.config import Configuration
 from membership.quorum import has_quorum
 from raft.settings import RaftSettings
 from transport.errors import ConnectionClosed
@@ -97,6 +98,8 @@ class Cluster:
         self.leaders: dict[tuple[int, int], set[int]] = {}  # (group, term) -> its leaders
         self.trace: list[str] = []
         self.failures: list[str] = []
+        # (group, configuration, the one that replaced it) as seen in some log
+        self.successions: set[tuple[int, Configuration, Configuration]] = set()
         self.leader_hints: dict[Route, int] = {}
 
     # ---------------------------------------------------------------- node lifecycle
@@ -170,22 +173,25 @@ class Cluster:
             await trio.sleep(0.005)
 
     def _check_active_configs(self) -> None:
-        """A configuration and the one that follows it, both in effect somewhere, must have
-        majorities that meet (the joint rule at every step). Older ones are harmless: the
-        change after them committed first, on nodes whose longer logs win every vote."""
+        """A configuration and the one that follows it in some log, both in effect
+        somewhere, must have majorities that meet (the joint rule at every step). Older
+        ones are harmless: the change after them committed first, on nodes whose longer
+        logs win every vote; so is a change on a branch that lost (a configuration with
+        the next version number on another branch does not follow it)."""
         active: dict[int, set] = {}
         for sim in self.nodes.values():
             if sim.node is not None:
                 for gid, group in sim.node.groups.items():
-                    if group.core.config is not None:
-                        active.setdefault(gid, set()).add(group.core.config)
-        for configs in active.values():
-            for a in configs:
-                for b in configs:
-                    if b.version == a.version + 1 and not quorums_intersect(a, b):
-                        self.failures.append(
-                            f"configs {a.to_json()} and {b.to_json()} active together"
-                        )
+                    configs = group.core.configs
+                    if configs.current is not None:
+                        active.setdefault(gid, set()).add(configs.current)
+                    if configs.previous is not None:
+                        self.successions.add((gid, configs.previous, configs.current))
+        for gid, a, b in self.successions:
+            if a in active.get(gid, ()) and b in active[gid] and not quorums_intersect(a, b):
+                problem = f"group {gid}: configs {a.to_json()} and {b.to_json()} active together"
+                if problem not in self.failures:
+                    self.failures.append(problem)
 
     # ---------------------------------------------------------------- clients
 

@@ -46,6 +46,14 @@ class ConfigTracker:
         return self._appended[-1][1] if self._appended else self.committed
 
     @property
+    def previous(self) -> Configuration | None:
+        """The configuration `current` replaced in this log, while that change is not
+        committed (afterwards this node no longer knows it)."""
+        if len(self._appended) >= 2:
+            return self._appended[-2][1]
+        return self.committed if self._appended else None
+
+    @property
     def change_in_flight(self) -> bool:
         return bool(self._appended)
 
