@@ -229,7 +229,8 @@ def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
             return old not in config.members and config.is_voter(new)
         case "set_members":
             wanted = {check_node_id(int(k)) for k in args["members"]}
-            return not config.is_joint and config.members == wanted  # no stray learner
+            # Not made while any learner is left: a stray, or one staged and not promoted.
+            return not config.is_joint and config.voters == wanted and not config.learners
     return False
 
 

@@ -65,8 +65,6 @@ READ_BYTES_MAX = 1024 * 1024
 LEADER_UPDATES_INTERVAL_S = 0.05
 # A broker that answered within this many heartbeat intervals is live (for placement).
 LIVE_BEATS = 4
-# How often a node looks for replicas moved away whose group has let it go.
-MOVED_AWAY_CHECK_S = 1.0
 # How long `describe_topic` waits for each replica's own account of itself.
 DESCRIBE_ASK_S = 1.0
 
@@ -81,7 +79,6 @@ class ControllerActor:
         self._next_offset = 0  # the next controller log offset to apply
         self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
         self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
-        self._reconciling = trio.Lock()
 
     @property
     def group(self) -> GroupActor:
@@ -92,7 +89,6 @@ class ControllerActor:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_leader_updates)
-            nursery.start_soon(self._drop_moved_away)
             while True:
                 if self._apply_committed():
                     await self._reconcile()
@@ -111,8 +107,7 @@ class ControllerActor:
         committed = core.configs.committed
         if committed is not None and set(self.state.brokers) != set(committed.voters):
             self.state.set_brokers(
-                {n: a for n, a in committed.addresses.items() if n in committed.voters},
-                core.configs.committed_offset,
+                {n: a for n, a in committed.addresses.items() if n in committed.voters}
             )
         if core.commit_offset < self._next_offset:
             return False
@@ -126,15 +121,15 @@ class ControllerActor:
                 elif header.batch_type is BatchType.CONFIG:
                     config = config_of(batch, header)
                     self.state.applied_offset = header.base_offset
-                    self._note_config(config, header.base_offset)
+                    self._note_config(config)
             offset = chunk.last_offset + 1
         self._next_offset = offset
         return True
 
-    def _note_config(self, config: Configuration, offset: int) -> None:
+    def _note_config(self, config: Configuration) -> None:
         if not config.is_joint:
             self.state.set_brokers(
-                {n: a for n, a in config.addresses.items() if n in config.voters}, offset
+                {n: a for n, a in config.addresses.items() if n in config.voters}
             )
 
     def _apply(self, value: bytes, offset: int) -> None:
@@ -146,36 +141,18 @@ class ControllerActor:
             self.state.applied_offset = offset
             return
         why = self.state.apply(command, offset)
-        self._results[offset] = why
+        if why is not None:
+            self._results[offset] = why  # for the call that proposed it, if on this node
         if isinstance(command, DeleteTopic):
             self.leaders.forget_topic(command.name)
         logger.info("controller_applied", node_id=self.node.id, offset=offset, command=str(command))
 
     async def _reconcile(self) -> None:
         """Make this node's replicas match the state: create those placed here, drop those
-        of deleted topics and those moved away once their group has let this node go.
+        of deleted topics. A replica moved off this node stays, idle, until its topic is
+        deleted: dropped while its group still counts it, or re-created empty later, it
+        could cost the group data it acknowledged (docs/decisions.md, "Replica moves").
         `default` follows membership instead (admin calls)."""
-        async with self._reconciling:
-            await self._reconcile_now()
-
-    async def _drop_moved_away(self) -> None:
-        """Replicas moved off this node leave once their group's change reaches them, which
-        no controller command announces: look for them now and then."""
-        while True:
-            await trio.sleep(MOVED_AWAY_CHECK_S)
-            if any(
-                key[0] != DEFAULT_TOPIC and not self._placed_here(key)
-                for key in self.node.partitions
-            ):
-                await self._reconcile()
-
-    def _placed_here(self, key: tuple[str, int]) -> bool:
-        try:
-            return self.node.id in self.state.partition(*key).replicas
-        except TopicError:
-            return False
-
-    async def _reconcile_now(self) -> None:
         node = self.node
         state = self.state
         wanted = {
@@ -184,31 +161,19 @@ class ControllerActor:
         for key, group in list(node.partitions.items()):
             if key[0] == DEFAULT_TOPIC:
                 continue
-            placed = wanted.get(key)
-            if placed is not None and placed.group_id == group.group_id:
-                continue
-            if group.group_id >= state.next_group_id:
-                continue  # newer than this node's state: it has not seen it placed yet
-            if self._moving_away(key, group):
-                continue
-            await node.remove_partition(key)
+            topic = state.topics.get(key[0])
+            if topic is not None and any(
+                p.partition == key[1] and p.group_id == group.group_id for p in topic.partitions
+            ):
+                continue  # placed here, or moved away
+            if group.group_id < state.next_group_id:  # the state has seen its topic go
+                await node.remove_partition(key)
         for key, placed in wanted.items():
             if key not in node.partitions:
                 # A replica placed at creation bootstraps the group with its peers; one
                 # placed by a move joins it, added by the group's leader (actors/mover.py).
                 config = None if state.was_moved(placed) else self._bootstrap_config(placed)
                 await node.add_partition(placed, config, self._retention(placed))
-
-    def _moving_away(self, key: tuple[str, int], group: GroupActor) -> bool:
-        """A replica moved off this node serves until its group's configuration leaves
-        it out: dropped earlier, the group would run one replica short during the move."""
-        topic = self.state.topics.get(key[0])
-        if topic is None or key[1] >= len(topic.partitions):
-            return False
-        if topic.partitions[key[1]].group_id != group.group_id:
-            return False
-        config = group.core.config
-        return config is not None and self.node.id in config.members
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
         addresses = {n: self.state.brokers[n].address for n in placed.replicas}
@@ -231,10 +196,11 @@ class ControllerActor:
             self._signal()
 
     def _revision(self, topic: str, partition: int) -> int:
-        try:
-            return self.state.partition(topic, partition).revision
-        except TopicError:
-            return 0
+        """What orders a partition's leader entries before its terms: the creation of its
+        group (a topic deleted and created again is a new group whose terms start again).
+        Not the last move: within one group terms only grow."""
+        found = self.state.topics.get(topic)
+        return 0 if found is None else found.created_offset
 
     def _own_entries(self) -> list[LeaderEntry]:
         return [

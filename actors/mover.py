@@ -12,13 +12,8 @@ membership machinery every group has: a `set_members` call on the partition's le
 (new members as staged learners, caught up, then joint consensus C(old,new) and C(new);
 a leader that is left out hands its leadership over first). The call is marked `retry`, so
 asking again is free once the group is there: a new controller leader asks again for every
-partition ever moved and learns at once which are done. A replica that was moved away
-leaves its node once its group's configuration leaves it out (actors/controller.py).
-
-`default` is on every broker: a change of the controller's voters moves its replicas too
-(`ClusterState.set_brokers`), and the mover drives its group like any other. A membership
-call changes `default` itself right after the controller's group; the mover is what makes
-sure it follows when that second step was cut short (a timeout, a leader killed).
+partition ever moved and learns at once which are done. A replica moved away stays on its
+node, idle, until its topic is deleted (actors/controller.py says why).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from actors.admin import RETRY_LATER, handle_admin
 from actors.controller import PassBack
 from controller.commands import SetReplicas
 from controller.placement import replace_departed
-from controller.state import DEFAULT_TOPIC, Partition, TopicError
+from controller.state import DEFAULT_TOPIC, ClusterState, Partition, TopicError
 from transport.errors import ConnectionClosed
 from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
@@ -60,6 +55,8 @@ class ReplicaMover:
         # partition -> (revision its group was found at, when)
         self._settled: dict[tuple[str, int], tuple[int, float]] = {}
         self._backoff_s: dict[tuple[str, int], float] = {}
+        self._term = -1  # the controller term this node last led in, and since when
+        self._leading_since = 0.0
 
     @property
     def controller(self) -> ControllerActor:
@@ -69,12 +66,26 @@ class ReplicaMover:
         async with trio.open_nursery() as nursery:
             while True:
                 if self.controller.is_current():
-                    with contextlib.suppress(PassBack):  # leadership moved: the next goes on
-                        await self._replace_departed()
+                    if self._settled_in(self.controller.group.core.term):
+                        with contextlib.suppress(PassBack):  # leadership moved: the next goes on
+                            await self._replace_departed()
                     self._drive_moved(nursery)
+                else:
+                    for _, scope in self._moving.values():
+                        scope.cancel()  # a deposed leader's drives could undo a newer move
                 await trio.sleep(PASS_INTERVAL_S)
                 with trio.move_on_after(MOVE_CHECK_S):
                     await self.controller.changed.wait()
+
+    def _settled_in(self, term: int) -> bool:
+        """Whether this controller leader has led long enough to know who is live: every
+        live broker answers its heartbeats within LIVE_BEATS intervals, but only once it
+        heard of the new leader. Before that, a departed replica would go to the leader
+        itself, or be dropped for want of a live broker."""
+        now = trio.current_time()
+        if self._term != term:
+            self._term, self._leading_since = term, now
+        return now - self._leading_since >= 2 * self.node.settings.election_timeout_max_s
 
     async def _replace_departed(self) -> None:
         """New replica sets for the partitions with replicas on departed nodes."""
@@ -94,7 +105,14 @@ class ReplicaMover:
 
     def _drive_moved(self, nursery: trio.Nursery) -> None:
         state = self.controller.state
+        for key in [
+            k for k in self._settled.keys() | self._backoff_s.keys() if not _exists(state, k)
+        ]:
+            self._settled.pop(key, None)
+            self._backoff_s.pop(key, None)
         for topic in state.topics.values():
+            if topic.name == DEFAULT_TOPIC:
+                continue
             for p in topic.partitions:
                 key = (p.topic, p.partition)
                 if not state.was_moved(p) or self._settled_lately(key, p.revision):
@@ -132,8 +150,8 @@ class ReplicaMover:
         key = (p.topic, p.partition)
         async with self._limiter:
             members = self._members(p)
-            if members is None:
-                return  # moved again or deleted meanwhile: the next pass sees it
+            if members is None or not self.controller.is_current():
+                return  # moved again, deleted or no longer leading: the next pass sees it
             request = AdminRequest(
                 "set_members",
                 {
@@ -205,3 +223,8 @@ class ReplicaMover:
             except ConnectionClosed:
                 return None
         return None
+
+
+def _exists(state: ClusterState, key: tuple[str, int]) -> bool:
+    topic = state.topics.get(key[0])
+    return topic is not None and key[1] < len(topic.partitions)

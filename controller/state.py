@@ -75,11 +75,9 @@ class ClusterState:
         topic = Topic(DEFAULT_TOPIC, (default,), None, None, TIMESTAMP_TYPES[0], 0)
         return cls(topics={DEFAULT_TOPIC: topic}, next_group_id=DEFAULT_GROUP + 1)
 
-    def set_brokers(self, addresses: Mapping[int, str], offset: int) -> None:
-        """The brokers are the voters of the controller's committed configuration, found
-        at controller log `offset` (its config batches are in the controller's log); an
-        address change bumps the epoch. `default` is on every broker: a change of brokers
-        is a move of its replicas, with that offset as its revision."""
+    def set_brokers(self, addresses: Mapping[int, str]) -> None:
+        """The brokers are the voters of the controller's committed configuration (its
+        config batches are in the controller's log); an address change bumps the epoch."""
         brokers = {}
         for node_id, address in sorted(addresses.items()):
             known = self.brokers.get(node_id)
@@ -89,10 +87,8 @@ class ClusterState:
         default = self.topics.get(DEFAULT_TOPIC)
         if default is not None:
             (partition,) = default.partitions
-            replicas = tuple(sorted(brokers))
-            if replicas != partition.replicas:
-                moved = replace(partition, replicas=replicas, revision=max(offset, 0))
-                self.topics[DEFAULT_TOPIC] = replace(default, partitions=(moved,))
+            moved = replace(partition, replicas=tuple(sorted(brokers)))
+            self.topics[DEFAULT_TOPIC] = replace(default, partitions=(moved,))
 
     def partition(self, topic: str, partition: int) -> Partition:
         found = self.topics.get(topic)

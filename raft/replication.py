@@ -167,8 +167,13 @@ class ReplicationRules:
             p.flushed_offset = max(p.flushed_offset, min(reply.last_flushed, p.match_offset))
             p.dirty_offset = reply.last_dirty
             if p.probing and is_append:
+                # The match point is found, by the probe's answer or by a late answer to a
+                # message sent before the probe: send again from just past it. (Keeping a
+                # next offset beyond it, with nothing in flight, left a follower behind for
+                # good once the leader had nothing new to send: a simulation seed.)
                 p.probing = False
                 p.forget_inflight()
+                p.next_offset = p.match_offset + 1
             elif is_append:
                 p.answered_to(reply.last_dirty)
             p.next_offset = max(p.next_offset, p.match_offset + 1)

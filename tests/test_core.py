@@ -191,6 +191,21 @@ def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
 
 
+def test_a_late_answer_that_ends_a_probe_resends_what_it_does_not_cover():
+    core = caught_up_leader()
+    propose(core, batch_of(b"x"), 10.0, True)
+    assert [m.prev_offset for m in sent_to_2(core)] == [0]  # offset 1 in flight, then lost
+    # No answer within the retransmit timeout: probe from the leader's end.
+    core.tick(10.0 + 2 * SETTINGS.retransmit_timeout_s)
+    (probe,) = sent_to_2(core)
+    assert probe.prev_offset == 1
+    # A late answer to something sent before the probe ends it: the follower holds only
+    # offset 0, so offset 1 goes again, now, not only once something new is appended.
+    late = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
+    core.step(2, late, 10.5)
+    assert [m.prev_offset for m in sent_to_2(core)] == [0]
+
+
 def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
     window = SETTINGS.recovery_window_bytes
     rng = random.Random(7)
