@@ -8,12 +8,16 @@
   traffic: CPU and RSS per node, heartbeat messages per node pair per second;
 - controller failover: SIGKILL the controller's leader; seconds until a topic can be
   created, and until `describe` names every partition's true leader (baseline: the
-  election timeout's maximum).
+  election timeout's maximum);
+- replica moves: 4 nodes, a topic of 3 partitions x 3 replicas filled with data; `members
+  remove` of the node holding most replicas; seconds until every moved group has its new
+  set (baseline: appending that data in the first place).
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -21,11 +25,11 @@ from dataclasses import dataclass
 import trio
 
 from bench.report import median, print_table
-from bench.workload import IncompressibleRecords, cpu_s, running_cluster
+from bench.workload import IncompressibleRecords, cpu_s, groups_settled, running_cluster
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from raft.settings import RaftSettings
 
 RECORD_BYTES = 1024
@@ -181,6 +185,40 @@ def _describe_exact(cluster: ProcessCluster, client: Client, topic: str) -> bool
     return True
 
 
+def _move_row(cluster: ProcessCluster, mb: int) -> dict:
+    """A node with replicas leaves: how long until its partitions are whole elsewhere."""
+    address = cluster.start_joiner(4)
+    brokers = f"{cluster.brokers},{address}"
+    members = [*QUORUMLOG, "members", "-b", brokers]
+    subprocess.run([*members, "add", "4", address, "--wait"], check=True, capture_output=True)
+    records = IncompressibleRecords(RECORD_BYTES)
+    with Client(brokers, timeout=60) as c:
+        c.create_topic("moving", partitions=3, replicas=3)
+        started = time.monotonic()
+        for p in range(3):
+            for _ in range(mb * 1024 * 1024 // (RECORD_BYTES * 256)):
+                c.append(records.take(256), topic="moving", partition=p)
+        fill_s = time.monotonic() - started
+        before = {r["partition"]: r["replicas"] for r in c.describe_topic("moving")}
+        leaving = max((1, 2, 3), key=lambda n: sum(n in r for r in before.values()))
+        moved = sum(leaving in r for r in before.values())
+        started = time.monotonic()
+        subprocess.run([*members, "remove", str(leaving)], check=True, capture_output=True)
+        while True:
+            after = {r["partition"]: r["replicas"] for r in c.describe_topic("moving")}
+            done = all(leaving not in r for r in after.values())
+            if done and groups_settled(cluster, "moving", after):
+                break
+            time.sleep(0.05)
+        move_s = time.monotonic() - started
+    return {
+        "figure": f"members remove -> {moved} partitions of {mb} MB on their new replicas",
+        "s": round(move_s, 2),
+        "mb_s": round(moved * mb / move_s, 2),
+        "append_same_mb_s": round(3 * mb / fill_s, 2),
+    }
+
+
 @dataclass(frozen=True)
 class Sizes:
     rounds: int
@@ -189,11 +227,12 @@ class Sizes:
     kills: int
     idle_partitions: int
     idle_s: float
+    move_mb: int  # per partition
 
 
-FULL = Sizes(rounds=5, seconds=4.0, created=100, kills=5, idle_partitions=1000, idle_s=20.0)
-QUICK = Sizes(rounds=2, seconds=2.0, created=100, kills=2, idle_partitions=100, idle_s=5.0)
-TINY = Sizes(rounds=1, seconds=0.5, created=10, kills=1, idle_partitions=20, idle_s=1.0)
+FULL = Sizes(5, 4.0, created=100, kills=5, idle_partitions=1000, idle_s=20.0, move_mb=200)
+QUICK = Sizes(2, 2.0, created=100, kills=2, idle_partitions=100, idle_s=5.0, move_mb=50)
+TINY = Sizes(1, 0.5, created=10, kills=1, idle_partitions=20, idle_s=1.0, move_mb=1)
 
 
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
@@ -205,6 +244,8 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         rows += _controller_failover_rows(cluster, kills=sizes.kills)
     with running_cluster("partitions-idle") as cluster:
         rows += _idle_rows(cluster, partitions=sizes.idle_partitions, seconds=sizes.idle_s)
+    with running_cluster("partitions-move") as cluster:
+        rows.append(_move_row(cluster, sizes.move_mb))
     return rows
 
 

@@ -121,6 +121,8 @@ def test_partitions_smallest(tmp_path):
     _positive(rows["controller failover: kill its leader -> describe exact"], "median_s")
     idle = rows["idle, 20 partitions x 3: heartbeats per node pair per s"]
     assert 0 < idle["max"] <= 2 * idle["target"], idle
+    (move,) = [row for figure, row in rows.items() if figure.startswith("members remove ->")]
+    _positive(move, "s", "mb_s", "append_same_mb_s")
 
 
 def test_produce(tmp_path):

@@ -8,13 +8,10 @@ import contextlib
 import subprocess
 import threading
 
-import trio
-
-from bench.workload import statuses_of
+from bench.workload import groups_settled
 from quorumlog import Client, QuorumLogError
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
-from transport.messages import PartitionsRequest
 
 TOPIC = "moving"
 PARTITIONS = 4
@@ -55,26 +52,6 @@ def check_no_loss(client: Client, acked: dict[tuple[int, int], bytes]) -> None:
     assert len(set(found.values())) == len(found), "a value was written twice"
 
 
-def groups_settled(cluster: ProcessCluster, replicas: dict[int, list[int]]) -> bool:
-    """Whether each partition's leader has exactly `replicas` as its committed voters (the
-    group finished its change; the controller's state says where it is going, not where it
-    is)."""
-    settled = set()
-    for node_id in cluster.procs:
-        found = trio.run(statuses_of, cluster.address(node_id), [PartitionsRequest(TOPIC)])
-        for p, status in (found or [{}])[0].items():
-            config = status["config"]
-            if (
-                status["role"] == "leader"
-                and config["joint"] is None
-                and not config["learners"]
-                and sorted(config["voters"]) == sorted(replicas[int(p)])
-                and status["commit_offset"] == status["dirty_offset"]
-            ):
-                settled.add(int(p))
-    return settled == set(replicas)
-
-
 def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
     cluster.wait_for_leader()
     address = cluster.start_joiner(4)
@@ -111,7 +88,7 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
                 (newcomer[p],) = remaining - set(replicas)
             expected = [newcomer[p] if n == leaving else n for n in replicas]
             assert after[p] == expected, "the departed replica is replaced in its place"
-        wait_until(lambda: groups_settled(cluster, after), 60, "each group has its new set")
+        wait_until(lambda: groups_settled(cluster, TOPIC, after), 60, "each group has its new set")
         acked_during_move = len(producer.acked)
         wait_until(lambda: len(producer.acked) > acked_during_move + 50, 30, "appends go on")
     finally:
