@@ -98,10 +98,11 @@ async def _watch(address: str, target: int, timeout_s: float) -> dict:
     timeline: list[tuple[float, int, int]] = []  # (seconds, dirty, flushed), for --plot
     initial_dirty: int | None = None
     with trio.fail_after(timeout_s):
-        while "flushed_s" not in times:
+        # Flushed can come before the follower hears the commit offset: wait for both.
+        while not {"flushed_s", "caught_up_s"} <= times.keys():
             try:
                 async with open_connection(address) as conn:
-                    while "flushed_s" not in times:
+                    while not {"flushed_s", "caught_up_s"} <= times.keys():
                         reply = await conn.request(StatusRequest())
                         assert isinstance(reply, StatusReply)
                         status = reply.status
