@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from actors.stats import NodeStats
-from log.wal import FlushJob, RunSync
+from log.flushjob import FlushJob
+from log.wal import RunSync
 
 if TYPE_CHECKING:
     from actors.group import GroupActor

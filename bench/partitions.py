@@ -25,12 +25,13 @@ from dataclasses import dataclass
 import trio
 
 from bench.report import median, print_table
-from bench.workload import IncompressibleRecords, cpu_s, groups_settled, running_cluster
+from bench.workload import IncompressibleRecords, cpu_s, running_cluster, statuses_of
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from raft.settings import RaftSettings
+from transport.messages import PartitionsRequest
 
 RECORD_BYTES = 1024
 RECORDS_PER_APPEND = 64
@@ -183,6 +184,26 @@ def _describe_exact(cluster: ProcessCluster, client: Client, topic: str) -> bool
         except QuorumLogError:
             return False
     return True
+
+
+def groups_settled(cluster: ProcessCluster, topic: str, replicas: dict[int, list[int]]) -> bool:
+    """Whether each partition's leader has exactly `replicas` as its committed voters (the
+    group finished its change; the controller's state says where it is going, not where it
+    is)."""
+    settled = set()
+    for node_id in cluster.procs:
+        found = trio.run(statuses_of, cluster.address(node_id), [PartitionsRequest(topic)])
+        for p, status in (found or [{}])[0].items():
+            config = status["config"]
+            if (
+                status["role"] == "leader"
+                and config["joint"] is None
+                and not config["learners"]
+                and sorted(config["voters"]) == sorted(replicas[int(p)])
+                and status["commit_offset"] == status["dirty_offset"]
+            ):
+                settled.add(int(p))
+    return settled == set(replicas)
 
 
 def _move_row(cluster: ProcessCluster, mb: int) -> dict:

@@ -139,14 +139,16 @@ def _one(name: str, sizes: Sizes, raft: dict) -> dict:
     return {
         "mb_behind": mb,
         **times,
-        "catchup_mb_s": mb / streaming_s if streaming_s > 0 else None,
+        "catchup_mb_s": mb / streaming_s,
         "leader_peak_rss_mb": rss.get(leader),
         "follower_peak_rss_mb": rss.get(follower),
     }
 
 
 def _streaming_s(times: dict) -> float:
-    return times["caught_up_s"] - times["first_byte_s"]
+    """From the first byte to caught up; at least one poll (a small log can arrive whole
+    between two polls, which cannot tell a shorter time)."""
+    return max(times["caught_up_s"] - times["first_byte_s"], POLL_S)
 
 
 def _baselines(batch: bytes, volume: int) -> dict:

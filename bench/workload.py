@@ -32,7 +32,6 @@ from transport.messages import (
     ErrorCode,
     ErrorReply,
     Message,
-    PartitionsRequest,
     StatusReply,
     StatusRequest,
 )
@@ -355,26 +354,6 @@ async def statuses_of(address: str, requests: Sequence[Message]) -> list[dict] |
     if len(replies) < len(requests) or not all(isinstance(r, StatusReply) for r in replies):
         return None
     return [r.status for r in replies]
-
-
-def groups_settled(cluster: ProcessCluster, topic: str, replicas: dict[int, list[int]]) -> bool:
-    """Whether each partition's leader has exactly `replicas` as its committed voters (the
-    group finished its change; the controller's state says where it is going, not where it
-    is)."""
-    settled = set()
-    for node_id in cluster.procs:
-        found = trio.run(statuses_of, cluster.address(node_id), [PartitionsRequest(topic)])
-        for p, status in (found or [{}])[0].items():
-            config = status["config"]
-            if (
-                status["role"] == "leader"
-                and config["joint"] is None
-                and not config["learners"]
-                and sorted(config["voters"]) == sorted(replicas[int(p)])
-                and status["commit_offset"] == status["dirty_offset"]
-            ):
-                settled.add(int(p))
-    return settled == set(replicas)
 
 
 async def wait_all_committed(

@@ -51,14 +51,3 @@ def assign(
         )
         kept[name].append(tp)
     return {name: tuple(sorted(kept[name])) for name in names}
-
-
-def moved(
-    before: Mapping[str, Sequence[TopicPartition]], after: Mapping[str, Sequence[TopicPartition]]
-) -> int:
-    """How many partitions changed owner (a partition new or gone counts too)."""
-    owner_before = {tp: m for m, tps in before.items() for tp in tps}
-    owner_after = {tp: m for m, tps in after.items() for tp in tps}
-    return sum(
-        owner_before.get(tp) != owner_after.get(tp) for tp in owner_before.keys() | owner_after
-    )

@@ -23,7 +23,8 @@ from typing import Any
 import structlog
 
 from log.batch import BatchHeader, parse_header, with_offset_and_term
-from log.files import CorruptionError, File, FileSystem, read_whole_file, write_file_atomically
+from log.files import CorruptionError, File, FileSystem, read_whole_file
+from log.flushjob import FlushJob
 from log.segment import Segment, parse_segment_file_name, segment_file_name
 from log.tailcache import LogChunk, TailCache
 
@@ -39,22 +40,6 @@ async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _base_offset(segment: Segment) -> int:
     return segment.base_offset
-
-
-@dataclass(slots=True)
-class FlushJob:
-    """One log's share of a flush: what to make durable, taken when the flush began."""
-
-    log: Log
-    target: int
-    truncations: int
-    files: list[File]
-    indexes: list[tuple[str, bytes]]
-    sync_dir: bool
-
-    def run(self) -> None:
-        """Blocking: fsync the files, the folder, write the indexes."""
-        self.log._sync(self.files, self.indexes, self.sync_dir)
 
 
 class OffsetOutOfRangeError(LookupError):
@@ -394,7 +379,9 @@ class Log:
         sync_dir = self._dir_dirty or bool(indexes)
         self._dir_dirty = False
         self._flushing = True
-        return FlushJob(self, self.dirty_offset, self._truncations, files, indexes, sync_dir)
+        return FlushJob(
+            self._fs, self._dir, self.dirty_offset, self._truncations, files, indexes, sync_dir
+        )
 
     def end_flush(self, job: FlushJob, durable: bool) -> int:
         """After `job.run()`: the flushed offset moves to the job's target unless a
@@ -406,14 +393,6 @@ class Log:
         if durable and job.truncations == self._truncations and job.target > self._flushed_offset:
             self._flushed_offset = job.target
         return self._flushed_offset
-
-    def _sync(self, files: list[File], indexes: list[tuple[str, bytes]], sync_dir: bool) -> None:
-        for f in files:
-            f.fsync()
-        if sync_dir:
-            self._fs.fsync_dir(self._dir)
-        for path, data in indexes:
-            write_file_atomically(self._fs, path, data)
 
     # Reading
 

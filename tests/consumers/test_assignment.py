@@ -5,11 +5,20 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.assignment import assign, moved
+from consumers.assignment import assign
 
 
 def tps(n: int, topic: str = "t") -> list[tuple[str, int]]:
     return [(topic, p) for p in range(n)]
+
+
+def moved(before: dict[str, tuple], after: dict[str, tuple]) -> int:
+    """How many partitions changed owner (a partition new or gone counts too)."""
+    owner_before = {tp: m for m, owned in before.items() for tp in owned}
+    owner_after = {tp: m for m, owned in after.items() for tp in owned}
+    return sum(
+        owner_before.get(tp) != owner_after.get(tp) for tp in owner_before.keys() | owner_after
+    )
 
 
 def check_valid(assignment, partitions, members) -> None:

@@ -8,7 +8,7 @@ import contextlib
 import subprocess
 import threading
 
-from bench.workload import groups_settled
+from bench.partitions import groups_settled
 from quorumlog import Client, QuorumLogError
 from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until

@@ -32,3 +32,23 @@ def topic_records(cluster: ProcessCluster, topic: str) -> list[Record]:
                 out += page
                 offset = page[-1].offset + 1
     return out
+
+
+def stream_available_now(spark, brokers: str, sink: str, checkpoint: str, **options) -> None:
+    """A streaming read of everything there now (Trigger.AvailableNow) into parquet at
+    `sink`, with `options` for the source."""
+    reader = spark.readStream.format("quorumlog").option("brokers", brokers)
+    for name, value in options.items():
+        reader = reader.option(name, str(value))
+    query = (
+        reader.load()
+        .writeStream.format("parquet")
+        .option("path", sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the stream did not finish within 120 s"
+    finally:
+        query.stop()

@@ -18,7 +18,7 @@ from quorumlog.spark import (
     read_range,
     split,
 )
-from tests.spark.helpers import committed_from
+from tests.spark.helpers import committed_from, stream_available_now
 
 
 def _read(spark, brokers: str, **options):
@@ -95,37 +95,19 @@ def test_a_batch_read_goes_on_with_a_node_down(spark, cluster, filled):
     assert sorted(offsets) == [r.offset for r in filled.records]
 
 
-def _stream(spark, brokers: str, sink: str, checkpoint: str, **options) -> None:
-    reader = spark.readStream.format("quorumlog").option("brokers", brokers)
-    for name, value in options.items():
-        reader = reader.option(name, str(value))
-    query = (
-        reader.load()
-        .writeStream.format("parquet")
-        .option("path", sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        assert query.awaitTermination(120), "the stream did not finish within 120 s"
-    finally:
-        query.stop()
-
-
 def test_stream_restarts_from_its_checkpoint_exactly_once(spark, cluster, filled, tmp_path):
     sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
     start = filled.end - 1000  # the last 1,000 of the session's records, and whatever follows
     with cluster.client() as client:
         client.append([b"before-%d" % i for i in range(500)])
-    _stream(
+    stream_available_now(
         spark, cluster.brokers, sink, checkpoint, startingOffset=start, maxRecordsPerTrigger=600
     )
     first_run = {r.offset for r in spark.read.parquet(sink).select("offset").collect()}
     with cluster.client() as client:
         client.append([b"after-%d" % i for i in range(700)])
     expected = committed_from(cluster, start)
-    _stream(
+    stream_available_now(
         spark, cluster.brokers, sink, checkpoint, startingOffset=start, maxRecordsPerTrigger=600
     )
 
@@ -157,7 +139,7 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
         with cluster.client() as client:
             client.append([b"early-%d" % i for i in range(100)])
-        _stream(spark, cluster.brokers, sink, checkpoint)
+        stream_available_now(spark, cluster.brokers, sink, checkpoint)
         with cluster.client() as client:
             read_up_to = client.end_offset(linearizable=True)
             for _ in range(40):  # 40 appends of 8 KiB: several segments, past the limit
@@ -170,7 +152,7 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         rest = committed_from(cluster, log_start)
 
         with pytest.raises(Exception, match="removed by retention") as failure:
-            _stream(spark, cluster.brokers, sink, checkpoint)
+            stream_available_now(spark, cluster.brokers, sink, checkpoint)
         assert 'option("failOnDataLoss", "false")' in str(failure.value)
         batch = spark.read.format("quorumlog").option("brokers", cluster.brokers)
         with pytest.raises(Exception, match="startingOffset 0 was removed by retention"):
@@ -179,7 +161,7 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         with pytest.raises(DataLossError, match=f"the log now starts at {log_start}"):
             list(read_range(options, OffsetRange(read_up_to + 1, log_start + 5)))
 
-        _stream(spark, cluster.brokers, sink, checkpoint, failOnDataLoss="false")
+        stream_available_now(spark, cluster.brokers, sink, checkpoint, failOnDataLoss="false")
         offsets = sorted(r.offset for r in spark.read.parquet(sink).select("offset").collect())
         assert offsets[:100] == list(range(offsets[0], offsets[0] + 100))
         assert offsets[100:] == [r.offset for r in rest], "skipped to the log start, then all"

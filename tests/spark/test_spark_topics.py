@@ -16,7 +16,7 @@ from pyspark.sql import Row
 from quorumlog import Record
 from quorumlog.spark import Options, Written, write_rows
 from quorumlog.spark.reader import _capped
-from tests.spark.helpers import topic_records
+from tests.spark.helpers import stream_available_now, topic_records
 
 PARTITIONS = 3
 
@@ -109,22 +109,9 @@ def test_a_stream_of_a_topic_goes_on_from_its_offsets_per_partition(
     sink, checkpoint = str(tmp_path / "sink"), str(tmp_path / "checkpoint")
 
     def run() -> None:
-        query = (
-            spark.readStream.format("quorumlog")
-            .option("brokers", cluster.brokers)
-            .option("topic", events)
-            .option("maxRecordsPerTrigger", "250")
-            .load()
-            .writeStream.format("parquet")
-            .option("path", sink)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
+        stream_available_now(
+            spark, cluster.brokers, sink, checkpoint, topic=events, maxRecordsPerTrigger=250
         )
-        try:
-            assert query.awaitTermination(120), "the stream did not finish within 120 s"
-        finally:
-            query.stop()
 
     def read_past_every_record() -> bool:
         """The stream's offsets are past each partition's last record (a leadership move
