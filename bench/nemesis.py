@@ -174,6 +174,16 @@ class Nemesis:
     async def hold(self) -> None:
         await trio.sleep(self.rng.uniform(*self.plan.hold_s))
 
+    async def all_answering(self, timeout_s: float) -> None:
+        """Waits until the watcher has heard from every node: a topic's replicas go only to
+        nodes the controller hears, and on a loaded machine the last one may still be
+        starting when `default` already has a leader."""
+        with trio.move_on_after(timeout_s):
+            while silent := [i for i in self.running if i not in self.hosting]:
+                await trio.sleep(0.05)
+            return
+        raise RuntimeError(f"nodes {silent} did not answer within {timeout_s} s of the start")
+
     async def create_topics(self) -> None:
         """The plan's topics, each partition with a leader."""
         replicas = min(REPLICAS_MAX, self.plan.size)
@@ -277,6 +287,7 @@ class Nemesis:
             nursery.start_soon(watcher, self)
             if await self.leader_now(DEFAULT_PART, 30.0) is None:
                 raise RuntimeError("no leader within 30 s of the start")
+            await self.all_answering(30.0)
             await self.create_topics()
             stop = trio.Event()
             async with trio.open_nursery() as workload:
