@@ -104,7 +104,7 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
         request.op, {**request.args, "group": node.default_group.group_id, "retry": True}
     )
     with trio.move_on_after(_wait_s(request)):
-        return await _forward(node, node.default_group, forwarded)
+        return await forward_to_leader(node, node.default_group, forwarded)
     return ErrorReply(
         ErrorCode.TIMEOUT,
         f"{request.op}: the cluster's configuration changed, but the topic 'default' did not "
@@ -112,13 +112,13 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
     )
 
 
-async def _forward(node: Node, group: GroupActor, request: AdminRequest) -> Message:
+async def forward_to_leader(node: Node, group: GroupActor, request: AdminRequest) -> Message:
     """Run `request` on the leader of `group` (here or on another node) until it answers
     something other than "ask again"."""
     while True:
         leader = group.core.leader_id
         if leader == node.id:
-            reply = await handle_group_admin(group, request)
+            reply = await handle_admin(node, request)
         elif leader is None:
             reply = None
         else:

@@ -22,6 +22,8 @@ import msgpack
 import structlog
 import trio
 
+from actors.replicated import PassBack, append_command, committed_batches, not_leader
+from consumers.state import GROUPS_TOPIC
 from controller.commands import Command, CommandError, CreateTopic, DeleteTopic, from_wire, to_wire
 from controller.leaders import LeaderEntry, LeaderTable
 from controller.placement import PlacementError, place
@@ -34,17 +36,14 @@ from controller.state import (
     check_delete,
     check_topic_name,
 )
-from log.batch import BatchType, split_batches
-from log.records import batch_records, make_data_batch
+from log.batch import BatchType
+from log.records import batch_records
 from membership.config import Configuration
 from raft.configs import config_of
 from transport.errors import ConnectionClosed
 from transport.messages import (
-    Acks,
     AdminReply,
     AdminRequest,
-    AppendReply,
-    AppendRequest,
     ErrorCode,
     ErrorReply,
     LeaderUpdates,
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("quorumlog.controller")
 
 TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_topic"})
-READ_BYTES_MAX = 1024 * 1024
 # Leader changes of this node's replicas go out at most this often, batched.
 LEADER_UPDATES_INTERVAL_S = 0.05
 # A broker that answered within this many heartbeat intervals is live (for placement).
@@ -103,7 +101,6 @@ class ControllerActor:
     def _apply_committed(self) -> bool:
         """Apply the controller's newly committed entries; True if any was applied."""
         core = self.group.core
-        log = self.group.log
         committed = core.configs.committed
         if committed is not None and set(self.state.brokers) != set(committed.voters):
             self.state.set_brokers(
@@ -111,19 +108,15 @@ class ControllerActor:
             )
         if core.commit_offset < self._next_offset:
             return False
-        offset = max(self._next_offset, log.log_start_offset)
-        while offset <= core.commit_offset:
-            chunk = log.read(offset, READ_BYTES_MAX, upto_offset=core.commit_offset)
-            for header, batch in split_batches(chunk.data):
-                if header.batch_type is BatchType.DATA:
-                    for i, record in enumerate(batch_records(batch, header)):
-                        self._apply(record.value, header.base_offset + i)
-                elif header.batch_type is BatchType.CONFIG:
-                    config = config_of(batch, header)
-                    self.state.applied_offset = header.base_offset
-                    self._note_config(config)
-            offset = chunk.last_offset + 1
-        self._next_offset = offset
+        for header, batch in committed_batches(self.group, self._next_offset):
+            if header.batch_type is BatchType.DATA:
+                for i, record in enumerate(batch_records(batch, header)):
+                    self._apply(record.value, header.base_offset + i)
+            elif header.batch_type is BatchType.CONFIG:
+                config = config_of(batch, header)
+                self.state.applied_offset = header.base_offset
+                self._note_config(config)
+        self._next_offset = core.commit_offset + 1
         return True
 
     def _note_config(self, config: Configuration) -> None:
@@ -280,7 +273,7 @@ class ControllerActor:
         term = self.group.core.term
         while not self.is_current():
             if not self.group.core.is_leader or self.group.core.term != term:
-                raise _not_leader(self.group)
+                raise not_leader(self.group)
             await self.changed.wait()
 
     def is_current(self) -> bool:
@@ -296,12 +289,9 @@ class ControllerActor:
     async def propose(self, command: Command) -> str | None:
         """Append a command with acks=quorum; once applied here, why it did nothing (or
         None)."""
-        value = msgpack.packb(to_wire(command), use_bin_type=True)
-        batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
-        reply = await self.group.append(AppendRequest(batch, Acks.QUORUM, -1, -1))
-        if not isinstance(reply, AppendReply):
-            raise PassBack(reply)
-        offset = reply.last_offset
+        offset = await append_command(
+            self.group, msgpack.packb(to_wire(command), use_bin_type=True)
+        )
         while self._next_offset <= offset:
             await self.changed.wait()
         return self._results.pop(offset, None)
@@ -315,7 +305,10 @@ class ControllerActor:
         existing = self.state.topics.get(name)
         if args.get("retry") and existing and len(existing.partitions) == partitions:
             return await self._created(name, partitions, replicas)  # the first try made it
-        check_create(self.state, name, partitions, replicas, retention_bytes, retention_ms)
+        internal = args.get("internal") is True and name == GROUPS_TOPIC
+        check_create(
+            self.state, name, partitions, replicas, retention_bytes, retention_ms, internal=internal
+        )
         live = await self._wait_live_brokers(replicas)
         placed = place(partitions, replicas, live, self.state.replica_sets())
         command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
@@ -432,18 +425,6 @@ class ControllerActor:
                 }
             )
         return out
-
-
-class PassBack(Exception):
-    """A reply to pass back to the caller as it is (leadership moved, say)."""
-
-    def __init__(self, reply: Message):
-        super().__init__(str(reply))
-        self.reply = reply
-
-
-def _not_leader(group: GroupActor) -> PassBack:
-    return PassBack(group.not_leader(group.core.leader_id))
 
 
 def _pack(entries: list[LeaderEntry]) -> bytes:

@@ -25,7 +25,7 @@ import structlog
 import trio
 
 from actors.admin import RETRY_LATER, handle_admin
-from actors.controller import PassBack
+from actors.replicated import PassBack
 from controller.commands import SetReplicas
 from controller.placement import replace_departed
 from controller.state import DEFAULT_TOPIC, ClusterState, Partition, TopicError

@@ -21,6 +21,7 @@ import trio
 from actors.admin import handle_admin
 from actors.balancer import balance_leaders
 from actors.controller import ControllerActor
+from actors.coordinator import Coordinator
 from actors.flusher import Flusher
 from actors.group import GroupActor
 from actors.heartbeats import HeartbeatManager
@@ -42,6 +43,7 @@ from transport.messages import (
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
+    GroupRequest,
     Heartbeat,
     HeartbeatBatch,
     HeartbeatBatchReply,
@@ -120,6 +122,7 @@ class Node:
         }
         self._keys = {g.group_id: key for key, g in self.partitions.items()}
         self.controller_actor = ControllerActor(self)
+        self.coordinator = Coordinator(self)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
 
@@ -164,6 +167,7 @@ class Node:
             nursery.start_soon(self.controller_actor.run)
             nursery.start_soon(balance_leaders, self)
             nursery.start_soon(ReplicaMover(self).run)
+            nursery.start_soon(self.coordinator.run)
             task_status.started(self)
 
     def _group_changed(self, group: GroupActor) -> None:
@@ -320,6 +324,8 @@ class Node:
                 return None
             case AdminRequest():
                 return await handle_admin(self, message)
+            case GroupRequest():
+                return await self.coordinator.handle(message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 

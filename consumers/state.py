@@ -23,6 +23,7 @@ from consumers.assignment import TopicPartition
 from consumers.queue import Lease, Settle, SharePartition
 
 GROUPS_TOPIC = "__groups"
+GROUPS_PARTITIONS = 8  # coordinators spread over the nodes; fixed once the topic exists
 MODES = ("stream", "queue")
 GROUP_NAME_CHARS_MAX = 200
 SESSION_TIMEOUT_MS_MAX = 10 * 60 * 1000
@@ -59,10 +60,12 @@ class SetMembers:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """A member's positions (next offset to consume) in the generation it was given."""
+    """A member's positions (next offset to consume). Which partitions a member may commit
+    is the coordinator's check before it appends (a member releasing a partition commits it
+    after the assignment moved it, before the next owner is let in: actors/coordinator.py);
+    applying checks only what the log decides: it is still a member, nothing goes back."""
 
     group: str
-    generation: int
     member: str
     offsets: tuple[tuple[str, int, int], ...]  # (topic, partition, offset)
 
@@ -148,11 +151,11 @@ class GroupsState:
                 group.mode, group.topics, group.generation = mode, topics, generation
                 group.members = dict(members)
                 group.assignment = dict(assignment)
-            case Commit(name, generation, member, offsets):
+            case Commit(name, member, offsets):
                 group = self.groups.get(name)
                 if group is None:
                     return f"unknown group {name!r}"
-                why = check_commit(group, generation, member, offsets)
+                why = check_commit(group, member, offsets)
                 if why is not None:
                     return why
                 for topic, partition, position in offsets:
@@ -187,19 +190,13 @@ def _apply_queue(group: Group | None, command: Lease | Settle) -> str | None:
 
 
 def check_commit(
-    group: Group, generation: int, member: str, offsets: tuple[tuple[str, int, int], ...]
+    group: Group, member: str, offsets: tuple[tuple[str, int, int], ...]
 ) -> str | None:
-    """Why a stream member's commit must be refused: fenced by a newer generation, a
-    partition it does not own, or a position that would go back."""
-    if generation != group.generation or member not in group.members:
-        return (
-            f"member {member!r} of generation {generation} was fenced: the group "
-            f"{group.name!r} is at generation {group.generation}; rejoin"
-        )
-    owned = group.assignment.get(member, ())
+    """Why a stream member's commit must be refused: it is no longer a member (it left or
+    its session expired: its partitions may have a new owner), or a position would go back."""
+    if member not in group.members:
+        return f"member {member!r} is not in the group {group.name!r}: rejoin"
     for topic, partition, position in offsets:
-        if (topic, partition) not in owned:
-            return f"member {member!r} does not own {topic}/{partition}"
         if position < group.committed.get((topic, partition), 0):
             return (
                 f"the committed position of {topic}/{partition} is "

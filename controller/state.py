@@ -173,9 +173,11 @@ def check_create(
     retention_bytes: int | None = None,
     retention_ms: int | None = None,
     timestamp_type: str = "create_time",
+    internal: bool = False,
 ) -> None:
-    """Why a topic cannot be created as asked, if it cannot (placement checks the rest)."""
-    check_topic_name(name)
+    """Why a topic cannot be created as asked, if it cannot (placement checks the rest).
+    `internal`: a node creates one of the cluster's own topics (`__groups`)."""
+    check_topic_name(name, internal)
     if name in state.topics:
         raise TopicError(f"topic {name!r} exists")
     if not isinstance(partitions, int) or not 1 <= partitions <= PARTITIONS_MAX:
@@ -196,5 +198,7 @@ def check_create(
 def check_delete(state: ClusterState, name: str) -> None:
     if name == DEFAULT_TOPIC:
         raise TopicError("the topic 'default' cannot be deleted: calls that name no topic use it")
+    if name.startswith("__"):
+        raise TopicError(f"the topic {name!r} is the cluster's own: it cannot be deleted")
     if name not in state.topics:
         raise TopicError(f"unknown topic {name!r}")

@@ -45,6 +45,7 @@ from transport.messages import (
     AppendReply,
     EndOffsetReply,
     EndOffsetRequest,
+    GroupRequest,
     Message,
     ReadReply,
     ReadRequest,
@@ -113,6 +114,17 @@ class AsyncClient(ClientBase):
         topic: str = DEFAULT_TOPIC,
         partition: int = 0,
     ) -> list[Record]:
+        return (await self.read_on(offset, max_records, topic, partition))[0]
+
+    async def read_on(
+        self,
+        offset: int,
+        max_records: int = 1000,
+        topic: str = DEFAULT_TOPIC,
+        partition: int = 0,
+    ) -> tuple[list[Record], int]:
+        """`read`, and the offset to read next: past the control batches (leader barriers,
+        configurations) read over, so that a reader's position reaches a partition's end."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
         position = offset
@@ -122,10 +134,10 @@ class AsyncClient(ClientBase):
                 reply = await self._call(request, to_leader=True)
                 assert isinstance(reply, ReadReply)
                 if not reply.batches:
-                    return []
+                    return [], position
                 records, position = records_from(reply, offset, max_records, topic, partition)
                 if records:
-                    return records
+                    return records, records[-1].offset + 1
 
     async def end_offset(
         self, linearizable: bool = False, topic: str = DEFAULT_TOPIC, partition: int = 0
@@ -182,6 +194,28 @@ class AsyncClient(ClientBase):
             )
         assert isinstance(reply, AdminReply)
         return reply
+
+    # ------------------------------------------------------------------- consumer groups
+
+    async def groups(self) -> list[dict]:
+        """Every consumer group: [{"group", "mode", "members"}, ...]."""
+        return (await self.group_call("list", ""))["groups"]
+
+    async def describe_group(self, name: str) -> dict:
+        return await self.group_call("describe", name)
+
+    async def reset_offsets(self, name: str, topic: str, to: str | int) -> list[tuple]:
+        """Set the group's positions in every partition of `topic` to "earliest", "latest"
+        or an offset; refused while the group has members."""
+        reply = await self.group_call("reset_offsets", name, topic=topic, to=to)
+        return [tuple(o) for o in reply["offsets"]]
+
+    async def group_call(self, op: str, group: str, **args) -> dict:
+        """One call to a consumer group's coordinator (quorumlog/consumer.py)."""
+        with self._deadline():
+            reply = await self._call(GroupRequest(op, group, args), to_leader=True)
+        assert isinstance(reply, AdminReply)
+        return reply.result
 
     async def _partition_count(self, topic: str) -> int:
         if topic not in self._partition_counts:

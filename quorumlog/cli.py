@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 
 import click
 
-from quorumlog import commands, server, topic_commands
+from quorumlog import commands, group_commands, server, topic_commands
 from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
 
@@ -234,6 +234,7 @@ for command in (
     commands.members,
     commands.transfer_leader,
     topic_commands.topic,
+    group_commands.group,
 ):
     main.add_command(command)
 

@@ -42,6 +42,7 @@ from transport.messages import (
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
+    GroupRequest,
     Message,
     ReadReply,
     ReadRequest,
@@ -197,6 +198,27 @@ class Client(ClientBase):
             if count is None:
                 raise UnknownTopicError(f"unknown topic {topic!r}")
         return count
+
+    # ------------------------------------------------------------------- consumer groups
+
+    def groups(self) -> list[dict]:
+        """Every consumer group: [{"group", "mode", "members"}, ...]."""
+        return self._group_call("list", "")["groups"]
+
+    def describe_group(self, name: str) -> dict:
+        return self._group_call("describe", name)
+
+    def reset_offsets(self, name: str, topic: str, to: str | int) -> list[tuple]:
+        """Set the group's positions in every partition of `topic` to "earliest", "latest"
+        or an offset; refused while the group has members."""
+        reply = self._group_call("reset_offsets", name, topic=topic, to=to)
+        return [tuple(o) for o in reply["offsets"]]
+
+    def _group_call(self, op: str, group: str, **args) -> dict:
+        deadline = time.monotonic() + self.timeout
+        reply = self._call(GroupRequest(op, group, args), deadline, to_leader=True)
+        assert isinstance(reply, AdminReply)
+        return reply.result
 
     def admin(self, op: str, **args) -> dict:
         """A membership change or a leadership transfer; returns when it is done (committed),

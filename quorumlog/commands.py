@@ -243,6 +243,14 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
 @click.option("--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
 @click.option("--with-offsets", is_flag=True, help='Print "OFFSET<TAB>VALUE".')
 @topic_options
+@click.option("--group", "group_name", default=None, help="Consume as a member of this group.")
+@click.option(
+    "--mode",
+    type=click.Choice(["stream", "queue"]),
+    default="stream",
+    show_default=True,
+    help="With --group: a partition per member (stream) or shared records (queue).",
+)
 def consume(
     client: Client,
     start: str,
@@ -251,6 +259,8 @@ def consume(
     with_offsets: bool,
     topic: str,
     partition: int | None,
+    group_name: str | None,
+    mode: str,
 ) -> None:
     """Print committed records, one value per line.
 
@@ -258,7 +268,15 @@ def consume(
     Examples:
       quorumlog consume -b 127.0.0.1:7001 --from earliest --max 10
       quorumlog consume -b 127.0.0.1:7001 --from latest --follow --with-offsets
+      quorumlog consume -b 127.0.0.1:7001 --topic events --group billing --follow
     """
+    if group_name is not None:
+        if partition is not None:
+            raise click.UsageError("a group member is given its partitions: drop --partition")
+        from quorumlog.group_commands import consume_in_group  # it builds on this module
+
+        consume_in_group(client, group_name, mode, start, max_records, follow, with_offsets, topic)
+        return
     where = {"topic": topic, "partition": partition or 0}
     offset = _start_offset(client, start, where)
     out = sys.stdout.buffer

@@ -44,3 +44,7 @@ class OutcomeUnknownError(QuorumLogError):
 
 class UnknownTopicError(QuorumLogError):
     """No such topic, or no such partition of it."""
+
+
+class NotMemberError(QuorumLogError):
+    """A consumer is no longer a member of its group (it left, or its session expired)."""

@@ -18,6 +18,7 @@ from log.records import batch_records, make_data_batch
 from quorumlog.errors import (
     CallTimeoutError,
     NotLeaderError,
+    NotMemberError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
     QuorumLogError,
@@ -35,6 +36,7 @@ from transport.messages import (
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
+    GroupRequest,
     Message,
     ReadReply,
     ReadRequest,
@@ -226,6 +228,8 @@ def error_from(reply: ErrorReply) -> QuorumLogError:
             return OutcomeUnknownError(reply.message)
         case ErrorCode.UNKNOWN_TOPIC:
             return UnknownTopicError(reply.message)
+        case ErrorCode.NOT_MEMBER:
+            return NotMemberError(reply.message)
         case _:
             return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
 
@@ -278,9 +282,12 @@ class ClientBase:
 
 
 def route_of(message: Message) -> Hashable:
-    """Which leader a call goes to: a partition's, or (admin calls) the controller's."""
+    """Which leader a call goes to: a partition's, a consumer group's coordinator, or
+    (admin calls) the controller's."""
     if isinstance(message, AppendRequest | ReadRequest | EndOffsetRequest):
         return (message.topic, message.partition)
+    if isinstance(message, GroupRequest):
+        return ("group", message.group)
     return CONTROLLER_ROUTE
 
 

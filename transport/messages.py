@@ -49,6 +49,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN = 9
     BUSY = 10  # another configuration change or a leadership transfer is under way: retry
     UNKNOWN_TOPIC = 11  # no such topic or partition
+    NOT_MEMBER = 12  # a consumer that is not (or no longer) a member of its group: rejoin
 
 
 # --- handshake (transport/handshake.py); never seen by handlers -------------------------
@@ -334,6 +335,21 @@ class HeartbeatBatchReply:
     need_full: bytes
 
 
+# --- consumer groups (actors/coordinator.py) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """A consumer group call: answered by the group's coordinator (the leader of the
+    group's `__groups` partition) with an AdminReply, or by any other node with NOT_LEADER
+    and the coordinator it believes in."""
+
+    TAG = 45
+    op: str  # "join", "heartbeat", "leave", "commit", "describe", "list", "reset_offsets"
+    group: str
+    args: dict[str, Any]
+
+
 Message = (
     Hello
     | Challenge
@@ -361,6 +377,7 @@ Message = (
     | PartitionsRequest
     | HeartbeatBatch
     | HeartbeatBatchReply
+    | GroupRequest
 )
 
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__

@@ -1,0 +1,50 @@
+"""What the state machines kept in a group's log share (the controller's cluster state,
+the coordinator's consumer groups): append a command with acks=quorum, and read the
+committed batches to apply them in log order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from log.batch import BatchHeader, split_batches
+from log.records import make_data_batch
+from transport.messages import Acks, AppendReply, AppendRequest, Message
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+
+READ_BYTES_MAX = 1024 * 1024
+
+
+class PassBack(Exception):
+    """A reply to pass back to the caller as it is (leadership moved, say)."""
+
+    def __init__(self, reply: Message):
+        super().__init__(str(reply))
+        self.reply = reply
+
+
+def not_leader(group: GroupActor) -> PassBack:
+    return PassBack(group.not_leader(group.core.leader_id))
+
+
+async def append_command(group: GroupActor, value: bytes) -> int:
+    """Append one command with acks=quorum; its offset once committed (PassBack if the
+    group's leader could not take it)."""
+    batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
+    reply = await group.append(AppendRequest(batch, Acks.QUORUM, -1, -1))
+    if not isinstance(reply, AppendReply) or reply.last_offset is None:
+        raise PassBack(reply)
+    return reply.last_offset
+
+
+def committed_batches(group: GroupActor, offset: int) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """The group's committed batches from `offset` (or its log's start) on, in order: the
+    next offset to apply is the commit offset + 1 once they are (no await in between)."""
+    core, log = group.core, group.log
+    offset = max(offset, log.log_start_offset)
+    while offset <= core.commit_offset:
+        chunk = log.read(offset, READ_BYTES_MAX, upto_offset=core.commit_offset)
+        yield from split_batches(chunk.data)
+        offset = chunk.last_offset + 1

@@ -1,0 +1,317 @@
+"""`AsyncConsumer` and `Consumer`: a member of a consumer group.
+
+In stream mode each partition of the group's topics is consumed by one member at a time.
+The member heartbeats its group's coordinator in the background, reporting the partitions
+it consumes; the answer says which it should consume (its target) and which it may start
+now (granted: nobody else still consumes them). Changes are made inside `poll`, as Kafka
+makes them: a partition taken away is committed at the position after the records the
+previous polls returned (the application asked for more, so it is done with them) and
+released; a granted one starts from its committed position, or from `start` if it has
+none. A member that commits before it stops therefore leaves no duplicate to the next
+owner, and one that crashes leaves at most what it consumed since its last commit.
+
+`Consumer` is the blocking form: it runs an `AsyncConsumer` on a trio loop of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+import uuid
+from collections.abc import Sequence
+
+import trio
+
+from consumers.assignment import TopicPartition
+from consumers.state import MODES
+from quorumlog.aclient import AsyncClient
+from quorumlog.errors import (
+    CallTimeoutError,
+    NotMemberError,
+    OffsetOutOfRangeError,
+    QuorumLogError,
+    UnreachableError,
+)
+from quorumlog.protocol import Record
+
+STARTS = ("earliest", "latest")
+POLL_PAUSE_S_MIN = 0.005
+POLL_PAUSE_S_MAX = 0.05
+
+
+class AsyncConsumer:
+    def __init__(
+        self,
+        brokers: str | Sequence[str],
+        group: str,
+        topics: Sequence[str] | str,
+        start: str = "earliest",
+        mode: str = "stream",
+        session_timeout: float = 10.0,
+        lease_timeout: float = 30.0,
+        max_deliveries: int = 5,
+        timeout: float = 10.0,
+        secret: bytes | str | None = None,
+    ):
+        if start not in STARTS:
+            raise ValueError(f"start is one of {', '.join(STARTS)}, not {start!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
+        if mode != "stream":
+            raise ValueError("queue mode is not built yet: use mode='stream'")
+        self.group = group
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.start = start
+        self.mode = mode
+        self.session_timeout = session_timeout
+        self.member = uuid.uuid4().hex
+        self._client = AsyncClient(brokers, secret=secret, timeout=timeout)
+        self._positions: dict[TopicPartition, int] = {}  # consumed now: next offset
+        self._committed: dict[TopicPartition, int | None] = {}  # as last known
+        self._target: set[TopicPartition] = set()
+        self._granted: dict[TopicPartition, int | None] = {}  # may start: committed position
+        self._heard = -math.inf  # when the coordinator last answered a heartbeat
+        self._interval_s = min(0.5, session_timeout / 10)
+        self._beat_now = trio.Event()
+        self._joined = False
+        self._failure: QuorumLogError | None = None  # what stopped the heartbeats
+        self._rotation = 0
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> AsyncConsumer:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self._client)
+            await self._join()
+            stack.push_async_callback(self._leave)  # runs after the heartbeats stopped
+            nursery = await stack.enter_async_context(trio.open_nursery())
+            nursery.start_soon(self._heartbeats)
+            stack.callback(nursery.cancel_scope.cancel)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool | None:
+        return await self._stack.__aexit__(exc_type, exc, tb)
+
+    # ------------------------------------------------------------------- the API
+
+    async def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
+        """Up to `max_records` records from the partitions this member consumes, waiting
+        up to `timeout` seconds for some."""
+        deadline = trio.current_time() + timeout
+        pause = POLL_PAUSE_S_MIN
+        while True:
+            self._check()
+            await self._rebalance()
+            records = await self._fetch(max_records)
+            left = deadline - trio.current_time()
+            if records or left <= 0:
+                return records
+            await trio.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_PAUSE_S_MAX)
+
+    async def commit(self) -> None:
+        """Make the positions after the records polled so far durable (acks=quorum)."""
+        self._check()
+        await self._commit(list(self._positions))
+
+    async def assignment(self) -> list[TopicPartition]:
+        """The partitions this member consumes now."""
+        self._check()
+        await self._rebalance()
+        return sorted(self._positions)
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # ------------------------------------------------------------------- membership
+
+    async def _join(self) -> None:
+        reply = await self._client.group_call(
+            "join",
+            self.group,
+            member=self.member,
+            mode=self.mode,
+            topics=self.topics,
+            session_timeout_ms=round(self.session_timeout * 1000),
+        )
+        self._joined = True
+        self._on_assignment(reply)
+
+    async def _leave(self) -> None:
+        """Leave at once, rather than after a session timeout: the partitions move now."""
+        if self._joined:
+            self._joined = False
+            with trio.move_on_after(self._client.timeout), contextlib.suppress(QuorumLogError):
+                await self._client.group_call("leave", self.group, member=self.member)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            with trio.move_on_after(self._interval_s):
+                await self._beat_now.wait()
+            self._beat_now = trio.Event()
+            try:
+                if not self._joined:
+                    await self._join()
+                    continue
+                reply = await self._client.group_call(
+                    "heartbeat",
+                    self.group,
+                    member=self.member,
+                    owned=[list(tp) for tp in sorted(self._positions)],
+                )
+            except NotMemberError:
+                # Expired (or the coordinator lost us): what we consumed may have a new
+                # owner already. Join again and start from the committed positions.
+                self._joined = False
+                self._positions.clear()
+                self._beat_now.set()
+            except (CallTimeoutError, UnreachableError):
+                continue  # the coordinator is moving; a session outlasts a few of these
+            except QuorumLogError as exc:  # definite (the topic was deleted, say)
+                self._failure = exc
+                return
+            else:
+                self._on_assignment(reply)
+
+    def _on_assignment(self, reply: dict) -> None:
+        self._heard = trio.current_time()
+        self._interval_s = reply["heartbeat_interval_s"]
+        self._target = {(t, p) for t, p in reply["target"]}
+        self._granted = {(t, p): committed for t, p, committed in reply["granted"]}
+
+    async def _rebalance(self) -> None:
+        """Apply what the coordinator last said: release partitions taken away (their
+        positions committed first), start granted ones."""
+        if trio.current_time() - self._heard > self.session_timeout:
+            # Silent coordinator: our session may have run out, and our partitions may
+            # have new owners. Stop consuming until it answers again.
+            self._positions.clear()
+            return
+        revoked = [tp for tp in self._positions if tp not in self._target]
+        if revoked:
+            await self._commit(revoked)
+            for tp in revoked:
+                del self._positions[tp]
+        started = [tp for tp in self._granted if tp not in self._positions]
+        for tp in started:
+            self._positions[tp] = await self._start_position(tp, self._granted[tp])
+            self._committed[tp] = self._granted[tp]
+        if revoked or started:
+            self._beat_now.set()  # tell the coordinator now: the next owner is waiting
+
+    async def _start_position(self, tp: TopicPartition, committed: int | None) -> int:
+        if committed is not None:
+            return committed
+        topic, partition = tp
+        if self.start == "earliest":
+            return await self._client.start_offset(topic, partition)
+        return await self._client.end_offset(topic=topic, partition=partition) + 1
+
+    async def _commit(self, tps: list[TopicPartition]) -> None:
+        offsets = [
+            [t, p, position]
+            for t, p in tps
+            if (position := self._positions.get((t, p))) is not None
+            and position != self._committed.get((t, p))
+        ]
+        if not offsets:
+            return
+        await self._client.group_call("commit", self.group, member=self.member, offsets=offsets)
+        for t, p, offset in offsets:
+            self._committed[(t, p)] = offset
+
+    # ------------------------------------------------------------------- reading
+
+    async def _fetch(self, max_records: int) -> list[Record]:
+        """Records from the consumed partitions, each in turn first (so that a busy one
+        does not starve the others)."""
+        tps = sorted(self._positions)
+        if not tps:
+            return []
+        self._rotation = (self._rotation + 1) % len(tps)
+        out: list[Record] = []
+        for tp in tps[self._rotation :] + tps[: self._rotation]:
+            if len(out) >= max_records:
+                break
+            topic, partition = tp
+            try:
+                records, position = await self._client.read_on(
+                    self._positions[tp], max_records - len(out), topic, partition
+                )
+            except OffsetOutOfRangeError:  # retention dropped them: go on from the start
+                records, position = [], await self._client.start_offset(topic, partition)
+            if tp in self._positions:  # still ours after the read
+                out += records
+                self._positions[tp] = max(self._positions[tp], position)
+        return out
+
+
+class Consumer:
+    """The blocking `AsyncConsumer`: the same arguments and methods."""
+
+    def __init__(self, brokers: str | Sequence[str], group: str, topics, **kwargs):
+        self._consumer = AsyncConsumer(brokers, group, topics, **kwargs)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def member(self) -> str:
+        return self._consumer.member
+
+    def __enter__(self) -> Consumer:
+        ready: queue.Queue[BaseException | None] = queue.Queue(1)
+        self._thread = threading.Thread(
+            target=trio.run, args=(self._run, ready), name="quorumlog-consumer", daemon=True
+        )
+        self._thread.start()
+        error = ready.get()
+        if error is not None:
+            self._thread.join()
+            raise error
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._thread is None:
+            return
+        if self._stop is not None:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        self._thread.join()
+        self._thread = None
+
+    async def _run(self, ready: queue.Queue) -> None:
+        started = False
+        try:
+            async with self._consumer:
+                self._token = trio.lowlevel.current_trio_token()
+                self._stop = trio.Event()
+                started = True
+                ready.put(None)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not started:
+                ready.put(exc)
+                return
+            raise
+
+    def _call(self, fn, *args):
+        try:
+            return trio.from_thread.run(fn, *args, trio_token=self._token)
+        except trio.RunFinishedError:
+            raise QuorumLogError("the consumer is closed") from None
+
+    def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
+        return self._call(self._consumer.poll, max_records, timeout)
+
+    def commit(self) -> None:
+        self._call(self._consumer.commit)
+
+    def assignment(self) -> list[TopicPartition]:
+        return self._call(self._consumer.assignment)

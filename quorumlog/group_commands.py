@@ -1,0 +1,147 @@
+"""`quorumlog group`: list, describe and reset consumer groups; and `consume --group`, a
+member of one (CONTRACT.md)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from quorumlog.client import Client
+from quorumlog.commands import client_option_decorators, member_options, run_with_client
+from quorumlog.consumer import Consumer
+
+GROUP_POLL_RECORDS = 1000
+GROUP_POLL_S = 1.0  # without --follow, a poll this long that finds nothing ends the run
+
+
+@click.group()
+@functools.partial(client_option_decorators, required=False)
+@click.pass_context
+def group(
+    ctx: click.Context, brokers: str | None, timeout: float | None, secret_file: str | None
+) -> None:
+    """List, describe or reset consumer groups.
+
+    \b
+    Examples:
+      quorumlog group -b 127.0.0.1:7001 list
+      quorumlog group -b 127.0.0.1:7001 describe billing
+      quorumlog group -b 127.0.0.1:7001 reset-offsets billing --topic events --to earliest
+    """
+    ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
+
+
+@group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
+@member_options
+def group_list(options: tuple, as_json: bool) -> None:
+    """Print "GROUP MODE MEMBERS" per group."""
+
+    def body(client: Client) -> None:
+        for row in client.groups():
+            if as_json:
+                click.echo(json.dumps(row))
+            else:
+                click.echo(f"{row['group']} {row['mode']} {row['members']}")
+
+    run_with_client(*options, body)
+
+
+@group.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+@member_options
+def group_describe(options: tuple, name: str, as_json: bool) -> None:
+    """Print "TOPIC PARTITION COMMITTED END LAG OWNER" per partition ("-": none)."""
+
+    def body(client: Client) -> None:
+        for row in client.describe_group(name)["partitions"]:
+            if as_json:
+                click.echo(json.dumps({"group": name, **row}))
+                continue
+            shown = ["-" if v is None else v for v in _columns(row)]
+            click.echo(" ".join(str(v) for v in shown))
+
+    run_with_client(*options, body)
+
+
+def _columns(row: dict) -> list:
+    return [row[k] for k in ("topic", "partition", "committed", "end", "lag", "owner")]
+
+
+@group.command("reset-offsets")
+@click.argument("name")
+@click.option("--topic", required=True)
+@click.option("--to", "to", required=True, help="earliest, latest or an offset.")
+@member_options
+def group_reset_offsets(options: tuple, name: str, topic: str, to: str) -> None:
+    """Set the group's positions in every partition of a topic (refused while the group
+    has active members)."""
+    target: str | int = to
+    if to not in ("earliest", "latest"):
+        try:
+            target = int(to)
+        except ValueError:
+            raise click.UsageError(
+                f"--to takes earliest, latest or an offset, not {to!r}"
+            ) from None
+
+    def body(client: Client) -> None:
+        for t, partition, offset in client.reset_offsets(name, topic, target):
+            click.echo(f"{t} {partition} {offset}")
+
+    run_with_client(*options, body)
+
+
+def consume_in_group(
+    client: Client,
+    group_name: str,
+    mode: str,
+    start: str,
+    max_records: int | None,
+    follow: bool,
+    with_offsets: bool,
+    topic: str,
+) -> None:
+    """`consume --group`: print what this member is given, committing after each batch
+    it printed (so a member stopped by Ctrl-C leaves at most one batch to the next)."""
+    if start not in ("earliest", "latest"):
+        raise click.UsageError(
+            "with --group, --from is earliest or latest (where nothing is committed)"
+        )
+    out = sys.stdout.buffer
+    printed = 0
+    consumer = Consumer(
+        client.brokers,
+        group_name,
+        [topic],
+        start=start,
+        mode=mode,
+        secret=client.secret,
+        timeout=client.timeout,
+    )
+    with consumer:
+        try:
+            while max_records is None or printed < max_records:
+                want = (
+                    GROUP_POLL_RECORDS
+                    if max_records is None
+                    else min(GROUP_POLL_RECORDS, max_records - printed)
+                )
+                records = consumer.poll(want, GROUP_POLL_S)
+                if not records and not follow:
+                    break
+                for r in records:
+                    out.write(
+                        b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n"
+                    )
+                out.flush()
+                consumer.commit()
+                printed += len(records)
+        except KeyboardInterrupt:
+            pass
+        except BrokenPipeError:
+            sys.stderr.close()  # the reader went away (| head): not an error
