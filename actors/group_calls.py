@@ -80,8 +80,8 @@ async def commit(co: Coordinator, c: Coordination, name: str, args: dict) -> Res
     """A member's positions, durable (acks=quorum) once answered."""
     member = _member_id(args)
     offsets = tuple((str(t), int(p), int(o)) for t, p, o in args["offsets"])
-    group, session = _membership(c, name, member)
-    allowed = (session.owned or frozenset()) | set(_granted(c, group, member))
+    _, session = _membership(c, name, member)
+    allowed = session.owned or frozenset()
     for topic, partition, offset in offsets:
         if (topic, partition) not in allowed:
             raise GroupError(f"member {member!r} does not consume {topic}/{partition}")
@@ -236,11 +236,15 @@ def _assignment(c: Coordination, group: Group, member: str) -> Result:
     """What a member should consume (its target) and may consume now (granted, with the
     committed position of each)."""
     session = c.sessions[group.name][member]
+    granted = _granted(c, group, member)
+    # Granted is as good as consumed: nobody else is let in until the member says it gave
+    # the partition up (its reports name what it consumes and what it was granted).
+    session.owned = (session.owned or frozenset()) | set(granted)
     return {
         "member": member,
         "generation": group.generation,
         "target": [list(tp) for tp in group.assignment.get(member, ())],
-        "granted": [[t, p, group.committed.get((t, p))] for t, p in _granted(c, group, member)],
+        "granted": [[t, p, group.committed.get((t, p))] for t, p in granted],
         "heartbeat_interval_s": heartbeat_interval_s(session.timeout_s),
     }
 

@@ -18,6 +18,7 @@ SCENARIOS = {
     "sim": "bench.sim",
     "nemesis": "bench.nemesis",
     "spark": "bench.spark",
+    "consume": "bench.consume",
 }
 
 

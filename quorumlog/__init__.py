@@ -1,10 +1,11 @@
 """quorumlog: a replicated log service (Raft on trio, msgpack over TCP).
 
-from quorumlog import Client, AsyncClient, Record, QuorumLogError
+from quorumlog import Client, AsyncClient, Consumer, AsyncConsumer, Record, QuorumLogError
 """
 
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
+from quorumlog.consumer import AsyncConsumer, Consumer
 from quorumlog.errors import (
     AuthError,
     CallTimeoutError,
@@ -22,9 +23,11 @@ from quorumlog.protocol import AppendResult, Record
 __all__ = [
     "AppendResult",
     "AsyncClient",
+    "AsyncConsumer",
     "AuthError",
     "CallTimeoutError",
     "Client",
+    "Consumer",
     "NotLeaderError",
     "NotMemberError",
     "OffsetOutOfRangeError",

@@ -203,18 +203,19 @@ class Client(ClientBase):
 
     def groups(self) -> list[dict]:
         """Every consumer group: [{"group", "mode", "members"}, ...]."""
-        return self._group_call("list", "")["groups"]
+        return self.group_call("list", "")["groups"]
 
     def describe_group(self, name: str) -> dict:
-        return self._group_call("describe", name)
+        return self.group_call("describe", name)
 
     def reset_offsets(self, name: str, topic: str, to: str | int) -> list[tuple]:
         """Set the group's positions in every partition of `topic` to "earliest", "latest"
         or an offset; refused while the group has members."""
-        reply = self._group_call("reset_offsets", name, topic=topic, to=to)
+        reply = self.group_call("reset_offsets", name, topic=topic, to=to)
         return [tuple(o) for o in reply["offsets"]]
 
-    def _group_call(self, op: str, group: str, **args) -> dict:
+    def group_call(self, op: str, group: str, **args) -> dict:
+        """One call to a consumer group's coordinator (quorumlog/consumer.py)."""
         deadline = time.monotonic() + self.timeout
         reply = self._call(GroupRequest(op, group, args), deadline, to_leader=True)
         assert isinstance(reply, AdminReply)

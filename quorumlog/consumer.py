@@ -30,15 +30,13 @@ from quorumlog.aclient import AsyncClient
 from quorumlog.errors import (
     CallTimeoutError,
     NotMemberError,
-    OffsetOutOfRangeError,
     QuorumLogError,
     UnreachableError,
 )
+from quorumlog.fetcher import PartitionFetch
 from quorumlog.protocol import Record
 
 STARTS = ("earliest", "latest")
-POLL_PAUSE_S_MIN = 0.005
-POLL_PAUSE_S_MAX = 0.05
 
 
 class AsyncConsumer:
@@ -68,7 +66,7 @@ class AsyncConsumer:
         self.session_timeout = session_timeout
         self.member = uuid.uuid4().hex
         self._client = AsyncClient(brokers, secret=secret, timeout=timeout)
-        self._positions: dict[TopicPartition, int] = {}  # consumed now: next offset
+        self._fetches: dict[TopicPartition, PartitionFetch] = {}  # the partitions consumed
         self._committed: dict[TopicPartition, int | None] = {}  # as last known
         self._target: set[TopicPartition] = set()
         self._granted: dict[TopicPartition, int | None] = {}  # may start: committed position
@@ -78,6 +76,8 @@ class AsyncConsumer:
         self._joined = False
         self._failure: QuorumLogError | None = None  # what stopped the heartbeats
         self._rotation = 0
+        self._arrived = trio.Event()  # set when a fetch task buffered records
+        self._nursery: trio.Nursery | None = None
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -85,7 +85,7 @@ class AsyncConsumer:
             await stack.enter_async_context(self._client)
             await self._join()
             stack.push_async_callback(self._leave)  # runs after the heartbeats stopped
-            nursery = await stack.enter_async_context(trio.open_nursery())
+            nursery = self._nursery = await stack.enter_async_context(trio.open_nursery())
             nursery.start_soon(self._heartbeats)
             stack.callback(nursery.cancel_scope.cancel)
             self._stack = stack.pop_all()
@@ -100,27 +100,26 @@ class AsyncConsumer:
         """Up to `max_records` records from the partitions this member consumes, waiting
         up to `timeout` seconds for some."""
         deadline = trio.current_time() + timeout
-        pause = POLL_PAUSE_S_MIN
         while True:
             self._check()
             await self._rebalance()
-            records = await self._fetch(max_records)
-            left = deadline - trio.current_time()
-            if records or left <= 0:
+            records = self._take(max_records)
+            if records or trio.current_time() >= deadline:
                 return records
-            await trio.sleep(min(pause, left))
-            pause = min(pause * 2, POLL_PAUSE_S_MAX)
+            self._arrived = trio.Event()
+            with trio.move_on_at(min(deadline, trio.current_time() + self._interval_s)):
+                await self._arrived.wait()  # or a heartbeat's news, checked by _rebalance
 
     async def commit(self) -> None:
         """Make the positions after the records polled so far durable (acks=quorum)."""
         self._check()
-        await self._commit(list(self._positions))
+        await self._commit(list(self._fetches))
 
     async def assignment(self) -> list[TopicPartition]:
         """The partitions this member consumes now."""
         self._check()
         await self._rebalance()
-        return sorted(self._positions)
+        return sorted(self._fetches)
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -160,13 +159,13 @@ class AsyncConsumer:
                     "heartbeat",
                     self.group,
                     member=self.member,
-                    owned=[list(tp) for tp in sorted(self._positions)],
+                    owned=[list(tp) for tp in sorted(self._claimed())],
                 )
             except NotMemberError:
                 # Expired (or the coordinator lost us): what we consumed may have a new
                 # owner already. Join again and start from the committed positions.
                 self._joined = False
-                self._positions.clear()
+                self._stop_all()
                 self._beat_now.set()
             except (CallTimeoutError, UnreachableError):
                 continue  # the coordinator is moving; a session outlasts a few of these
@@ -175,6 +174,10 @@ class AsyncConsumer:
                 return
             else:
                 self._on_assignment(reply)
+
+    def _claimed(self) -> set[TopicPartition]:
+        """What this member consumes, or was granted and may start at its next poll."""
+        return set(self._fetches) | (set(self._granted) & self._target)
 
     def _on_assignment(self, reply: dict) -> None:
         self._heard = trio.current_time()
@@ -188,17 +191,20 @@ class AsyncConsumer:
         if trio.current_time() - self._heard > self.session_timeout:
             # Silent coordinator: our session may have run out, and our partitions may
             # have new owners. Stop consuming until it answers again.
-            self._positions.clear()
+            self._stop_all()
             return
-        revoked = [tp for tp in self._positions if tp not in self._target]
+        revoked = [tp for tp in self._fetches if tp not in self._target]
         if revoked:
             await self._commit(revoked)
             for tp in revoked:
-                del self._positions[tp]
-        started = [tp for tp in self._granted if tp not in self._positions]
+                self._fetches.pop(tp).scope.cancel()
+        started = [tp for tp in self._granted if tp not in self._fetches]
         for tp in started:
-            self._positions[tp] = await self._start_position(tp, self._granted[tp])
+            fetch = PartitionFetch(*tp, await self._start_position(tp, self._granted[tp]))
+            self._fetches[tp] = fetch
             self._committed[tp] = self._granted[tp]
+            assert self._nursery is not None
+            self._nursery.start_soon(fetch.run, self._client, self._arrived_now, self._failed)
         if revoked or started:
             self._beat_now.set()  # tell the coordinator now: the next owner is waiting
 
@@ -214,8 +220,8 @@ class AsyncConsumer:
         offsets = [
             [t, p, position]
             for t, p in tps
-            if (position := self._positions.get((t, p))) is not None
-            and position != self._committed.get((t, p))
+            if (fetch := self._fetches.get((t, p))) is not None
+            and (position := fetch.position) != self._committed.get((t, p))
         ]
         if not offsets:
             return
@@ -225,28 +231,29 @@ class AsyncConsumer:
 
     # ------------------------------------------------------------------- reading
 
-    async def _fetch(self, max_records: int) -> list[Record]:
-        """Records from the consumed partitions, each in turn first (so that a busy one
-        does not starve the others)."""
-        tps = sorted(self._positions)
+    def _take(self, max_records: int) -> list[Record]:
+        """Buffered records of the consumed partitions, each in turn first (so that a busy
+        one does not starve the others)."""
+        tps = sorted(self._fetches)
         if not tps:
             return []
         self._rotation = (self._rotation + 1) % len(tps)
         out: list[Record] = []
         for tp in tps[self._rotation :] + tps[: self._rotation]:
-            if len(out) >= max_records:
-                break
-            topic, partition = tp
-            try:
-                records, position = await self._client.read_on(
-                    self._positions[tp], max_records - len(out), topic, partition
-                )
-            except OffsetOutOfRangeError:  # retention dropped them: go on from the start
-                records, position = [], await self._client.start_offset(topic, partition)
-            if tp in self._positions:  # still ours after the read
-                out += records
-                self._positions[tp] = max(self._positions[tp], position)
+            out += self._fetches[tp].take(max_records - len(out))
         return out
+
+    def _arrived_now(self) -> None:
+        self._arrived.set()
+
+    def _failed(self, error: QuorumLogError) -> None:
+        self._failure = error
+        self._arrived.set()
+
+    def _stop_all(self) -> None:
+        for fetch in self._fetches.values():
+            fetch.scope.cancel()
+        self._fetches.clear()
 
 
 class Consumer:

@@ -1,0 +1,217 @@
+"""`quorumlog bench consume`: consumer groups through the public clients, beside plain
+`read` loops on the same data in the same run.
+
+- stream mode, 1, 3 and 6 members (each an AsyncConsumer polling and committing after every
+  poll) draining a 6-partition topic, against 6 plain readers (an AsyncClient.read loop per
+  partition); timed from when every member consumes its partitions;
+- a member's SIGKILL until its partitions are consumed again by the survivor (the
+  target: at most the session timeout + 1 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from statistics import median
+
+import trio
+
+from bench.report import print_table
+from bench.workload import IncompressibleRecords, running_cluster
+from quorumlog import AsyncClient, AsyncConsumer, Record
+from quorumlog.localcluster import ProcessCluster
+
+TOPIC = "bench-consume"
+PARTITIONS = 6
+RECORD_BYTES = 256
+APPEND_RECORDS = 500
+POLL_RECORDS = 1000
+MEMBER_COUNTS = (1, 3, 6)
+SESSION_TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    records_per_partition: int
+    rounds: int
+    kills: int
+
+
+FULL = Sizes(100_000, 3, kills=5)
+QUICK = Sizes(50_000, 2, kills=2)
+TINY = Sizes(1_000, 1, kills=1)
+
+
+async def _fill(brokers: str, per_partition: int) -> None:
+    source = IncompressibleRecords(RECORD_BYTES, seed=7)
+    async with AsyncClient(brokers, timeout=60) as c:
+        await c.create_topic(TOPIC, partitions=PARTITIONS, replicas=3)
+        for p in range(PARTITIONS):
+            for _ in range(0, per_partition, APPEND_RECORDS):
+                await c.append(source.take(APPEND_RECORDS), topic=TOPIC, partition=p)
+
+
+async def _plain_readers(brokers: str, total: int) -> float:
+    """Records/s of one `read` loop per partition, all at once."""
+    done = 0
+
+    async def reader(c: AsyncClient, p: int, last: int) -> None:
+        nonlocal done
+        offset = 0
+        while offset <= last:  # an empty read may be a new leader's before its barrier
+            records, offset = await c.read_on(offset, POLL_RECORDS, TOPIC, p)
+            done += len(records)
+
+    async with AsyncClient(brokers, timeout=60) as c:
+        ends = [await c.end_offset(topic=TOPIC, partition=p) for p in range(PARTITIONS)]
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for p in range(PARTITIONS):
+                nursery.start_soon(reader, c, p, ends[p])
+    assert done == total, (done, total)
+    return total / (trio.current_time() - started)
+
+
+async def _group(brokers: str, group: str, members: int, total: int) -> float:
+    """Records/s of `members` consumers of one new group, polling and committing."""
+    async with contextlib.AsyncExitStack() as stack:
+        consumers = [
+            await stack.enter_async_context(
+                AsyncConsumer(brokers, group, [TOPIC], session_timeout=10.0, timeout=60)
+            )
+            for _ in range(members)
+        ]
+        while sum([len(await c.assignment()) for c in consumers]) < PARTITIONS:
+            await trio.sleep(0.05)  # every partition given: the rebalances are over
+        done = 0
+        started = trio.current_time()
+
+        async def member(c: AsyncConsumer) -> None:
+            nonlocal done
+            while done < total:
+                records = await c.poll(POLL_RECORDS, 0.05)
+                done += len(records)
+                await c.commit()
+
+        async with trio.open_nursery() as nursery:
+            for c in consumers:
+                nursery.start_soon(member, c)
+        assert done == total, (done, total)
+        return total / (trio.current_time() - started)
+
+
+def _stream_rows(cluster: ProcessCluster, sizes: Sizes) -> list[dict]:
+    total = PARTITIONS * sizes.records_per_partition
+    trio.run(_fill, cluster.brokers, sizes.records_per_partition)
+    plain: list[float] = []
+    group: dict[int, list[float]] = {n: [] for n in MEMBER_COUNTS}
+    for r in range(sizes.rounds):
+        plain.append(trio.run(_plain_readers, cluster.brokers, total))
+        for n in MEMBER_COUNTS:
+            group[n].append(trio.run(_group, cluster.brokers, f"bench-{r}-{n}", n, total))
+    base = median(plain)
+    rows = [
+        {
+            "figure": f"{PARTITIONS} plain readers (read loops), {PARTITIONS} partitions",
+            "records_s": round(base),
+            "runs": [round(x) for x in plain],
+        }
+    ]
+    for n in MEMBER_COUNTS:
+        rate = median(group[n])
+        rows.append(
+            {
+                "figure": f"stream mode, {n} members, {PARTITIONS} partitions, commit per poll",
+                "records_s": round(rate),
+                "x_plain_readers": round(rate / base, 2),
+                "runs": [round(x) for x in group[n]],
+            }
+        )
+    return rows
+
+
+MEMBER_SCRIPT = """
+import sys
+from quorumlog import Consumer
+with Consumer(sys.argv[1], sys.argv[2], [sys.argv[3]], session_timeout=float(sys.argv[4])) as c:
+    while True:
+        c.poll(1000, 0.1)
+        c.commit()
+        print(len(c.assignment()), flush=True)
+"""
+
+
+async def _takeover_s(brokers: str, group: str) -> float:
+    """One kill: a member in a process of its own and one here share the topic; a producer
+    keeps appending to every partition. Seconds from the SIGKILL of the other until this
+    member reads a record of a partition the other consumed."""
+    args = [brokers, group, TOPIC, str(SESSION_TIMEOUT_S)]
+    other = subprocess.Popen(
+        [sys.executable, "-c", MEMBER_SCRIPT, *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        async with (
+            AsyncClient(brokers, timeout=30) as producer,
+            AsyncConsumer(brokers, group, [TOPIC], session_timeout=SESSION_TIMEOUT_S) as me,
+        ):
+            stop = trio.Event()
+
+            async def produce() -> None:
+                while not stop.is_set():
+                    for p in range(PARTITIONS):
+                        await producer.append([Record(b"tick")], topic=TOPIC, partition=p)
+                    await trio.sleep(0.02)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(produce)
+                while len(await me.assignment()) != PARTITIONS // 2:
+                    await me.poll(POLL_RECORDS, 0.05)
+                while (
+                    await trio.to_thread.run_sync(other.stdout.readline) != f"{PARTITIONS // 2}\n"
+                ):
+                    pass
+                theirs = {(TOPIC, p) for p in range(PARTITIONS)} - set(await me.assignment())
+                other.send_signal(signal.SIGKILL)
+                killed = trio.current_time()
+                while True:
+                    records = await me.poll(POLL_RECORDS, 0.05)
+                    await me.commit()
+                    if any((r.topic, r.partition) in theirs for r in records):
+                        took = trio.current_time() - killed
+                        break
+                stop.set()
+        return took
+    finally:
+        other.kill()
+        other.wait()
+
+
+def _takeover_rows(cluster: ProcessCluster, kills: int) -> list[dict]:
+    samples = [trio.run(_takeover_s, cluster.brokers, f"takeover-{i}") for i in range(kills)]
+    return [
+        {
+            "figure": f"member SIGKILL until its partitions are consumed again, "
+            f"session {SESSION_TIMEOUT_S:g} s",
+            "median_s": round(median(samples), 2),
+            "over_session_s": round(median(samples) - SESSION_TIMEOUT_S, 2),
+            "runs": [round(s, 2) for s in samples],
+        }
+    ]
+
+
+def run(quick: bool = False, tiny: bool = False) -> list[dict]:
+    sizes = TINY if tiny else QUICK if quick else FULL
+    with running_cluster("consume") as cluster:
+        started = time.monotonic()
+        rows = _stream_rows(cluster, sizes)
+        rows += _takeover_rows(cluster, sizes.kills)
+        rows.append({"figure": "scenario wall time", "s": round(time.monotonic() - started, 1)})
+    return rows
+
+
+if __name__ == "__main__":
+    print_table("bench consume", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))

@@ -1,0 +1,196 @@
+"""Real processes: consumer groups in stream mode (CONTRACT.md, "Consumer groups and
+queues"): members share a topic's partitions, rebalance when one joins, leaves or dies,
+resume from committed positions, and keep them through a coordinator's failover."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
+from quorumlog import Consumer, NotMemberError, QuorumLogError, Record, UnknownTopicError
+from quorumlog.localcluster import QUORUMLOG
+from tests.process.test_topics import wait_until
+
+PARTITIONS = 4
+
+
+def fill(cluster, topic: str = "events", per_partition: int = 50) -> dict[tuple, set[int]]:
+    """A topic of PARTITIONS partitions with records in each; {(topic, p): offsets}."""
+    with cluster.client(timeout=30) as c:
+        c.create_topic(topic, partitions=PARTITIONS, replicas=3)
+        written = {}
+        for p in range(PARTITIONS):
+            records = [Record(b"%s-%d-%d" % (topic.encode(), p, i)) for i in range(per_partition)]
+            result = c.append(records, topic=topic, partition=p, details=True)
+            written[(topic, p)] = set(range(result.first_offset, result.last_offset + 1))
+    return written
+
+
+def drain(*consumers: Consumer, rounds: int = 5) -> list[Record]:
+    """Poll each consumer until `rounds` polls in a row find nothing."""
+    out: list[Record] = []
+    quiet = 0
+    while quiet < rounds:
+        got = [r for c in consumers for r in c.poll(1000, 0.2)]
+        out += got
+        quiet = 0 if got else quiet + 1
+    return out
+
+
+def keys(records: list[Record]) -> list[tuple]:
+    return [(r.topic, r.partition, r.offset) for r in records]
+
+
+def test_members_share_the_partitions_and_a_member_that_commits_leaves_no_duplicate(cluster):
+    written = fill(cluster)
+    with Consumer(cluster.brokers, "billing", ["events"], session_timeout=5.0) as a:
+        assert a.assignment() == [("events", p) for p in range(PARTITIONS)]
+        first = a.poll(30, 5.0)
+        assert first, "a sole member is given every partition"
+        a.commit()
+        with Consumer(cluster.brokers, "billing", ["events"], session_timeout=5.0) as b:
+            wait_until(
+                lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 20, "a rebalance"
+            )
+            assert set(a.assignment()).isdisjoint(b.assignment())
+            from_a, from_b = drain(a), drain(b)
+            a.commit()
+            b.commit()
+        # b left (committing first): a is given every partition again, with nothing to read.
+        wait_until(lambda: len(a.assignment()) == PARTITIONS, 20, "a takes b's partitions back")
+        assert drain(a, rounds=3) == [], "b committed before it stopped: no duplicate"
+        a.commit()
+    seen = keys(first + from_a + from_b)
+    assert len(seen) == len(set(seen)), "a graceful rebalance delivers nothing twice"
+    assert {(t, p, o) for (t, p), offsets in written.items() for o in offsets} == set(seen)
+    with cluster.client() as c:
+        described = c.describe_group("billing")
+        assert described["members"] == []
+        assert all(row["lag"] == 0 for row in described["partitions"])
+
+
+MEMBER_SCRIPT = """
+import sys, time
+from quorumlog import Consumer
+with Consumer(sys.argv[1], "crashy", ["events"], session_timeout=2.0) as c:
+    while True:
+        got = c.poll(1000, 0.2)
+        c.commit()
+        print(len(c.assignment()), flush=True)
+"""
+
+
+def test_a_killed_members_partitions_move_after_its_session_timeout(cluster):
+    fill(cluster)
+    member = subprocess.Popen(
+        [sys.executable, "-c", MEMBER_SCRIPT, cluster.brokers], stdout=subprocess.PIPE
+    )
+    try:
+        assert member.stdout is not None
+        while int(member.stdout.readline() or 0) != PARTITIONS:
+            pass
+        with Consumer(cluster.brokers, "crashy", ["events"], session_timeout=2.0) as b:
+            wait_until(lambda: len(b.assignment()) == 2, 20, "the newcomer gets its share")
+            member.send_signal(signal.SIGKILL)
+            member.wait()
+            wait_until(lambda: len(b.assignment()) == PARTITIONS, 20, "b takes every partition")
+            assert drain(b) == [], "the killed member committed all it read"
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+
+
+def test_commits_survive_a_coordinator_failover(cluster):
+    fill(cluster, per_partition=200)
+    partition = groups_partition("ledger", GROUPS_PARTITIONS)
+    committed = {}
+    with Consumer(cluster.brokers, "ledger", ["events"], session_timeout=10.0) as a:
+        for _ in range(3):
+            assert a.poll(50, 5.0)
+            a.commit()
+        with cluster.client(timeout=20) as c:
+            committed = {
+                (r["topic"], r["partition"]): r["committed"]
+                for r in c.describe_group("ledger")["partitions"]
+            }
+            coordinator = c.describe_topic(GROUPS_TOPIC)[partition]["leader_id"]
+        cluster.kill(coordinator)
+        # The member carries on with the new coordinator: polls, commits, no rejoin needed.
+        rest = drain(a)
+        a.commit()
+    with cluster.client(timeout=20) as c:
+        after = {(r["topic"], r["partition"]): r for r in c.describe_group("ledger")["partitions"]}
+        assert c.describe_topic(GROUPS_TOPIC)[partition]["leader_id"] != coordinator
+    for tp, position in committed.items():
+        if position is not None:
+            assert after[tp]["committed"] >= position, "a committed position never goes back"
+    assert all(row["lag"] == 0 for row in after.values())
+    assert min(r.offset for r in rest) > 0, "the member went on from where it was"
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=timeout)
+
+
+def test_the_command_line_consumes_in_a_group_lists_describes_and_resets(cluster):
+    fill(cluster, per_partition=5)
+    b = ["-b", cluster.brokers]
+    first = cli("consume", *b, "--topic", "events", "--group", "cli", "--max", "7")
+    assert first.returncode == 0, first.stderr
+    assert len(first.stdout.splitlines()) == 7
+    rest = cli("consume", *b, "--topic", "events", "--group", "cli")
+    assert rest.returncode == 0, rest.stderr
+    values = first.stdout.splitlines() + rest.stdout.splitlines()
+    assert sorted(values) == sorted(b"events-%d-%d" % (p, i) for p in range(4) for i in range(5))
+    listed = cli("group", *b, "list")
+    assert listed.stdout.decode().splitlines() == ["cli stream 0"]
+    rows = [
+        json.loads(line)
+        for line in cli("group", *b, "describe", "cli", "--json").stdout.splitlines()
+    ]
+    assert [(r["topic"], r["partition"], r["lag"], r["owner"]) for r in rows] == [
+        ("events", p, 0, None) for p in range(PARTITIONS)
+    ]
+    text = cli("group", *b, "describe", "cli").stdout.decode().splitlines()
+    assert text[0].split()[:2] == ["events", "0"] and text[0].split()[-2:] == ["0", "-"]
+    with Consumer(cluster.brokers, "cli", ["events"]):
+        refused = cli("group", *b, "reset-offsets", "cli", "--topic", "events", "--to", "earliest")
+        assert refused.returncode == 1 and b"active member" in refused.stderr
+    reset = cli("group", *b, "reset-offsets", "cli", "--topic", "events", "--to", "earliest")
+    assert reset.returncode == 0, reset.stderr
+    again = cli("consume", *b, "--topic", "events", "--group", "cli")
+    assert sorted(again.stdout.splitlines()) == sorted(values), "read again from the start"
+    missing = cli("group", *b, "describe", "nobody")
+    assert missing.returncode == 1 and b"unknown group" in missing.stderr
+
+
+def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
+    fill(cluster, per_partition=5)
+    with pytest.raises(UnknownTopicError), Consumer(cluster.brokers, "g", ["no-such-topic"]):
+        pass
+    with (
+        pytest.raises(QuorumLogError, match="session timeout"),
+        Consumer(cluster.brokers, "g", ["events"], session_timeout=0),
+    ):
+        pass
+    with Consumer(cluster.brokers, "g", ["events"]) as member, cluster.client() as c:
+        assert len(drain(member)) == 5 * PARTITIONS
+        with pytest.raises(QuorumLogError, match="past its end"):
+            c.group_call("commit", "g", member=member.member, offsets=[["events", 0, 10**6]])
+        with pytest.raises(NotMemberError):
+            c.group_call("commit", "g", member="stranger", offsets=[["events", 0, 1]])
+        with (
+            pytest.raises(QuorumLogError, match="same topics"),
+            Consumer(cluster.brokers, "g", ["default"]),
+        ):
+            pass
+        member.commit()
+        positions = {r["partition"]: r["committed"] for r in c.describe_group("g")["partitions"]}
+        assert positions == {p: 6 for p in range(PARTITIONS)}, "5 records after the barrier"
+        assert c.status(), "every node still answers"
