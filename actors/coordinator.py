@@ -16,8 +16,10 @@ A member silent for its session timeout is removed, and its partitions are free 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 import structlog
@@ -46,17 +48,20 @@ from transport.errors import ConnectionClosed
 from transport.messages import (
     AdminReply,
     AdminRequest,
+    AppendRequest,
     EndOffsetReply,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     GroupRequest,
     Message,
+    ReadRequest,
 )
 
 if TYPE_CHECKING:
     from actors.group import GroupActor
     from actors.node import Node
+    from controller.state import Topic
 
 logger = structlog.get_logger("quorumlog.coordinator")
 
@@ -66,9 +71,15 @@ EXPIRY_CHECK_S = 0.1
 # partition freed by a member leaving reaches its next owner within one interval.
 HEARTBEAT_INTERVAL_S_MAX = 0.5
 HEARTBEAT_INTERVAL_S_MIN = 0.05
-# How long the coordinator tries to learn a partition's offsets from its leader.
+# Queue mode: a lease given before this coordinator took over runs this long from then,
+# unless its holder said otherwise since.
+LEASE_S_DEFAULT = 30.0
+# How long the coordinator tries a call on a partition's leader.
 ASK_S = 5.0
 ASK_RETRY_S = 0.05
+# How often the coordinator learns the end of the partitions its groups consume (for lag).
+LAG_REFRESH_S = 2.0
+MEMBER_ID_CHARS_MAX = 200
 
 
 class NotMember(Exception):
@@ -86,6 +97,7 @@ class Session:
     # The partitions the member last said it consumes; None: not heard from since this
     # coordinator took over, so it may still consume anything it was given before.
     owned: frozenset[TopicPartition] | None
+    lease_timeout_s: float = 30.0  # queue mode: as the member's calls say (LEASE_S_DEFAULT)
 
 
 class Coordination:
@@ -100,6 +112,9 @@ class Coordination:
         self.term = -1  # the term in which the sessions were set up
         self.sessions: dict[str, dict[str, Session]] = {}  # group -> member -> session
         self.locks: dict[str, trio.Lock] = {}  # group -> one membership change at a time
+        self.rotation = 0  # queue mode: the partition a lease call looks at first
+        # queue mode: (group, topic partition, offset) -> when its lease runs out
+        self.lease_deadlines: dict[tuple[str, TopicPartition, int], float] = {}
         self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
         self._proposed_from = 0  # commands before it were not proposed by this leader
 
@@ -149,6 +164,15 @@ class Coordination:
         self.catch_up()  # committed now: apply it here before answering
         return self._results.pop(offset, None)
 
+    def note_leased(
+        self, name: str, member: str, tp: TopicPartition, offsets: tuple[int, ...]
+    ) -> None:
+        """Queue mode: when the leases just given run out."""
+        session = self.sessions.get(name, {}).get(member)
+        deadline = trio.current_time() + (session.lease_timeout_s if session else LEASE_S_DEFAULT)
+        for o in offsets:
+            self.lease_deadlines[(name, tp, o)] = deadline
+
     def lock(self, name: str) -> trio.Lock:
         return self.locks.setdefault(name, trio.Lock())
 
@@ -165,33 +189,106 @@ class Coordination:
         return True
 
 
+def member_id(args: dict) -> str:
+    member = args["member"]
+    if not isinstance(member, str) or not 1 <= len(member) <= MEMBER_ID_CHARS_MAX:
+        raise GroupError(f"a member id has 1-{MEMBER_ID_CHARS_MAX} characters")
+    return member
+
+
+def membership(c: Coordination, name: str, member: str) -> tuple[Group, Session]:
+    """The group and the session of one of its members; NotMember if it is not one."""
+    group = c.state.groups.get(name)
+    session = c.sessions.get(name, {}).get(member)
+    if group is None or member not in group.members or session is None:
+        raise NotMember(f"member {member!r} is not in the group {name!r}: rejoin")
+    return group, session
+
+
 def heartbeat_interval_s(session_timeout_s: float) -> float:
     return max(HEARTBEAT_INTERVAL_S_MIN, min(HEARTBEAT_INTERVAL_S_MAX, session_timeout_s / 10))
 
 
+GroupCall = Callable[["Coordinator", Coordination, str, dict], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Calls:
+    """What a coordinator answers (actors/group_calls.py, actors/queue_calls.py)."""
+
+    group: dict[str, GroupCall]  # calls about one group, answered by its coordinator
+    node: dict[str, Callable[[Coordinator, dict], Awaitable[dict[str, Any]]]]  # any node
+    tick: Callable[[Coordination, float], Awaitable[None]]  # every check, per partition led
+
+
 class Coordinator:
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, calls: Calls):
         self.node = node
+        self.calls = calls
         self.coordinations: dict[int, Coordination] = {}
         self.ends: dict[TopicPartition, int] = {}  # the highest end each partition was seen at
 
     # ------------------------------------------------------------------- running
 
     async def run(self) -> None:
-        """Removes members whose session ran out, on the coordinations led here."""
+        """Removes members whose session ran out and hands back leases that ran out, on
+        the coordinations led here; keeps their groups' lag known."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._refresh_ends)
+            await self._expire()
+
+    async def _expire(self) -> None:
         while True:
             await trio.sleep(EXPIRY_CHECK_S)
-            now = trio.current_time()
             for c in list(self.coordinations.values()):
                 if not c.is_current():
                     continue
-                for name, sessions in list(c.sessions.items()):
-                    expired = [m for m, s in sessions.items() if now - s.last_seen > s.timeout_s]
-                    if expired:
-                        try:
-                            await self.remove_members(c, name, expired, "session expired")
-                        except PassBack:
-                            break  # leadership moved: the next coordinator takes over
+                try:
+                    await self._expire_sessions(c)
+                    await self.calls.tick(c, trio.current_time())
+                except PassBack:
+                    continue  # leadership moved: the next coordinator takes over
+                except GroupError as exc:  # a race lost to a member's call: next time
+                    logger.info("expiry_refused", partition=c.partition, why=str(exc))
+
+    async def _refresh_ends(self) -> None:
+        """The end of every partition the groups led here consume, for their lag."""
+        while True:
+            await trio.sleep(LAG_REFRESH_S)
+            for c in list(self.coordinations.values()):
+                if not c.is_current():
+                    continue
+                for group in list(c.state.groups.values()):
+                    for tp in self._known_partitions(group):
+                        with contextlib.suppress(PassBack, UnknownTopic):
+                            await self.offsets_of(tp)
+
+    def _known_partitions(self, group: Group) -> list[TopicPartition]:
+        try:
+            return self.partitions_of(group.topics)
+        except UnknownTopic:  # deleted since: its positions stay, nothing to read
+            return []
+
+    def lag_rows(self) -> list[dict[str, Any]]:
+        """Each group led here, per partition: committed position, end as last seen, lag."""
+        rows = []
+        for c in self.coordinations.values():
+            if not c.is_current():
+                continue
+            for group in c.state.groups.values():
+                for tp in self._known_partitions(group):
+                    committed, end = group.committed.get(tp), self.ends.get(tp)
+                    lag = None if committed is None or end is None else max(end - committed, 0)
+                    row = {"group": group.name, "topic": tp[0], "partition": tp[1]}
+                    rows.append({**row, "committed": committed, "end": end, "lag": lag})
+        return rows
+
+    async def _expire_sessions(self, c: Coordination) -> None:
+        now = trio.current_time()
+        for name, sessions in list(c.sessions.items()):
+            expired = [m for m, s in sessions.items() if now - s.last_seen > s.timeout_s]
+            if expired:
+                await self.remove_members(c, name, expired, "session expired")
 
     async def remove_members(
         self, c: Coordination, name: str, members: list[str], why: str
@@ -246,15 +343,11 @@ class Coordinator:
     # ------------------------------------------------------------------- calls
 
     async def handle(self, request: GroupRequest) -> Message:
-        from actors.group_calls import CALLS, list_groups  # the calls use this actor
-
         try:
-            if request.op == "list":
-                return AdminReply({"groups": await list_groups(self)})
-            if request.op == "list_here":
-                c = await self.current(int(request.args["partition"]))
-                return AdminReply({"groups": _groups_here(c)})
-            call = CALLS.get(request.op)
+            node_call = self.calls.node.get(request.op)
+            if node_call is not None:
+                return AdminReply(await node_call(self, request.args))
+            call = self.calls.group.get(request.op)
             if call is None:
                 return ErrorReply(ErrorCode.REFUSED, f"unknown group call {request.op!r}")
             name = check_group_name(request.group)
@@ -275,30 +368,26 @@ class Coordinator:
         topic = await self.groups_topic()
         return groups_partition(name, len(topic.partitions))
 
-    async def groups_topic(self):
-        """`__groups` as the controller's state has it, created on first use."""
+    async def groups_topic(self) -> Topic:
+        return await self.ensure_topic(GROUPS_TOPIC, GROUPS_PARTITIONS)
+
+    async def ensure_topic(self, name: str, partitions: int = 1) -> Topic:
+        """A topic the coordinator needs (`__groups`, a dead-letter topic), created with
+        `partitions` if it is not there; once this node's state has it."""
         controller = self.node.controller_actor
-        topic = controller.state.topics.get(GROUPS_TOPIC)
+        topic = controller.state.topics.get(name)
         if topic is not None:
             return topic
-        create = AdminRequest(
-            "create_topic",
-            {
-                "name": GROUPS_TOPIC,
-                "partitions": GROUPS_PARTITIONS,
-                "internal": True,
-                "retry": True,
-                "timeout_s": ASK_S,
-            },
-        )
+        args = {"name": name, "partitions": partitions, "retry": True, "timeout_s": ASK_S}
+        create = AdminRequest("create_topic", {**args, "internal": name == GROUPS_TOPIC})
         with trio.move_on_after(2 * ASK_S):
             reply = await forward_to_leader(self.node, self.node.controller, create)
             if isinstance(reply, ErrorReply):
                 raise PassBack(reply)
-            while (topic := controller.state.topics.get(GROUPS_TOPIC)) is None:
+            while (topic := controller.state.topics.get(name)) is None:
                 await controller.changed.wait()
             return topic
-        raise PassBack(ErrorReply(ErrorCode.TIMEOUT, f"could not create {GROUPS_TOPIC}: retry"))
+        raise PassBack(ErrorReply(ErrorCode.TIMEOUT, f"could not create {name}: retry"))
 
     async def current(self, partition: int) -> Coordination:
         """The coordination of a `__groups` partition this node leads, up to date; PassBack
@@ -332,27 +421,34 @@ class Coordinator:
 
     # ------------------------------------------------------------------- offsets
 
-    async def offsets_of(self, tp: TopicPartition) -> tuple[int, int]:
-        """(first offset kept, next offset to be written) of a topic partition, from its
-        leader."""
-        topic, partition = tp
+    async def offsets_of(self, tp: TopicPartition, exact: bool = False) -> tuple[int, int]:
+        """(first offset kept, next offset to be written) of a topic partition, as its
+        leader (or, unless `exact`, a replica taken for it) says."""
+        ask = EndOffsetRequest(exact, *tp)
+        reply = await self.ask_partition_leader(tp, ask, EndOffsetReply)
+        end = reply.commit_offset + 1
+        self.ends[tp] = max(self.ends.get(tp, 0), end)
+        return reply.log_start_offset, end
+
+    async def ask_partition_leader(
+        self, tp: TopicPartition, message: PartitionCall, answer: type[M]
+    ) -> M:
+        """`message` answered by the leader of a topic partition, here or elsewhere,
+        retried while leadership moves; UnknownTopic, or PassBack after ASK_S."""
         node = self.node
-        ask = EndOffsetRequest(False, topic, partition)
         with trio.move_on_after(ASK_S):
             while True:
                 replica = node.partitions.get(tp)
                 if replica is not None and replica.core.is_leader:
-                    reply = await replica.end_offset(False)
+                    reply = await _on_replica(replica, message)
                 else:
-                    reply = await self._ask(self._leader_of(tp, replica), ask)
-                if isinstance(reply, EndOffsetReply):
-                    end = reply.commit_offset + 1
-                    self.ends[tp] = max(self.ends.get(tp, 0), end)
-                    return reply.log_start_offset, end
+                    reply = await self._ask(self._leader_of(tp, replica), message)
+                if isinstance(reply, answer):
+                    return reply
                 if isinstance(reply, ErrorReply) and reply.code is ErrorCode.UNKNOWN_TOPIC:
                     raise UnknownTopic(reply.message)
                 await trio.sleep(ASK_RETRY_S)
-        raise PassBack(ErrorReply(ErrorCode.BUSY, f"{topic}/{partition} has no leader now: retry"))
+        raise PassBack(ErrorReply(ErrorCode.BUSY, f"{tp[0]}/{tp[1]} has no leader now: retry"))
 
     def _leader_of(self, tp: TopicPartition, replica: GroupActor | None) -> int | None:
         if replica is not None and replica.core.leader_id is not None:
@@ -375,8 +471,16 @@ class Coordinator:
         return await self._ask(self._leader_of((GROUPS_TOPIC, partition), replica), request)
 
 
-def _groups_here(c: Coordination) -> list[dict[str, Any]]:
-    return [
-        {"group": g.name, "mode": g.mode, "members": len(g.members)}
-        for g in c.state.groups.values()
-    ]
+PartitionCall = ReadRequest | EndOffsetRequest | AppendRequest
+M = TypeVar("M", bound=Message)
+
+
+async def _on_replica(replica: GroupActor, message: PartitionCall) -> Message:
+    """A partition call answered by this node's replica, as the node's handler would."""
+    match message:
+        case ReadRequest(offset, max_bytes):
+            return replica.read(offset, max_bytes)
+        case EndOffsetRequest(linearizable):
+            return await replica.end_offset(linearizable)
+        case AppendRequest():
+            return await replica.append(message)

@@ -4,22 +4,25 @@ name and the call's arguments, and returns the reply's result."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
 
+from actors import queue_calls
 from actors.coordinator import (
     ASK_RETRY_S,
     ASK_S,
+    Calls,
     Coordination,
     Coordinator,
     NotMember,
+    PassBack,
     Session,
     UnknownTopic,
     heartbeat_interval_s,
+    member_id,
+    membership,
 )
-from actors.replicated import PassBack
 from consumers.assignment import TopicPartition
 from consumers.state import (
     GROUPS_TOPIC,
@@ -31,13 +34,12 @@ from consumers.state import (
 )
 from transport.messages import ErrorCode, ErrorReply, GroupRequest
 
-MEMBER_ID_CHARS_MAX = 200
 Result = dict[str, Any]
 
 
 async def join(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
     """A member joins (or, retrying, finds itself joined): a new generation with it."""
-    member = _member_id(args)
+    member = member_id(args)
     mode = args.get("mode", "stream")
     session_ms = args["session_timeout_ms"]
     check_member_settings(mode, session_ms)
@@ -59,36 +61,39 @@ async def join(co: Coordinator, c: Coordination, name: str, args: dict) -> Resul
             c.sessions.setdefault(name, {})[member] = Session(
                 trio.current_time(), session_ms / 1000, frozenset()
             )
+    _note_lease_timeout(c.sessions[name][member], args)
     return _assignment(c, c.state.groups[name], member)
 
 
 async def heartbeat(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
     """A member is alive and consumes `owned`; the answer says what it may consume now."""
-    member = _member_id(args)
-    group, session = _membership(c, name, member)
+    member = member_id(args)
+    group, session = membership(c, name, member)
     session.last_seen = trio.current_time()
     session.owned = frozenset(_partitions(args.get("owned", ())))
+    _note_lease_timeout(session, args)
     return _assignment(c, group, member)
 
 
 async def leave(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
-    await co.remove_members(c, name, [_member_id(args)], "left")
+    await co.remove_members(c, name, [member_id(args)], "left")
     return {}
 
 
 async def commit(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
     """A member's positions, durable (acks=quorum) once answered."""
-    member = _member_id(args)
+    member = member_id(args)
     offsets = tuple((str(t), int(p), int(o)) for t, p, o in args["offsets"])
-    _, session = _membership(c, name, member)
-    allowed = session.owned or frozenset()
+    group, session = membership(c, name, member)
     for topic, partition, offset in offsets:
-        if (topic, partition) not in allowed:
+        if not _may_commit(c, group, member, session, (topic, partition)):
             raise GroupError(f"member {member!r} does not consume {topic}/{partition}")
         if offset < 0:
             raise GroupError(f"offset {offset} of {topic}/{partition} is negative")
         if offset > co.ends.get((topic, partition), -1):
             _, end = await co.offsets_of((topic, partition))
+            if offset > end:  # the replica asked may lag: ask the leader for sure
+                _, end = await co.offsets_of((topic, partition), exact=True)
             if offset > end:
                 raise GroupError(f"offset {offset} of {topic}/{partition} is past its end ({end})")
     why = await c.propose(Commit(name, member, offsets))
@@ -165,11 +170,11 @@ async def reset_offsets(co: Coordinator, c: Coordination, name: str, args: dict)
     return {"offsets": chosen}
 
 
-async def list_groups(co: Coordinator) -> list[dict[str, Any]]:
+async def list_groups(co: Coordinator, args: dict) -> Result:
     """Every group of every `__groups` partition, from each partition's coordinator."""
     topic = co.node.controller_actor.state.topics.get(GROUPS_TOPIC)
     if topic is None:
-        return []
+        return {"groups": []}
     found: list[dict[str, Any]] = []
     silent: list[int] = []
 
@@ -193,35 +198,52 @@ async def list_groups(co: Coordinator) -> list[dict[str, Any]]:
                 ErrorCode.BUSY, f"{GROUPS_TOPIC}/{min(silent)} has no coordinator now: retry"
             )
         )
-    return sorted(found, key=lambda g: g["group"])
+    return {"groups": sorted(found, key=lambda g: g["group"])}
 
 
-CALLS: dict[str, Callable[[Coordinator, Coordination, str, dict], Awaitable[Result]]] = {
-    "join": join,
-    "heartbeat": heartbeat,
-    "leave": leave,
-    "commit": commit,
-    "describe": describe,
-    "reset_offsets": reset_offsets,
-}
+async def list_here(co: Coordinator, args: dict) -> Result:
+    """The groups of one `__groups` partition, from its coordinator."""
+    c = await co.current(int(args["partition"]))
+    groups = c.state.groups.values()
+    return {
+        "groups": [{"group": g.name, "mode": g.mode, "members": len(g.members)} for g in groups]
+    }
+
+
+CALLS = Calls(
+    group={
+        "join": join,
+        "heartbeat": heartbeat,
+        "leave": leave,
+        "commit": commit,
+        "describe": describe,
+        "reset_offsets": reset_offsets,
+        "lease": queue_calls.lease,
+    },
+    node={"list": list_groups, "list_here": list_here},
+    tick=queue_calls.expire_leases,
+)
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _member_id(args: dict) -> str:
-    member = args["member"]
-    if not isinstance(member, str) or not 1 <= len(member) <= MEMBER_ID_CHARS_MAX:
-        raise GroupError(f"a member id has 1-{MEMBER_ID_CHARS_MAX} characters")
-    return member
+def _may_commit(
+    c: Coordination, group: Group, member: str, session: Session, tp: TopicPartition
+) -> bool:
+    """What the member said it consumes; or, before it said anything to this coordinator
+    (a new one), what no other member says it consumes."""
+    if session.owned is not None:
+        return tp in session.owned
+    others = c.sessions.get(group.name, {})
+    return not any(s.owned and tp in s.owned for m, s in others.items() if m != member)
 
 
-def _membership(c: Coordination, name: str, member: str) -> tuple[Group, Session]:
-    group = c.state.groups.get(name)
-    session = c.sessions.get(name, {}).get(member)
-    if group is None or member not in group.members or session is None:
-        raise NotMember(f"member {member!r} is not in the group {name!r}: rejoin")
-    return group, session
+def _note_lease_timeout(session: Session, args: dict) -> None:
+    """Queue mode: how long this member's leases last (a new coordinator learns it from the
+    member's next call)."""
+    if "lease_timeout_ms" in args:
+        session.lease_timeout_s = int(args["lease_timeout_ms"]) / 1000
 
 
 def _partitions(items) -> list[TopicPartition]:

@@ -24,6 +24,7 @@ from actors.controller import ControllerActor
 from actors.coordinator import Coordinator
 from actors.flusher import Flusher
 from actors.group import GroupActor
+from actors.group_calls import CALLS
 from actors.heartbeats import HeartbeatManager
 from actors.manager import GroupManager
 from actors.mover import ReplicaMover
@@ -122,7 +123,7 @@ class Node:
         }
         self._keys = {g.group_id: key for key, g in self.partitions.items()}
         self.controller_actor = ControllerActor(self)
-        self.coordinator = Coordinator(self)
+        self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
 
@@ -288,6 +289,7 @@ class Node:
         out["partitions_hosted"] = len(self.partitions)
         out["heartbeats_sent"] = self.stats.heartbeats_sent
         out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
+        out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         return out
 
     # ------------------------------------------------------------------- the handler

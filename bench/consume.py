@@ -5,7 +5,8 @@
   poll) draining a 6-partition topic, against 6 plain readers (an AsyncClient.read loop per
   partition); timed from when every member consumes its partitions;
 - a member's SIGKILL until its partitions are consumed again by the survivor (the
-  target: at most the session timeout + 1 s).
+  target: at most the session timeout + 1 s);
+- queue mode (bench/consume_queue.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from statistics import median
 
 import trio
 
+from bench.consume_queue import queue_rows
 from bench.report import print_table
 from bench.workload import IncompressibleRecords, running_cluster
 from quorumlog import AsyncClient, AsyncConsumer, Record
@@ -39,20 +41,22 @@ class Sizes:
     records_per_partition: int
     rounds: int
     kills: int
+    queue_records: int
+    latency_s: float
 
 
-FULL = Sizes(100_000, 3, kills=5)
-QUICK = Sizes(50_000, 2, kills=2)
-TINY = Sizes(1_000, 1, kills=1)
+FULL = Sizes(100_000, 3, kills=5, queue_records=50_000, latency_s=20.0)
+QUICK = Sizes(50_000, 2, kills=2, queue_records=20_000, latency_s=8.0)
+TINY = Sizes(1_000, 1, kills=1, queue_records=1_000, latency_s=1.0)
 
 
-async def _fill(brokers: str, per_partition: int) -> None:
+async def fill(brokers: str, topic: str, partitions: int, per_partition: int) -> None:
     source = IncompressibleRecords(RECORD_BYTES, seed=7)
     async with AsyncClient(brokers, timeout=60) as c:
-        await c.create_topic(TOPIC, partitions=PARTITIONS, replicas=3)
-        for p in range(PARTITIONS):
+        await c.create_topic(topic, partitions=partitions, replicas=3)
+        for p in range(partitions):
             for _ in range(0, per_partition, APPEND_RECORDS):
-                await c.append(source.take(APPEND_RECORDS), topic=TOPIC, partition=p)
+                await c.append(source.take(APPEND_RECORDS), topic=topic, partition=p)
 
 
 async def _plain_readers(brokers: str, total: int) -> float:
@@ -67,7 +71,7 @@ async def _plain_readers(brokers: str, total: int) -> float:
             done += len(records)
 
     async with AsyncClient(brokers, timeout=60) as c:
-        ends = [await c.end_offset(topic=TOPIC, partition=p) for p in range(PARTITIONS)]
+        ends = [await c.end_offset(True, TOPIC, p) for p in range(PARTITIONS)]
         started = trio.current_time()
         async with trio.open_nursery() as nursery:
             for p in range(PARTITIONS):
@@ -76,17 +80,28 @@ async def _plain_readers(brokers: str, total: int) -> float:
     return total / (trio.current_time() - started)
 
 
-async def _group(brokers: str, group: str, members: int, total: int) -> float:
+async def stream_group(
+    brokers: str,
+    group: str,
+    members: int,
+    total: int,
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+) -> float:
     """Records/s of `members` consumers of one new group, polling and committing."""
     async with contextlib.AsyncExitStack() as stack:
         consumers = [
             await stack.enter_async_context(
-                AsyncConsumer(brokers, group, [TOPIC], session_timeout=10.0, timeout=60)
+                AsyncConsumer(brokers, group, [topic], session_timeout=10.0, timeout=60)
             )
             for _ in range(members)
         ]
-        while sum([len(await c.assignment()) for c in consumers]) < PARTITIONS:
-            await trio.sleep(0.05)  # every partition given: the rebalances are over
+        share = partitions // members
+        while True:  # every member consumes its share: the rebalances are over
+            counts = [len(await c.assignment()) for c in consumers]
+            if sum(counts) == partitions and min(counts) >= share:
+                break
+            await trio.sleep(0.05)
         done = 0
         started = trio.current_time()
 
@@ -106,13 +121,13 @@ async def _group(brokers: str, group: str, members: int, total: int) -> float:
 
 def _stream_rows(cluster: ProcessCluster, sizes: Sizes) -> list[dict]:
     total = PARTITIONS * sizes.records_per_partition
-    trio.run(_fill, cluster.brokers, sizes.records_per_partition)
+    trio.run(fill, cluster.brokers, TOPIC, PARTITIONS, sizes.records_per_partition)
     plain: list[float] = []
     group: dict[int, list[float]] = {n: [] for n in MEMBER_COUNTS}
     for r in range(sizes.rounds):
         plain.append(trio.run(_plain_readers, cluster.brokers, total))
         for n in MEMBER_COUNTS:
-            group[n].append(trio.run(_group, cluster.brokers, f"bench-{r}-{n}", n, total))
+            group[n].append(trio.run(stream_group, cluster.brokers, f"bench-{r}-{n}", n, total))
     base = median(plain)
     rows = [
         {
@@ -209,6 +224,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         started = time.monotonic()
         rows = _stream_rows(cluster, sizes)
         rows += _takeover_rows(cluster, sizes.kills)
+        rows += queue_rows(cluster, sizes.queue_records, sizes.rounds, sizes.latency_s)
         rows.append({"figure": "scenario wall time", "s": round(time.monotonic() - started, 1)})
     return rows
 

@@ -4,8 +4,9 @@ for one group (Kafka's share-partition, KIP-932).
 Every record from `start` on is in the window until it is settled. A record is available,
 leased to one member, acked, or dead (moved to the dead-letter topic); `start` moves past
 the records settled at the front, so everything below it is settled for good. `next` is
-the first offset never leased yet: new records enter the window there, at most
-WINDOW_MAX of them in flight at once. A full window leases no new record until its oldest
+the first offset never leased yet: new records enter the window there, and the window
+spans at most WINDOW_MAX offsets. Offsets skipped by a lease are control records (leader
+barriers), never delivered. A full window leases no new record until its oldest
 settles: members get only redeliveries meanwhile, and the lag shows it.
 
 Leases, acks, releases and dead letters are commands in the group's `__groups` partition
@@ -74,18 +75,19 @@ class SharePartition:
     next: int = 0
     records: dict[int, InFlight] = field(default_factory=dict)  # start <= offset < next
 
-    def leasable(self, end_offset: int, max_records: int, deliveries_max: int) -> list[int]:
-        """Offsets to lease next, oldest first: available records in the window (below
-        `deliveries_max` deliveries), then new ones up to `end_offset` inclusive, as the
-        window allows."""
-        out = [
+    def redeliverable(self, max_records: int, deliveries_max: int) -> list[int]:
+        """Records in the window to lease again, oldest first: available (released or
+        expired) and delivered fewer than `deliveries_max` times."""
+        return [
             o
             for o, r in sorted(self.records.items())
             if r.state is RecordState.AVAILABLE and r.deliveries < deliveries_max
         ][:max_records]
-        room = WINDOW_MAX - (self.next - self.start)
-        fresh = min(max_records - len(out), room, end_offset + 1 - self.next)
-        return out + list(range(self.next, self.next + max(fresh, 0)))
+
+    @property
+    def bound(self) -> int:
+        """The first offset the window cannot take now (it holds at most WINDOW_MAX)."""
+        return self.start + WINDOW_MAX
 
     def exhausted(self, deliveries_max: int) -> list[int]:
         """Available records delivered `deliveries_max` times: for the dead-letter topic."""
@@ -103,16 +105,20 @@ class SharePartition:
         )
 
     def check_lease(self, offsets: tuple[int, ...]) -> str | None:
-        expected = self.next
+        """New offsets (from `next` on) must increase; those skipped are control records
+        (leader barriers, configurations), never delivered and settled as they are."""
+        last_new = self.next - 1
         for o in offsets:
             if o >= self.next:
-                if o != expected:
-                    return f"offset {o} is not the next new record ({expected})"
-                expected += 1
-            elif o < self.start or self.records[o].state is not RecordState.AVAILABLE:
+                if o <= last_new:
+                    return f"new offsets increase: {o} comes after {last_new}"
+                if o >= self.bound:
+                    return f"the window holds at most {WINDOW_MAX} records in flight"
+                last_new = o
+            elif o < self.start or o not in self.records:
+                return f"offset {o} is not in the window"
+            elif self.records[o].state is not RecordState.AVAILABLE:
                 return f"offset {o} is not available to lease"
-        if expected - self.start > WINDOW_MAX:
-            return f"the window holds at most {WINDOW_MAX} records in flight"
         return None
 
     def check_settle(
@@ -153,7 +159,21 @@ class SharePartition:
         for o in command.offsets:
             record = self.records[o]
             record.state, record.member = state, None
-        while self.start < self.next and self.records[self.start].state in SETTLED:
-            del self.records[self.start]
-            self.start += 1
+        self._advance()
         return None
+
+    def release_member(self, member: str) -> None:
+        """A member left or was removed: what it held is available again at once."""
+        for record in self.records.values():
+            if record.state is RecordState.LEASED and record.member == member:
+                record.state, record.member = RecordState.AVAILABLE, None
+
+    def _advance(self) -> None:
+        """Move `start` past the settled front (offsets not in `records` below `next` are
+        control records: settled from the start)."""
+        while self.start < self.next:
+            record = self.records.get(self.start)
+            if record is not None and record.state not in SETTLED:
+                return
+            self.records.pop(self.start, None)
+            self.start += 1

@@ -151,6 +151,10 @@ class GroupsState:
                 group.mode, group.topics, group.generation = mode, topics, generation
                 group.members = dict(members)
                 group.assignment = dict(assignment)
+                for window in group.queues.values():
+                    for gone in {r.member for r in window.records.values()} - set(group.members):
+                        if gone is not None:
+                            window.release_member(gone)
             case Commit(name, member, offsets):
                 group = self.groups.get(name)
                 if group is None:

@@ -10,6 +10,11 @@ released; a granted one starts from its committed position, or from `start` if i
 none. A member that commits before it stops therefore leaves no duplicate to the next
 owner, and one that crashes leaves at most what it consumed since its last commit.
 
+In queue mode any number of members share every partition: each `poll` leases records
+to this member (`lease_timeout`), `ack` settles one, `release` hands it back; both are
+sent with the next poll or `commit` (consumers/queue.py and actors/queue_calls.py say
+how the coordinator keeps the leases).
+
 `Consumer` is the blocking form: it runs an `AsyncConsumer` on a trio loop of its own.
 """
 
@@ -34,9 +39,12 @@ from quorumlog.errors import (
     UnreachableError,
 )
 from quorumlog.fetcher import PartitionFetch
+from quorumlog.leases import Leases
 from quorumlog.protocol import Record
 
 STARTS = ("earliest", "latest")
+LEASE_PAUSE_S_MIN = 0.005  # queue mode, nothing to lease: ask again, doubling up to the max
+LEASE_PAUSE_S_MAX = 0.1
 
 
 class AsyncConsumer:
@@ -57,15 +65,17 @@ class AsyncConsumer:
             raise ValueError(f"start is one of {', '.join(STARTS)}, not {start!r}")
         if mode not in MODES:
             raise ValueError(f"mode is one of {', '.join(MODES)}, not {mode!r}")
-        if mode != "stream":
-            raise ValueError("queue mode is not built yet: use mode='stream'")
         self.group = group
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.start = start
         self.mode = mode
         self.session_timeout = session_timeout
         self.member = uuid.uuid4().hex
+        self.lease_timeout = lease_timeout
         self._client = AsyncClient(brokers, secret=secret, timeout=timeout)
+        self._leases = Leases(
+            self._client, group, self.member, start, lease_timeout, max_deliveries
+        )  # queue mode
         self._fetches: dict[TopicPartition, PartitionFetch] = {}  # the partitions consumed
         self._committed: dict[TopicPartition, int | None] = {}  # as last known
         self._target: set[TopicPartition] = set()
@@ -100,6 +110,8 @@ class AsyncConsumer:
         """Up to `max_records` records from the partitions this member consumes, waiting
         up to `timeout` seconds for some."""
         deadline = trio.current_time() + timeout
+        if self.mode == "queue":
+            return await self._poll_queue(max_records, deadline)
         while True:
             self._check()
             await self._rebalance()
@@ -111,15 +123,46 @@ class AsyncConsumer:
                 await self._arrived.wait()  # or a heartbeat's news, checked by _rebalance
 
     async def commit(self) -> None:
-        """Make the positions after the records polled so far durable (acks=quorum)."""
+        """Stream mode: make the positions after the records polled so far durable
+        (acks=quorum). Queue mode: make the acks and releases so far durable; raises if
+        some were refused (their lease ran out: the records go to another member)."""
         self._check()
-        await self._commit(list(self._fetches))
+        if self.mode == "queue":
+            await self._leases.flush()
+        else:
+            await self._commit(list(self._fetches))
+
+    async def ack(self, record: Record) -> None:
+        """Queue mode: `record` is done; sent with the next poll or commit."""
+        self._leases.settle(record, "ack")
+
+    async def release(self, record: Record) -> None:
+        """Queue mode: hand `record` back at once, for any member (itself included)."""
+        self._leases.settle(record, "release")
 
     async def assignment(self) -> list[TopicPartition]:
-        """The partitions this member consumes now."""
+        """The partitions this member consumes now (in queue mode, every one)."""
         self._check()
+        if self.mode == "queue":
+            counts = await self._client.topics()
+            return sorted((t, p) for t in self.topics for p in range(counts.get(t, 0)))
         await self._rebalance()
         return sorted(self._fetches)
+
+    async def _poll_queue(self, max_records: int, deadline: float) -> list[Record]:
+        pause = LEASE_PAUSE_S_MIN
+        while True:
+            self._check()
+            try:
+                records = await self._leases.lease(max_records) if self._joined else []
+            except NotMemberError:
+                self._lost_membership()
+                records = []
+            left = deadline - trio.current_time()
+            if records or left <= 0:
+                return records
+            await trio.sleep(min(pause, left))
+            pause = min(pause * 2, LEASE_PAUSE_S_MAX)
 
     def _check(self) -> None:
         if self._failure is not None:
@@ -135,15 +178,19 @@ class AsyncConsumer:
             mode=self.mode,
             topics=self.topics,
             session_timeout_ms=round(self.session_timeout * 1000),
+            lease_timeout_ms=round(self.lease_timeout * 1000),
         )
         self._joined = True
         self._on_assignment(reply)
 
     async def _leave(self) -> None:
-        """Leave at once, rather than after a session timeout: the partitions move now."""
+        """Leave at once, rather than after a session timeout: the partitions move now, and
+        a queue member's acks so far are sent first (what it still holds is handed back)."""
         if self._joined:
             self._joined = False
             with trio.move_on_after(self._client.timeout), contextlib.suppress(QuorumLogError):
+                if self.mode == "queue":
+                    await self._leases.lease(0)
                 await self._client.group_call("leave", self.group, member=self.member)
 
     async def _heartbeats(self) -> None:
@@ -160,13 +207,10 @@ class AsyncConsumer:
                     self.group,
                     member=self.member,
                     owned=[list(tp) for tp in sorted(self._claimed())],
+                    lease_timeout_ms=round(self.lease_timeout * 1000),
                 )
             except NotMemberError:
-                # Expired (or the coordinator lost us): what we consumed may have a new
-                # owner already. Join again and start from the committed positions.
-                self._joined = False
-                self._stop_all()
-                self._beat_now.set()
+                self._lost_membership()
             except (CallTimeoutError, UnreachableError):
                 continue  # the coordinator is moving; a session outlasts a few of these
             except QuorumLogError as exc:  # definite (the topic was deleted, say)
@@ -174,6 +218,15 @@ class AsyncConsumer:
                 return
             else:
                 self._on_assignment(reply)
+
+    def _lost_membership(self) -> None:
+        """Expired (or the coordinator lost us): what we consumed may have a new owner
+        already, and our leases were handed back. Join again; a stream member starts from
+        the committed positions."""
+        self._joined = False
+        self._stop_all()
+        self._leases.forget()
+        self._beat_now.set()
 
     def _claimed(self) -> set[TopicPartition]:
         """What this member consumes, or was granted and may start at its next poll."""
@@ -319,6 +372,12 @@ class Consumer:
 
     def commit(self) -> None:
         self._call(self._consumer.commit)
+
+    def ack(self, record: Record) -> None:
+        self._call(self._consumer.ack, record)
+
+    def release(self, record: Record) -> None:
+        self._call(self._consumer.release, record)
 
     def assignment(self) -> list[TopicPartition]:
         return self._call(self._consumer.assignment)

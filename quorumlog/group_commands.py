@@ -106,8 +106,9 @@ def consume_in_group(
     with_offsets: bool,
     topic: str,
 ) -> None:
-    """`consume --group`: print what this member is given, committing after each batch
-    it printed (so a member stopped by Ctrl-C leaves at most one batch to the next)."""
+    """`consume --group`: print what this member is given, committing (stream) or acking
+    (queue) after each batch it printed, so a member stopped by Ctrl-C leaves at most one
+    batch to the others."""
     if start not in ("earliest", "latest"):
         raise click.UsageError(
             "with --group, --from is earliest or latest (where nothing is committed)"
@@ -132,15 +133,18 @@ def consume_in_group(
                     else min(GROUP_POLL_RECORDS, max_records - printed)
                 )
                 records = consumer.poll(want, GROUP_POLL_S)
-                if not records and not follow:
-                    break
                 for r in records:
                     out.write(
                         b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n"
                     )
                 out.flush()
-                consumer.commit()
+                if mode == "queue":
+                    for r in records:
+                        consumer.ack(r)
+                consumer.commit()  # an empty poll too: it may have read past control batches
                 printed += len(records)
+                if not records and not follow:
+                    break
         except KeyboardInterrupt:
             pass
         except BrokenPipeError:

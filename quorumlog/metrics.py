@@ -58,6 +58,16 @@ def snapshot(node: Node) -> list:
     for p in core.progress.values():
         lag.add_metric([str(p.node_id)], log.dirty_offset - p.match_offset)
     out.append(lag)
+    group_lag = GaugeMetricFamily(
+        "quorumlog_group_lag_records",
+        "Records a consumer group has still to consume (end minus committed position), for "
+        "the groups this node coordinates",
+        labels=["group", "topic", "partition"],
+    )
+    for row in node.coordinator.lag_rows():
+        if row["lag"] is not None:
+            group_lag.add_metric([row["group"], row["topic"], str(row["partition"])], row["lag"])
+    out.append(group_lag)
     appends = CounterMetricFamily("quorumlog_appends", "Client appends answered", labels=["acks"])
     sizes = CounterMetricFamily(
         "quorumlog_append_bytes", "Bytes of client appends", labels=["acks"]

@@ -289,3 +289,19 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
     bad = CliRunner().invoke(main, ["bench", "sim", "--seeds", "1", "--out", unwritable])
     assert bad.exit_code == 2 and "cannot write the figures" in bad.output
     assert "running" not in bad.output, "refused before any scenario ran"
+
+
+def test_consume_smallest(tmp_path):
+    from bench import consume
+
+    rows = _by_figure(_written(tmp_path, "consume", consume.run(tiny=True)))
+    _positive(rows["6 plain readers (read loops), 6 partitions"], "records_s")
+    for n in (1, 3, 6):
+        row = rows[f"stream mode, {n} members, 6 partitions, commit per poll"]
+        _positive(row, "records_s", "x_plain_readers")
+    (takeover,) = [row for figure, row in rows.items() if figure.startswith("member SIGKILL")]
+    _positive(takeover, "median_s")
+    _positive(rows["queue mode, 8 members, 1 partition, acked records/s"], "records_s")
+    (latency,) = [row for figure, row in rows.items() if figure.startswith("queue mode append")]
+    _positive(latency, "p50_ms", "p99_ms", "records")
+    _no_serve_left()

@@ -20,6 +20,13 @@ def queue_group(*members: str) -> GroupsState:
     return state
 
 
+def leasable(window: SharePartition, end_offset: int, max_records: int, deliveries_max: int):
+    """What a coordinator would lease with every offset up to `end_offset` a record."""
+    again = window.redeliverable(max_records, deliveries_max)
+    fresh = range(window.next, min(end_offset + 1, window.bound))
+    return again + list(fresh)[: max_records - len(again)]
+
+
 def lease(member: str, *offsets: int) -> Lease:
     return Lease("jobs", "work", 0, member, offsets)
 
@@ -44,11 +51,11 @@ def test_released_and_expired_records_go_to_another_member_then_to_the_dead_lett
     window = SharePartition()
     for round_ in range(MAX_DELIVERIES):
         member = "ab"[round_ % 2]
-        assert window.leasable(end_offset=0, max_records=10, deliveries_max=3) == [0]
+        assert leasable(window, end_offset=0, max_records=10, deliveries_max=3) == [0]
         assert window.lease(lease(member, 0)) is None
         outcome = "release" if round_ % 2 else "expire"
         assert window.settle(settle(member, outcome, 0)) is None
-    assert window.leasable(0, 10, MAX_DELIVERIES) == [], "delivered the most times"
+    assert leasable(window, 0, 10, MAX_DELIVERIES) == [], "delivered the most times"
     assert window.exhausted(MAX_DELIVERIES) == [0]
     assert window.settle(settle(None, "dead", 0)) is None
     assert (window.start, window.records) == (1, {}), "settled"
@@ -56,17 +63,17 @@ def test_released_and_expired_records_go_to_another_member_then_to_the_dead_lett
 
 def test_a_full_window_leases_no_new_record_until_its_oldest_settles():
     window = SharePartition()
-    first = window.leasable(
-        end_offset=10 * WINDOW_MAX, max_records=10 * WINDOW_MAX, deliveries_max=5
+    first = leasable(
+        window, end_offset=10 * WINDOW_MAX, max_records=10 * WINDOW_MAX, deliveries_max=5
     )
     assert len(first) == WINDOW_MAX
     assert window.lease(lease("a", *first)) is None
-    assert window.leasable(10 * WINDOW_MAX, 100, 5) == []
+    assert leasable(window, 10 * WINDOW_MAX, 100, 5) == []
     assert "at most" in window.check_lease((WINDOW_MAX,))
     assert window.settle(settle("a", "ack", 1)) is None
-    assert window.leasable(10 * WINDOW_MAX, 100, 5) == [], "a hole in the middle frees nothing"
+    assert leasable(window, 10 * WINDOW_MAX, 100, 5) == [], "a hole in the middle frees nothing"
     assert window.settle(settle("a", "ack", 0)) is None
-    assert window.leasable(10 * WINDOW_MAX, 100, 5) == [WINDOW_MAX, WINDOW_MAX + 1]
+    assert leasable(window, 10 * WINDOW_MAX, 100, 5) == [WINDOW_MAX, WINDOW_MAX + 1]
 
 
 def test_only_members_of_a_queue_group_lease():
@@ -94,7 +101,7 @@ def test_any_history_keeps_the_invariants_and_replays_the_same(steps):
     for action, member in steps:
         window = state.groups["jobs"].queues.get(("work", 0)) or SharePartition()
         if action == "lease":
-            command = lease(member, *window.leasable(20, 3, MAX_DELIVERIES))
+            command = lease(member, *leasable(window, 20, 3, MAX_DELIVERIES))
         elif action == "dead":
             command = settle(None, "dead", *window.exhausted(MAX_DELIVERIES)[:1])
         else:
@@ -120,3 +127,16 @@ def test_any_history_keeps_the_invariants_and_replays_the_same(steps):
         wire = msgpack.unpackb(msgpack.packb(to_wire(command)), raw=False)
         assert replayed.apply(from_wire(wire), at) is None
     assert replayed == state
+
+
+def test_control_records_skipped_by_a_lease_are_settled_and_a_leaving_member_frees_its_leases():
+    state = queue_group("a", "b")
+    assert state.apply(lease("a", 1, 3), 1) is None, "0 and 2 are leader barriers"
+    window = state.groups["jobs"].queues[("work", 0)]
+    assert "increase" in window.check_lease((5, 4))
+    assert state.apply(settle("a", "ack", 1), 2) is None
+    assert window.start == 3, "the barriers around the acked record settle with it"
+    alone = SetMembers("jobs", "queue", ("work",), 2, (("b", 30_000),), ())
+    assert state.apply(alone, 3) is None
+    assert window.redeliverable(10, MAX_DELIVERIES) == [3], "a's lease is free for b"
+    assert state.apply(lease("b", 3), 4) is None

@@ -7,7 +7,7 @@ import subprocess
 import time
 import urllib.request
 
-from quorumlog import Client
+from quorumlog import Client, Consumer
 from quorumlog.localcluster import QUORUMLOG, free_ports
 
 
@@ -47,6 +47,14 @@ election_timeout_max_s = 0.4
         assert b'quorumlog_role{role="leader"} 1.0' in text
         assert b"quorumlog_fsync_latency_seconds_bucket" in text
         assert b'quorumlog_append_latency_seconds_count{acks="quorum"}' in text
+        with Consumer(f"127.0.0.1:{env_port}", "metered", ["default"]) as consumer:
+            assert consumer.poll(10, 10.0)
+            consumer.commit()
+        lag = b'quorumlog_group_lag_records{group="metered",partition="0",topic="default"}'
+        deadline = time.monotonic() + 20
+        while lag not in urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read():
+            assert time.monotonic() < deadline, "the group's lag is a metric"
+            time.sleep(0.2)
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) == 0

@@ -1,0 +1,236 @@
+"""Queue mode's calls on a group's coordinator (actors/coordinator.py): lease records to a
+member, settle what members acked or released, expire leases, and move records delivered
+`max_deliveries` times to the dead-letter topic `TOPIC.dlq`.
+
+The coordinator reads the records it leases from their partition's leader and sends them
+with the lease, so that it knows which offsets are records (control batches are skipped)
+and a member needs one call per poll. Leases are decided and appended under the group's
+lock: two members are never handed the same record. A call also carries the member's
+settlements since its last one, settled before anything new is leased.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from actors.coordinator import (
+    LEASE_S_DEFAULT,
+    Coordination,
+    Coordinator,
+    member_id,
+    membership,
+)
+from consumers.assignment import TopicPartition
+from consumers.queue import Lease, RecordState, Settle, SharePartition
+from consumers.state import Commit, Group, GroupError
+from log.batch import BatchType, split_batches
+from log.records import RawRecord, batch_records, make_data_batch
+from transport.messages import (
+    Acks,
+    AppendReply,
+    AppendRequest,
+    ReadReply,
+    ReadRequest,
+)
+
+LEASE_RECORDS_MAX = 5000
+DELIVERIES_MAX = 100
+READ_BYTES = 1024 * 1024
+DLQ_SUFFIX = ".dlq"
+MEMBER_OUTCOMES = ("ack", "release")
+
+
+Result = dict[str, Any]
+
+
+async def lease(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
+    """Settle what the member sends, then lease it up to `max_records` records."""
+    member = member_id(args)
+    group, session = membership(c, name, member)
+    if group.mode != "queue":
+        raise GroupError(f"group {name!r} is a {group.mode}-mode group")
+    session.last_seen = trio.current_time()
+    session.lease_timeout_s = _positive(args, "lease_timeout_ms", 3_600_000) / 1000
+    deliveries_max = _positive(args, "max_deliveries", DELIVERIES_MAX)
+    wanted = args["max_records"]  # 0: only settle
+    if not isinstance(wanted, int) or not 0 <= wanted <= LEASE_RECORDS_MAX:
+        raise GroupError(f"a lease takes 0-{LEASE_RECORDS_MAX} records")
+    async with c.lock(name):
+        refused = await _settle_all(c, group, member, args.get("settle", ()))
+        leases = []
+        tps = co.partitions_of(group.topics)
+        c.rotation = (c.rotation + 1) % max(len(tps), 1)
+        for tp in tps[c.rotation :] + tps[: c.rotation]:
+            if wanted <= 0:
+                break
+            records = await _lease_partition(
+                co, c, group, member, tp, wanted, deliveries_max, args.get("start") == "latest"
+            )
+            if records:
+                leases.append([*tp, records])
+                wanted -= len(records)
+    return {"leases": leases, "refused": refused}
+
+
+def _positive(args: dict, key: str, most: int) -> int:
+    value = args[key]
+    if not isinstance(value, int) or not 0 < value <= most:
+        raise GroupError(f"{key.replace('_', ' ')} is more than 0 and at most {most}")
+    return value
+
+
+async def _settle_all(
+    c: Coordination, group: Group, member: str, settlements: Any
+) -> list[list[Any]]:
+    """The member's acks and releases, one command per partition and outcome; what was
+    refused (a lease that ran out and went to another member, say), with why."""
+    refused = []
+    for topic, partition, outcome, offsets in settlements:
+        if outcome not in MEMBER_OUTCOMES:
+            raise GroupError(f"a member settles with {' or '.join(MEMBER_OUTCOMES)}")
+        window = group.queues.get((topic, partition))
+        offsets = tuple(int(o) for o in offsets)
+        why = (
+            f"{topic}/{partition} has no record in flight"
+            if window is None
+            else window.check_settle(member, offsets, outcome)
+        )
+        if why is None:
+            why = await c.propose(Settle(group.name, topic, partition, member, offsets, outcome))
+        if why is not None:
+            refused.append([topic, partition, outcome, list(offsets), why])
+    return refused
+
+
+async def _lease_partition(
+    co: Coordinator,
+    c: Coordination,
+    group: Group,
+    member: str,
+    tp: TopicPartition,
+    wanted: int,
+    deliveries_max: int,
+    from_latest: bool,
+) -> list[list[Any]]:
+    window = group.queues.get(tp)
+    if window is None and tp not in group.committed and from_latest:
+        # Nothing consumed yet: the group starts at the end, as the member asked.
+        _, end = await co.offsets_of(tp)
+        await c.propose(Commit(group.name, member, ((*tp, end),)))
+    window = group.queues.get(tp) or SharePartition(
+        group.committed.get(tp, 0), group.committed.get(tp, 0)
+    )
+    await _dead_letters(co, c, group, tp, window, deliveries_max)
+    again = window.redeliverable(wanted, deliveries_max)
+    records = [r for o in again for r in await _read(co, tp, o, 1, o + 1)]
+    fresh = min(wanted - len(records), window.bound - window.next)
+    if fresh > 0:
+        end = co.ends.get(tp, 0)
+        if window.next >= end:
+            _, end = await co.offsets_of(tp)
+        if window.next < end:
+            records += await _read(co, tp, window.next, fresh, min(end, window.bound))
+    if not records:
+        return []
+    offsets = tuple(r[0] for r in records)
+    why = await c.propose(Lease(group.name, *tp, member, offsets))
+    if why is not None:
+        raise GroupError(why)
+    c.note_leased(group.name, member, tp, offsets)
+    return records
+
+
+async def _read(
+    co: Coordinator, tp: TopicPartition, offset: int, max_records: int, below: int
+) -> list[list[Any]]:
+    """Up to `max_records` records from `offset` on, below offset `below`, as [offset, key,
+    value, timestamp_ms, headers]: control batches are skipped."""
+    out: list[list[Any]] = []
+    while offset < below and len(out) < max_records:
+        reply = await co.ask_partition_leader(tp, ReadRequest(offset, READ_BYTES, *tp), ReadReply)
+        if not reply.batches:
+            break
+        for header, batch in split_batches(reply.batches):
+            if header.batch_type is BatchType.DATA:
+                for i, r in enumerate(batch_records(batch, header)):
+                    at = header.base_offset + i
+                    if offset <= at < below and len(out) < max_records:
+                        out.append([at, r.key, r.value, r.timestamp_ms, r.headers])
+            offset = max(offset, header.last_offset + 1)
+    return out
+
+
+async def _dead_letters(
+    co: Coordinator,
+    c: Coordination,
+    group: Group,
+    tp: TopicPartition,
+    window: SharePartition,
+    deliveries_max: int,
+) -> None:
+    """Records delivered `deliveries_max` times and not acked go to `TOPIC.dlq`, with
+    headers saying why and from where, then are settled as dead. A coordinator that fails
+    between the two appends them again: the dead-letter topic is at least once."""
+    exhausted = window.exhausted(deliveries_max)
+    if not exhausted:
+        return
+    dlq = (tp[0] + DLQ_SUFFIX, 0)
+    await co.ensure_topic(dlq[0])
+    letters = []
+    for o in exhausted:
+        for at, key, value, timestamp_ms, headers in await _read(co, tp, o, 1, o + 1):
+            why = [
+                ("dlq.reason", f"delivered {window.records[at].deliveries} times".encode()),
+                ("dlq.group", group.name.encode()),
+                ("dlq.topic", tp[0].encode()),
+                ("dlq.partition", str(tp[1]).encode()),
+                ("dlq.offset", str(at).encode()),
+            ]
+            letters.append(RawRecord(key, value, timestamp_ms, [*(headers or []), *why]))
+    if letters:
+        batch = make_data_batch(letters, timestamp_ms=letters[0].timestamp_ms)
+        append = AppendRequest(batch, Acks.QUORUM, -1, -1, *dlq)
+        await co.ask_partition_leader(dlq, append, AppendReply)
+    why = await c.propose(Settle(group.name, *tp, None, tuple(exhausted), "dead"))
+    if why is not None:
+        raise GroupError(why)
+
+
+async def expire_leases(c: Coordination, now: float) -> None:
+    """Hand back the leases that ran out. A lease this coordinator did not give (it took
+    over since) runs for its holder's lease timeout from the first time it is seen here."""
+    deadlines: dict[tuple[str, TopicPartition, int], float] = {}
+    expired: dict[tuple[str, TopicPartition], list[int]] = {}
+    for name, group in c.state.groups.items():
+        for tp, window in group.queues.items():
+            for o, record in window.records.items():
+                if record.state is not RecordState.LEASED:
+                    continue
+                key = (name, tp, o)
+                deadline = c.lease_deadlines.get(key)
+                if deadline is None:
+                    deadline = now + _lease_s(c, name, record.member)
+                deadlines[key] = deadline
+                if now > deadline:
+                    expired.setdefault((name, tp), []).append(o)
+    c.lease_deadlines = deadlines
+    for (name, tp), offsets in expired.items():
+        async with c.lock(name):  # a member may settle or renew meanwhile: look again
+            window = c.state.groups[name].queues.get(tp)
+            held = tuple(
+                o
+                for o in offsets
+                if window is not None
+                and (r := window.records.get(o)) is not None
+                and r.state is RecordState.LEASED
+                and c.lease_deadlines.get((name, tp, o), now) <= now
+            )
+            if held:
+                await c.propose(Settle(name, *tp, None, held, "expire"))
+
+
+def _lease_s(c: Coordination, name: str, member: str | None) -> float:
+    session = c.sessions.get(name, {}).get(member or "")
+    return session.lease_timeout_s if session is not None else LEASE_S_DEFAULT
