@@ -32,7 +32,7 @@ from consumers.state import (
     ResetOffsets,
     check_member_settings,
 )
-from transport.messages import ErrorCode, ErrorReply, GroupRequest
+from transport.messages import EndOffsetReply, ErrorCode, ErrorReply, GroupRequest
 
 Result = dict[str, Any]
 
@@ -105,6 +105,12 @@ async def commit(co: Coordinator, c: Coordination, name: str, args: dict) -> Res
 
 
 async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
+    # A read: confirm with a quorum that this coordinator still leads (ReadIndex), or a
+    # deposed one could show positions older than its successor showed already.
+    confirmed = await c.replica.end_offset(True)
+    if not isinstance(confirmed, EndOffsetReply):
+        raise PassBack(confirmed)
+    c.catch_up()
     group = c.state.groups.get(name)
     if group is None:
         raise GroupError(f"unknown group {name!r}")

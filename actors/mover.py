@@ -14,11 +14,15 @@ a leader that is left out hands its leadership over first). The call is marked `
 asking again is free once the group is there: a new controller leader asks again for every
 partition ever moved and learns at once which are done. A replica moved away stays on its
 node, idle, until its topic is deleted (actors/controller.py says why).
+
+The same call keeps `default` on the cluster's membership when a membership call was cut
+short between its two steps (`_follow_membership`).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import structlog
@@ -44,6 +48,7 @@ MOVE_RECHECK_S = 30.0
 PASS_INTERVAL_S = 0.2  # at most this often, and at least every MOVE_CHECK_S
 MOVE_CHECK_S = 2.0
 RETRY_AFTER_S = (1.0, 30.0)  # a move that did not finish is asked again, backing off
+DEFAULT_BEHIND_S = 5.0  # `default` behind the controller's voters this long: driven to them
 
 
 class ReplicaMover:
@@ -55,6 +60,8 @@ class ReplicaMover:
         # partition -> (revision its group was found at, when)
         self._settled: dict[tuple[str, int], tuple[int, float]] = {}
         self._backoff_s: dict[tuple[str, int], float] = {}
+        self._default_behind: tuple[dict[str, str], float] | None = None  # target, since
+        self._default_drive = False
         self._term = -1  # the controller term this node last led in, and since when
         self._leading_since = 0.0
 
@@ -69,6 +76,7 @@ class ReplicaMover:
                     if self._settled_in(self.controller.group.core.term):
                         with contextlib.suppress(PassBack):  # leadership moved: the next goes on
                             await self._replace_departed()
+                        self._follow_membership(nursery)
                     self._drive_moved(nursery)
                 else:
                     for _, scope in self._moving.values():
@@ -76,6 +84,55 @@ class ReplicaMover:
                 await trio.sleep(PASS_INTERVAL_S)
                 with trio.move_on_after(MOVE_CHECK_S):
                     await self.controller.changed.wait()
+
+    def _follow_membership(self, nursery: trio.Nursery) -> None:
+        """`default` follows the cluster's membership: a membership call changes the
+        controller's group, then `default`'s, and one cut short between the two (a
+        timeout, a kill) leaves `default` behind, where every later call would fail.
+        Behind for DEFAULT_BEHIND_S with the same target (a call's own second step has had
+        its chance by then), `default` is given the controller's voters by the same
+        idempotent `set_members` a move uses."""
+        if self._default_drive:
+            return
+        wanted = self._default_target()
+        now = trio.current_time()
+        if wanted is None or self._default_behind is None or self._default_behind[0] != wanted:
+            self._default_behind = None if wanted is None else (wanted, now)
+            return
+        if now - self._default_behind[1] >= DEFAULT_BEHIND_S:
+            self._default_behind = None
+            self._default_drive = True
+            nursery.start_soon(self._drive_default, wanted)
+
+    def _default_target(self) -> dict[str, str] | None:
+        """The controller's voters, if `default` (as this node sees it) has others and
+        neither group is in the middle of a change."""
+        wanted = self.controller.group.core.configs.committed
+        here = self.node.default_group.core.config
+        if wanted is None or wanted.is_joint or wanted.learners:
+            return None
+        if here is not None and (here.is_joint or here.learners or here.voters == wanted.voters):
+            return None
+        return {str(n): wanted.addresses[n] for n in sorted(wanted.voters)}
+
+    async def _drive_default(self, members: dict[str, str]) -> None:
+        try:
+            logger.warning("default_behind_membership", members=members)
+            request = AdminRequest(
+                "set_members",
+                {
+                    "group": self.node.default_group.group_id,
+                    "members": members,
+                    "retry": True,
+                    "timeout_s": MOVE_TIMEOUT_S,
+                },
+            )
+            here = self.node.default_group.core.config
+            replicas = {int(n) for n in members} | (set(here.voters) if here else set())
+            reply = await self._on_leader(DEFAULT_TOPIC, 0, sorted(replicas), request)
+            logger.info("default_follows_membership", reply=str(reply))
+        finally:
+            self._default_drive = False
 
     def _settled_in(self, term: int) -> bool:
         """Whether this controller leader has led long enough to know who is live: every
@@ -162,7 +219,7 @@ class ReplicaMover:
                     "timeout_s": MOVE_TIMEOUT_S,
                 },
             )
-            reply = await self._on_leader(p, request)
+            reply = await self._on_leader(p.topic, p.partition, p.replicas, request)
         if isinstance(reply, AdminReply):
             if key not in self._settled or self._settled[key][0] != p.revision:
                 logger.info(
@@ -193,11 +250,13 @@ class ReplicaMover:
             return None
         return {str(n): state.brokers[n].address for n in p.replicas}
 
-    async def _on_leader(self, p: Partition, request: AdminRequest) -> Message | None:
+    async def _on_leader(
+        self, topic: str, partition: int, replicas: Sequence[int], request: AdminRequest
+    ) -> Message | None:
         """`request` answered by the partition's leader, found from the leader table and
         the replicas' hints; None if none of them would take it now."""
-        hint = self.controller.leader_hint(p.topic, p.partition)
-        queue = [n for n in (hint, *p.replicas) if n is not None]
+        hint = self.controller.leader_hint(topic, partition)
+        queue = [n for n in (hint, *replicas) if n is not None]
         asked: set[int] = set()
         while queue:
             target = queue.pop(0)

@@ -7,11 +7,14 @@ and creates two topics of three partitions beside `default`: each partition is i
 group, with its own log, offsets, leaders and terms. Producers append unique values (acks
 quorum mostly, some leader and none) to partitions drawn from the seed, a reader per node
 polls what each of that node's replicas has committed, and a watcher records who leads
-each partition in which term (bench/nemesis_workload.py). Then a seeded schedule of faults
+each partition in which term (bench/nemesis_workload.py), and a stream-mode and a queue-mode
+consumer group consume the topics (bench/nemesis_consumers.py). Then a seeded schedule of faults
 runs (bench/nemesis_faults.py), one step after another, each held for a while and healed;
 membership changes run during the other faults. At the end everything is healed and
 restarted, every partition must accept appends again, the replicas of each must converge,
-and the checker (bench/history.py) compares the history with each partition's logs.
+the consumers must read to the end, and the checkers (bench/history.py,
+bench/nemesis_consumers.py) compare the history with each partition's logs and with what
+the groups were given.
 
     quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
 
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 import trio
 
 from bench.history import DEFAULT_PART, History, Log, Part, check, unavailable_s
+from bench.nemesis_consumers import Consumers
 from bench.nemesis_faults import ACTIONS, SPARE_NODES
 from bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
 from bench.proxy import Links, serve_front
@@ -87,6 +91,7 @@ class Nemesis:
         )
         self.links = Links(random.Random(plan.seed + 1))
         self.history = History()
+        self.consumers = Consumers(self)  # a stream group and a queue group
         self.t0 = time.monotonic()
         self.topics = [DEFAULT_TOPIC, *plan.topics]
         self.parts = [DEFAULT_PART]  # the plan's topics' partitions join once created
@@ -289,6 +294,7 @@ class Nemesis:
                 raise RuntimeError("no leader within 30 s of the start")
             await self.all_answering(30.0)
             await self.create_topics()
+            nursery.start_soon(self.consumers.run)
             stop = trio.Event()
             async with trio.open_nursery() as workload:
                 for p in range(self.plan.producers):
@@ -302,6 +308,10 @@ class Nemesis:
                 recovery_s = await self.recover()
                 stop.set()
             await self.heal_all()  # the config may have changed while it recovered
+            if not await self.consumers.drain(self.history, RECOVERY_TIMEOUT_S):
+                self.history.violations.append(
+                    f"consumers did not read to the end within {RECOVERY_TIMEOUT_S} s of healing"
+                )
             result = await self.settle_and_check(healed_at, recovery_s)
             nursery.cancel_scope.cancel()
         return result
@@ -338,7 +348,8 @@ class Nemesis:
     async def settle_and_check(self, healed_at: float, recovery_s: float | None) -> dict:
         logs = await self.final_logs()
         figures = check(self.history, logs) if logs else {"violations": self.history.violations}
-        violations = figures.pop("violations")
+        consumed = self.consumers.check(self.history)
+        violations = figures.pop("violations") + consumed.pop("violations")
         levels = ("quorum", "leader", "none")
         return {
             "seed": self.plan.seed,
@@ -349,8 +360,14 @@ class Nemesis:
             "unknown": figures.get("unknown_outcomes"),
             "unavailable_s": round(unavailable_s(self.history, 1.0, healed_at), 2),
             "recovery_s": None if recovery_s is None else round(recovery_s, 2),
+            "delivered s/q": f"{consumed['stream_delivered']}/{consumed['queue_delivered']}",
             "violations": len(violations),
-            "details": {**figures, "dropped_frames": self.links.dropped, "violations": violations},
+            "details": {
+                **figures,
+                **consumed,
+                "dropped_frames": self.links.dropped,
+                "violations": violations,
+            },
         }
 
 

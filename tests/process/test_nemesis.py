@@ -1,8 +1,9 @@
 """A bounded run of the fault harness (`quorumlog bench nemesis`) against real processes:
 fixed seeds, each drawing from one family of faults, then all of them with membership
 changes, with appends spread over `default` and two topics of three partitions. Every run
-must keep every promise of RELIABILITY.md in every partition; a failure prints the seed and
-the command that replays its schedule."""
+must keep every promise of RELIABILITY.md in every partition, and a stream-mode and a
+queue-mode consumer group theirs; a failure prints the seed and the command that replays
+its schedule."""
 
 from __future__ import annotations
 
@@ -41,3 +42,4 @@ def test_no_promise_is_broken(family, seed, tmp_path):
     assert len(partitions) == 7, "default/0 and two topics of three partitions, all checked"
     assert all(p["quorum_acked"] > 0 for p in partitions.values()), partitions
     assert result["recovery_s"] is not None, "the cluster took appends again after healing"
+    assert details["stream_delivered"] > 0 and details["queue_delivered"] > 0, "groups consumed"
