@@ -362,6 +362,8 @@ class Consumer:
             raise
 
     def _call(self, fn, *args):
+        if self._token is None:
+            raise QuorumLogError("the consumer is not open: use it as `with Consumer(...) as c:`")
         try:
             return trio.from_thread.run(fn, *args, trio_token=self._token)
         except trio.RunFinishedError:
