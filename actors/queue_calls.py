@@ -25,7 +25,7 @@ from actors.coordinator import (
 from consumers.assignment import TopicPartition
 from consumers.queue import Lease, RecordState, Settle, SharePartition
 from consumers.state import Commit, Group, GroupError
-from log.batch import BatchType, split_batches
+from log.batch import BatchType, parse_header, split_batches
 from log.records import RawRecord, batch_records, make_data_batch
 from transport.messages import (
     Acks,
@@ -46,7 +46,9 @@ Result = dict[str, Any]
 
 
 async def lease(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
-    """Settle what the member sends, then lease it up to `max_records` records."""
+    """Settle what the member sends, then lease it up to `max_records` records: per
+    partition, [topic, partition, offsets, data batches holding them] (members decode only
+    the leased records of the batches)."""
     member = member_id(args)
     group, session = membership(c, name, member)
     if group.mode != "queue":
@@ -65,12 +67,13 @@ async def lease(co: Coordinator, c: Coordination, name: str, args: dict) -> Resu
         for tp in tps[c.rotation :] + tps[: c.rotation]:
             if wanted <= 0:
                 break
-            records = await _lease_partition(
+            found = await _lease_partition(
                 co, c, group, member, tp, wanted, deliveries_max, args.get("start") == "latest"
             )
-            if records:
-                leases.append([*tp, records])
-                wanted -= len(records)
+            if found:
+                offsets, blobs = found
+                leases.append([*tp, offsets, blobs])
+                wanted -= len(offsets)
     return {"leases": leases, "refused": refused}
 
 
@@ -113,7 +116,8 @@ async def _lease_partition(
     wanted: int,
     deliveries_max: int,
     from_latest: bool,
-) -> list[list[Any]]:
+) -> tuple[list[int], list[bytes]] | None:
+    """Leases in one partition: the offsets, and the data batches holding them."""
     window = group.queues.get(tp)
     if window is None and tp not in group.committed and from_latest:
         # Nothing consumed yet: the group starts at the end, as the member asked.
@@ -123,42 +127,73 @@ async def _lease_partition(
         group.committed.get(tp, 0), group.committed.get(tp, 0)
     )
     await _dead_letters(co, c, group, tp, window, deliveries_max)
-    again = window.redeliverable(wanted, deliveries_max)
-    records = [r for o in again for r in await _read(co, tp, o, 1, o + 1)]
-    fresh = min(wanted - len(records), window.bound - window.next)
+    blobs: dict[int, bytes] = {}  # base offset -> a data batch holding leased records
+    offsets: list[int] = []
+    for o in window.redeliverable(wanted, deliveries_max):
+        if not any(base <= o <= _last(blob) for base, blob in blobs.items()):
+            blobs.update(await _read_batches(co, tp, o, 1, o + 1))
+        offsets.append(o)
+    fresh = min(wanted - len(offsets), window.bound - window.next)
     if fresh > 0:
         end = co.ends.get(tp, 0)
         if window.next >= end:
             _, end = await co.offsets_of(tp)
         if window.next < end:
-            records += await _read(co, tp, window.next, fresh, min(end, window.bound))
-    if not records:
-        return []
-    offsets = tuple(r[0] for r in records)
-    why = await c.propose(Lease(group.name, *tp, member, offsets))
+            read = await _read_batches(co, tp, window.next, fresh, min(end, window.bound))
+            blobs.update(read)
+            offsets += _offsets_in(read, window.next, fresh, min(end, window.bound))
+    if not offsets:
+        return None
+    why = await c.propose(Lease(group.name, *tp, member, tuple(offsets)))
     if why is not None:
         raise GroupError(why)
-    c.note_leased(group.name, member, tp, offsets)
-    return records
+    c.note_leased(group.name, member, tp, tuple(offsets))
+    return offsets, list(blobs.values())
 
 
-async def _read(
+async def _read_batches(
     co: Coordinator, tp: TopicPartition, offset: int, max_records: int, below: int
-) -> list[list[Any]]:
-    """Up to `max_records` records from `offset` on, below offset `below`, as [offset, key,
-    value, timestamp_ms, headers]: control batches are skipped."""
-    out: list[list[Any]] = []
-    while offset < below and len(out) < max_records:
+) -> dict[int, bytes]:
+    """The data batches holding the first `max_records` records from `offset` on, below
+    offset `below`, by base offset, as read: control batches are skipped and no record is
+    decoded (a data batch's offsets are its records')."""
+    out: dict[int, bytes] = {}
+    count = 0
+    while offset < below and count < max_records:
         reply = await co.ask_partition_leader(tp, ReadRequest(offset, READ_BYTES, *tp), ReadReply)
         if not reply.batches:
             break
         for header, batch in split_batches(reply.batches):
-            if header.batch_type is BatchType.DATA:
-                for i, r in enumerate(batch_records(batch, header)):
-                    at = header.base_offset + i
-                    if offset <= at < below and len(out) < max_records:
-                        out.append([at, r.key, r.value, r.timestamp_ms, r.headers])
+            if count >= max_records or header.base_offset >= below:
+                return out
+            if header.batch_type is BatchType.DATA and header.last_offset >= offset:
+                out[header.base_offset] = bytes(batch)
+                count += min(header.last_offset, below - 1) + 1 - max(offset, header.base_offset)
             offset = max(offset, header.last_offset + 1)
+    return out
+
+
+def _last(blob: bytes) -> int:
+    return parse_header(blob).last_offset
+
+
+def _offsets_in(blobs: dict[int, bytes], offset: int, max_records: int, below: int) -> list[int]:
+    """The first `max_records` record offsets the batches hold from `offset`, below `below`."""
+    out: list[int] = []
+    for base, blob in sorted(blobs.items()):
+        first, last = max(base, offset), min(_last(blob), below - 1)
+        out += range(first, last + 1)
+    return out[:max_records]
+
+
+async def _records_at(co: Coordinator, tp: TopicPartition, offset: int) -> list[RawRecord]:
+    """The record at `offset`, decoded (for the dead-letter topic)."""
+    out = []
+    for blob in (await _read_batches(co, tp, offset, 1, offset + 1)).values():
+        header = parse_header(blob)
+        out += [
+            r for i, r in enumerate(batch_records(blob, header)) if header.base_offset + i == offset
+        ]
     return out
 
 
@@ -179,8 +214,8 @@ async def _dead_letters(
     dlq = (tp[0] + DLQ_SUFFIX, 0)
     await co.ensure_topic(dlq[0])
     letters = []
-    for o in exhausted:
-        for at, key, value, timestamp_ms, headers in await _read(co, tp, o, 1, o + 1):
+    for at in exhausted:
+        for key, value, timestamp_ms, headers in await _records_at(co, tp, at):
             why = [
                 ("dlq.reason", f"delivered {window.records[at].deliveries} times".encode()),
                 ("dlq.group", group.name.encode()),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from quorumlog.aclient import AsyncClient
 from quorumlog.errors import QuorumLogError
-from quorumlog.protocol import Record
+from quorumlog.protocol import Record, records_at
 
 Key = tuple[str, int, int]  # topic, partition, offset
 
@@ -53,9 +53,9 @@ class Leases:
         )
         self._refused += reply["refused"]
         records = [
-            Record(value, key, ts, [tuple(h) for h in headers] if headers else None, o, t, p)
-            for t, p, leased in reply["leases"]
-            for o, key, value, ts, headers in leased
+            r
+            for t, p, offsets, batches in reply["leases"]
+            for r in records_at(batches, offsets, t, p)
         ]
         self._leased.update((r.topic, r.partition, r.offset) for r in records)
         return records

@@ -209,6 +209,25 @@ def records_from(
     return out, next_offset
 
 
+def records_at(
+    batches: list[bytes], offsets: list[int], topic: str, partition: int
+) -> list[Record]:
+    """The records at `offsets` in whole data batches (a queue-mode lease), in order."""
+    wanted = set(offsets)
+    out: list[Record] = []
+    for blob in batches:
+        for header, batch in split_batches(blob):
+            for i, raw in enumerate(batch_records(batch, header)):
+                at = header.base_offset + i
+                if at in wanted:
+                    out.append(
+                        Record(
+                            raw.value, raw.key, raw.timestamp_ms, raw.headers, at, topic, partition
+                        )
+                    )
+    return sorted(out, key=lambda r: r.offset)
+
+
 def members_of(status: dict) -> dict[int, str]:
     """node id -> address of every member, from one node's status."""
     return {int(k): v for k, v in status.get("members", {}).items()}
