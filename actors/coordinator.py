@@ -240,9 +240,7 @@ class Coordinator:
     async def _expire(self) -> None:
         while True:
             await trio.sleep(EXPIRY_CHECK_S)
-            for c in list(self.coordinations.values()):
-                if not c.is_current():
-                    continue
+            for c in self._led():
                 try:
                     await self._expire_sessions(c)
                     await self.calls.tick(c, trio.current_time())
@@ -255,13 +253,15 @@ class Coordinator:
         """The end of every partition the groups led here consume, for their lag."""
         while True:
             await trio.sleep(LAG_REFRESH_S)
-            for c in list(self.coordinations.values()):
-                if not c.is_current():
-                    continue
+            for c in self._led():
                 for group in list(c.state.groups.values()):
                     for tp in self._known_partitions(group):
                         with contextlib.suppress(PassBack, UnknownTopic):
                             await self.offsets_of(tp)
+
+    def _led(self) -> list[Coordination]:
+        """The coordinations of the `__groups` partitions this node leads, up to date."""
+        return [c for c in self.coordinations.values() if c.is_current()]
 
     def _known_partitions(self, group: Group) -> list[TopicPartition]:
         try:
@@ -272,9 +272,7 @@ class Coordinator:
     def lag_rows(self) -> list[dict[str, Any]]:
         """Each group led here, per partition: committed position, end as last seen, lag."""
         rows = []
-        for c in self.coordinations.values():
-            if not c.is_current():
-                continue
+        for c in self._led():
             for group in c.state.groups.values():
                 for tp in self._known_partitions(group):
                     committed, end = group.committed.get(tp), self.ends.get(tp)
@@ -407,12 +405,8 @@ class Coordinator:
         c = self.coordinations.get(partition)
         if c is None or c.replica is not replica:  # new, or its task was restarted
             c = self.coordinations[partition] = Coordination(replica, partition)
-        core = replica.core
-        term = core.term
-        with trio.move_on_after(node.settings.election_timeout_max_s):
-            while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
-                await replica.round_done.wait()  # the barrier of this term commits soon
-        if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
+        term = replica.core.term
+        if not await replica.term_committed():
             raise not_leader(replica)
         c.catch_up()
         if c.term != term:

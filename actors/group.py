@@ -454,15 +454,23 @@ class GroupActor:
             return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
         return EndOffsetReply(commit, self.log.log_start_offset)
 
-    async def _read_index(self) -> int | None:
-        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
-        the commit offset, then confirm with a quorum that we still lead."""
+    async def term_committed(self) -> bool:
+        """Waits (up to an election timeout) until this leader's term has an entry committed
+        (its barrier): then its commit offset covers everything committed before it. False
+        if it is not, or no longer, the leader of that term."""
         core = self.core
         term = core.term
         with trio.move_on_after(self.settings.election_timeout_max_s):
             while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
                 await self.round_done.wait()  # the barrier of this term commits soon
-        if not core.is_leader or core.term != term or core.term_at(core.commit_offset) != term:
+        return core.is_leader and core.term == term and core.term_at(core.commit_offset) == term
+
+    async def _read_index(self) -> int | None:
+        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
+        the commit offset, then confirm with a quorum that we still lead."""
+        core = self.core
+        term = core.term
+        if not await self.term_committed():
             return None
         commit = core.commit_offset
         confirmed = {self.node_id}

@@ -185,10 +185,11 @@ async def _takeover_s(brokers: str, group: str) -> float:
                 nursery.start_soon(produce)
                 while len(await me.assignment()) != PARTITIONS // 2:
                     await me.poll(POLL_RECORDS, 0.05)
-                while (
-                    await trio.to_thread.run_sync(other.stdout.readline) != f"{PARTITIONS // 2}\n"
+                while (line := await trio.to_thread.run_sync(other.stdout.readline)) != (
+                    f"{PARTITIONS // 2}\n"
                 ):
-                    pass
+                    if not line:
+                        raise RuntimeError("the other member's process ended")
                 theirs = {(TOPIC, p) for p in range(PARTITIONS)} - set(await me.assignment())
                 other.send_signal(signal.SIGKILL)
                 killed = trio.current_time()

@@ -102,8 +102,9 @@ def test_a_killed_members_partitions_move_after_its_session_timeout(cluster):
     )
     try:
         assert member.stdout is not None
-        while int(member.stdout.readline() or 0) != PARTITIONS:
+        while (line := member.stdout.readline()) and int(line) != PARTITIONS:
             pass
+        assert line, "the member process ended before it consumed every partition"
         with Consumer(cluster.brokers, "crashy", ["events"], session_timeout=2.0) as b:
             wait_until(lambda: len(b.assignment()) == 2, 20, "the newcomer gets its share")
             member.send_signal(signal.SIGKILL)
