@@ -126,6 +126,7 @@ class Node:
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
+        self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
 
     def _group(self, storage: GroupStorage) -> GroupActor:
         return GroupActor(
@@ -290,6 +291,7 @@ class Node:
         out["heartbeats_sent"] = self.stats.heartbeats_sent
         out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
+        out["kafka_address"] = self.kafka_address
         return out
 
     # ------------------------------------------------------------------- the handler

@@ -16,7 +16,7 @@ Layout (little-endian):
     36  4    record_count   records at offsets [base_offset, base_offset + record_count - 1]
     40  8    timestamp_ms   producer's wall clock when the batch was made (retention by age)
     48  1    batch_type     data | config | barrier
-    49  1    compression    none | zstd
+    49  1    compression    none | zstd | kafka (a Kafka record batch, log/kafka_batch.py)
     50  2    flags          reserved, 0
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
@@ -55,8 +55,12 @@ class BatchType(enum.IntEnum):
 
 
 class Compression(enum.IntEnum):
+    """How the payload is encoded: quorumlog's record codec (`log/records.py`), plain or
+    zstd, or a Kafka record batch as a Kafka producer sent it (`log/kafka_batch.py`)."""
+
     NONE = 0
     ZSTD = 1
+    KAFKA = 2
 
 
 _BATCH_TYPES = {t.value: t for t in BatchType}

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import msgpack
 import zstandard
 
+from log import kafka_batch
 from log.batch import HEADER_BYTES, BatchError, BatchHeader, BatchType, Compression, build_batch
 
 # Below this size zstd's frame overhead outweighs what it saves.
@@ -60,7 +61,10 @@ def encode_records(
 
 
 def decode_records(payload: bytes | memoryview, compression: Compression) -> list[RawRecord]:
-    """Decode a payload made by `encode_records`; raises BatchError on anything else."""
+    """Decode a payload made by `encode_records` or a Kafka producer; raises BatchError on
+    anything else."""
+    if compression == Compression.KAFKA:
+        return _kafka_records(payload)
     try:
         if compression == Compression.ZSTD:
             payload = _decompressor().decompress(payload, max_output_size=DECOMPRESSED_BYTES_MAX)
@@ -68,6 +72,18 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
         return [RawRecord(k, v, ts, h) for k, v, ts, h in items]
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable record payload: {exc}") from None
+
+
+def _kafka_records(payload: bytes | memoryview) -> list[RawRecord]:
+    """A Kafka batch's records as quorumlog records: a null value or header value (which
+    native records do not have) reads as empty bytes."""
+    header = kafka_batch.parse_header(payload)
+    return [
+        RawRecord(
+            r.key, r.value or b"", r.timestamp_ms, [(n, v or b"") for n, v in r.headers] or None
+        )
+        for r in kafka_batch.records_of(payload, header)
+    ]
 
 
 def make_data_batch(

@@ -86,6 +86,12 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     help="HOST:PORT to serve Prometheus metrics on.",
 )
 @click.option(
+    "--kafka-listen",
+    envvar="QUORUMLOG_KAFKA_LISTEN",
+    default=None,
+    help="HOST:PORT to serve Kafka clients on (Kafka's wire protocol).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     envvar="QUORUMLOG_LOG_FORMAT",
@@ -96,7 +102,19 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     "--repair", is_flag=True, help="DANGEROUS: cut the log at damage instead of refusing to start."
 )
 @click.pass_context
-def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log_format, repair):
+def serve(
+    ctx,
+    node_id,
+    data_dir,
+    listen,
+    peers,
+    join,
+    secret_file,
+    metrics,
+    kafka_listen,
+    log_format,
+    repair,
+):
     """Run one node of a cluster.
 
     \b
@@ -120,6 +138,7 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
             repair=repair,
             metrics=metrics,
             join=join,
+            kafka_listen=kafka_listen,
         )
         code = server.serve(options)
     except (server.UsageError, ValueError) as exc:
@@ -137,17 +156,24 @@ def serve(ctx, node_id, data_dir, listen, peers, join, secret_file, metrics, log
     show_default=True,
 )
 @click.option("--base-port", type=click.IntRange(1, 65535 - 7), default=7001, show_default=True)
-def dev(nodes: int, data_dir: str, base_port: int) -> None:
+@click.option(
+    "--kafka-base-port",
+    type=click.IntRange(1, 65535 - 7),
+    default=9092,
+    show_default=True,
+    help="Node N serves Kafka clients on this port + N - 1.",
+)
+def dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None:
     """Run a local cluster in the foreground with a live status table.
 
     \b
     Example:
-      quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001
+      quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001 --kafka-base-port 9092
     A second run on the same --data restarts the same cluster.
     """
     from quorumlog.dev import run_dev
 
-    run_dev(nodes, data_dir, base_port)
+    run_dev(nodes, data_dir, base_port, kafka_base_port)
 
 
 @main.command()

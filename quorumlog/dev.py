@@ -19,14 +19,20 @@ from quorumlog.localcluster import ProcessCluster
 REFRESH_S = 1.0
 
 
-def run_dev(nodes: int, data_dir: str, base_port: int) -> None:
+def run_dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None:
     os.makedirs(data_dir, exist_ok=True)
-    cluster = ProcessCluster(data_dir, size=nodes, ports=[base_port + i for i in range(nodes)])
+    cluster = ProcessCluster(
+        data_dir,
+        size=nodes,
+        ports=[base_port + i for i in range(nodes)],
+        kafka_ports=[kafka_base_port + i for i in range(nodes)],
+    )
     console = Console()
     cluster.start_all()
     console.print(
         f"[bold]quorumlog dev[/]: {nodes} nodes, data and logs in {os.path.abspath(data_dir)}\n"
         f"brokers: {cluster.brokers}\n"
+        f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap}\n"
         f"try:  seq 10 | quorumlog produce -b {cluster.brokers}\n"
         f"      quorumlog consume -b {cluster.brokers} --follow\n"
         "Ctrl-C stops the cluster."

@@ -38,6 +38,7 @@ class ProcessCluster:
     # Where each node listens, when a proxy owns `ports` (bench/proxy.py); else `ports`.
     listen_ports: list[int] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # extra environment of every node
+    kafka_ports: list[int] = field(default_factory=list)  # each node's Kafka listener, if any
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -57,6 +58,10 @@ class ProcessCluster:
     def brokers(self) -> str:
         return ",".join(self.address(i) for i in self.ids)
 
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{p}" for p in self.kafka_ports)
+
     def data_dir(self, node_id: int) -> str:
         return os.path.join(self.root, f"node{node_id}")
 
@@ -73,6 +78,8 @@ class ProcessCluster:
             args += ["--peers", ",".join(f"{i}={self.address(i)}" for i in self.ids)]
         if self.config_file:
             args += ["--config", self.config_file]
+        if self.kafka_ports:
+            args += ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[node_id - 1]}"]
         log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
         env = {**os.environ, **self.env} if self.env else None
         proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log, env=env)

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 import trio
 
+from actors.kafka.listener import serve_kafka
 from actors.node import Node
 from actors.storage import BootstrapError, open_storage
 from actors.worker import WorkerThread
@@ -54,6 +55,7 @@ class ServeOptions:
     repair: bool = False
     metrics: str | None = None
     join: bool = False
+    kafka_listen: str | None = None
 
 
 # The [node] table of a --config file: TOML key -> serve's parameter.
@@ -64,6 +66,7 @@ NODE_KEYS = {
     "peers": "peers",
     "secret_file": "secret_file",
     "metrics": "metrics",
+    "kafka_listen": "kafka_listen",
     "log_format": "log_format",
 }
 
@@ -77,7 +80,10 @@ class ConfigFile:
 
 def settings_help() -> str:
     """Every setting of a --config file, with its default."""
-    lines = ["[node]  # id, data, listen, peers, secret_file, metrics, log_format: as the flags"]
+    lines = [
+        "[node]  # id, data, listen, peers, secret_file, metrics, kafka_listen, log_format: "
+        "as the flags"
+    ]
     for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
         lines.append(f"[{section}]")
         defaults = cls()
@@ -147,6 +153,13 @@ def serve(options: ServeOptions) -> int:
         )
     if options.join and options.peers:
         raise UsageError("--join and --peers exclude each other: a joining node is added later")
+    if options.kafka_listen is not None:
+        parse_address(options.kafka_listen)
+        if options.secret is not None:
+            raise UsageError(
+                "--kafka-listen cannot be used with --secret-file yet: the Kafka listener has "
+                "no authentication (SASL), so it would let anyone past the secret"
+            )
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
     rng = random.Random()
@@ -200,6 +213,9 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
             await nursery.start(node.run, open_transport)
             if options.metrics:
                 nursery.start_soon(serve_metrics, node, options.metrics)
+            if options.kafka_listen:
+                node.kafka_address = options.kafka_listen
+                await nursery.start(serve_kafka, node, options.kafka_listen, rng)
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)

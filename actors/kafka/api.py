@@ -1,0 +1,52 @@
+"""Which module answers each Kafka API (see `transport/kafka.py` for the versions served)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from actors.kafka.cluster import Cluster, KafkaBrokers
+from actors.kafka.fetch import Fetch
+from actors.kafka.produce import Produce
+from transport import kafka
+from transport.kafka import Request
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+PRODUCE = 0
+
+Answer = Callable[[], Awaitable[dict | None]]
+
+
+class KafkaApi:
+    def __init__(self, node: Node, brokers: KafkaBrokers, rng: random.Random):
+        cluster = Cluster(node, brokers)
+        fetch = Fetch(node)
+        self.produce = Produce(node, rng)
+        self.handlers = {
+            1: fetch.fetch,
+            2: fetch.list_offsets,
+            3: cluster.metadata,
+            18: self.api_versions,
+            19: cluster.create_topics,
+            20: cluster.delete_topics,
+            22: self.produce.init_producer_id,
+        }
+        assert set(self.handlers) | {PRODUCE} == set(kafka.SUPPORTED)
+
+    async def submit(self, request: Request) -> Answer:
+        """What answers `request`. Appends are queued before this returns, so requests on
+        one connection append in the order they came."""
+        if request.api_key == PRODUCE:
+            return await self.produce.submit(request.body, request.version)
+        handler = self.handlers[request.api_key]
+
+        async def answer() -> dict:
+            return await handler(request.body, request.version)
+
+        return answer
+
+    async def api_versions(self, request, version: int) -> dict:
+        return kafka.api_versions()

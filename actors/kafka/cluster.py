@@ -1,0 +1,196 @@
+"""Metadata and topic calls of the Kafka listener: which brokers there are (with their Kafka
+addresses), which topics, who leads each partition; CreateTopics and DeleteTopics run on
+the controller's leader as the native topic calls do."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+from kio.schema.errors import ErrorCode as K
+
+from actors.admin import forward_to_leader
+from consumers.state import GROUPS_TOPIC
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    AdminReply,
+    AdminRequest,
+    ErrorCode,
+    ErrorReply,
+    StatusReply,
+    StatusRequest,
+)
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.kafka")
+
+REFRESH_S = 2.0  # how often the other brokers' Kafka addresses are asked for
+ASK_S = 1.0
+CLUSTER_ID = "quorumlog"
+
+# quorumlog's answers, as Kafka's error codes (anything else: UNKNOWN_SERVER_ERROR).
+ERRORS = {
+    ErrorCode.NOT_LEADER: K.not_leader_or_follower,
+    ErrorCode.STEPPING_DOWN: K.not_leader_or_follower,
+    ErrorCode.BUSY: K.not_leader_or_follower,
+    ErrorCode.OFFSET_OUT_OF_RANGE: K.offset_out_of_range,
+    ErrorCode.TIMEOUT: K.request_timed_out,
+    ErrorCode.UNKNOWN: K.request_timed_out,
+    ErrorCode.TOO_LARGE: K.message_too_large,
+    ErrorCode.UNKNOWN_TOPIC: K.unknown_topic_or_partition,
+    ErrorCode.PROTOCOL: K.corrupt_message,
+    ErrorCode.REFUSED: K.invalid_request,
+}
+
+
+def kafka_error(reply: ErrorReply) -> K:
+    return ERRORS.get(reply.code, K.unknown_server_error)
+
+
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class KafkaBrokers:
+    """Every broker's Kafka address: this node's own, the others' as their status says,
+    asked in the background every REFRESH_S (a node's address is fixed while it runs)."""
+
+    def __init__(self, node: Node, own_address: str):
+        self.node = node
+        self.addresses: dict[int, str] = {node.id: own_address}
+        self.asked = trio.Event()  # set after the first round of asking
+
+    async def run(self) -> None:
+        while True:
+            others = [b for b in self.node.controller_actor.state.brokers if b != self.node.id]
+            async with trio.open_nursery() as nursery:
+                for broker in others:
+                    nursery.start_soon(self._ask, broker)
+            self.asked.set()
+            await trio.sleep(REFRESH_S)
+
+    async def _ask(self, broker: int) -> None:
+        with trio.move_on_after(ASK_S):
+            try:
+                reply = await self.node.request(broker, StatusRequest())
+            except ConnectionClosed:
+                return
+            if isinstance(reply, StatusReply) and reply.status.get("kafka_address"):
+                self.addresses[broker] = reply.status["kafka_address"]
+
+    async def known(self) -> dict[int, str]:
+        """The brokers whose Kafka address is known (after the first round of asking)."""
+        await self.asked.wait()
+        brokers = self.node.controller_actor.state.brokers
+        return {b: a for b, a in self.addresses.items() if b in brokers}
+
+
+class Cluster:
+    def __init__(self, node: Node, brokers: KafkaBrokers):
+        self.node = node
+        self.brokers = brokers
+
+    async def metadata(self, request, version: int) -> dict:
+        known = await self.brokers.known()
+        state = self.node.controller_actor.state
+        if request.topics is None or (version == 0 and not request.topics):
+            names = sorted(state.topics)
+        else:
+            names = [t.name for t in request.topics]
+        topics = []
+        for name in names:
+            topic = state.topics.get(name)
+            if topic is None:
+                topics.append({"name": name, "error_code": K.unknown_topic_or_partition})
+                continue
+            topics.append(
+                {
+                    "name": name,
+                    "is_internal": name == GROUPS_TOPIC,
+                    "partitions": [
+                        self._partition(
+                            name, p.partition, p.replicas or tuple(state.brokers), known
+                        )
+                        for p in topic.partitions
+                    ],
+                }
+            )
+        controller = self.node.controller.core.leader_id
+        return {
+            "brokers": [
+                {"node_id": b, "host": host_port(a)[0], "port": host_port(a)[1]}
+                for b, a in sorted(known.items())
+            ],
+            "cluster_id": CLUSTER_ID,
+            "controller_id": controller if controller in known else -1,
+            "topics": topics,
+        }
+
+    def _partition(
+        self, topic: str, partition: int, replicas: tuple[int, ...], known: dict[int, str]
+    ) -> dict:
+        leader = self.node.controller_actor.leader_hint(topic, partition)
+        if leader not in known:
+            leader = -1
+        return {
+            "error_code": K.none if leader >= 0 else K.leader_not_available,
+            "partition_index": partition,
+            "leader_id": leader,
+            "replica_nodes": list(replicas),
+            "isr_nodes": list(replicas),
+        }
+
+    async def create_topics(self, request, version: int) -> dict:
+        timeout_s = max(request.timeout.total_seconds(), 1.0)
+        results = []
+        for topic in request.topics:
+            args = {"name": topic.name, "timeout_s": timeout_s}
+            if topic.num_partitions > 0:
+                args["partitions"] = topic.num_partitions
+            if topic.replication_factor > 0:
+                args["replicas"] = topic.replication_factor
+            error, message = await self._topic_call("create_topic", args, request.validate_only)
+            results.append({"name": topic.name, "error_code": error, "error_message": message})
+        return {"topics": results}
+
+    async def delete_topics(self, request, version: int) -> dict:
+        timeout_s = max(request.timeout.total_seconds(), 1.0)
+        results = []
+        for name in request.topic_names:
+            args = {"name": name, "timeout_s": timeout_s}
+            error, _ = await self._topic_call("delete_topic", args, False)
+            results.append({"name": name, "error_code": error})
+        return {"responses": results}
+
+    async def _topic_call(self, op: str, args: dict, validate_only: bool) -> tuple[K, str | None]:
+        name = args["name"]
+        exists = name in self.node.controller_actor.state.topics
+        if validate_only:
+            return (K.topic_already_exists, f"topic {name!r} exists") if exists else (K.none, None)
+        reply = None
+        with trio.move_on_after(args["timeout_s"]):
+            reply = await forward_to_leader(self.node, self.node.controller, AdminRequest(op, args))
+        if reply is None:
+            return K.request_timed_out, f"{op} of {name!r} did not finish in time"
+        if isinstance(reply, AdminReply):
+            return K.none, None
+        return _topic_error(op, reply), reply.message
+
+
+def _topic_error(op: str, reply: ErrorReply) -> K:
+    message = reply.message
+    if reply.code is ErrorCode.UNKNOWN_TOPIC:
+        return K.unknown_topic_or_partition
+    if "exists" in message:
+        return K.topic_already_exists
+    if "replica" in message:
+        return K.invalid_replication_factor
+    if "partition" in message:
+        return K.invalid_partitions
+    if "name" in message:
+        return K.invalid_topic_exception
+    return K.invalid_request if op == "create_topic" else kafka_error(reply)

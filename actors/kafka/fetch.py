@@ -1,0 +1,149 @@
+"""Fetch and ListOffsets: committed records, as Kafka record batches.
+
+A batch a Kafka producer wrote goes back as it came, with its base offset patched; a batch written natively is encoded into Kafka's format; a control batch
+(a term's barrier, a configuration) becomes an empty batch over its offsets, so that
+consumers step over it. The high watermark is the commit offset + 1: nothing uncommitted
+is ever served (I5). A fetch that finds less than `min_bytes` waits, up to `max_wait`, for
+its partitions to commit more.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+from kio.schema.errors import ErrorCode as K
+
+from actors.kafka.cluster import kafka_error
+from log import kafka_batch
+from log.batch import BatchType, Compression, split_batches
+from log.records import batch_records
+from transport.messages import ErrorReply
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from actors.node import Node
+
+LATEST, EARLIEST = -1, -2
+SCAN_BYTES = 1024 * 1024
+# Leader epochs are left out (-1): clients then skip KIP-320's truncation checks, which
+# need OffsetForLeaderEpoch; a Raft log never loses a committed record anyway.
+NO_EPOCH = -1
+
+
+class Fetch:
+    def __init__(self, node: Node):
+        self.node = node
+
+    async def fetch(self, request, version: int) -> dict:
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+        deadline = trio.current_time() + request.max_wait.total_seconds()
+        while True:
+            answers = [
+                self._read(topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                for topic, p in wanted
+            ]
+            size = sum(len(a.get("records") or b"") for _, a in answers)
+            waiting = [g for g, a in answers if g is not None and a["error_code"] == K.none]
+            if size >= request.min_bytes or not waiting or trio.current_time() >= deadline:
+                break
+            with trio.move_on_at(deadline):
+                await _any_round(waiting)
+        responses: dict[str, list[dict]] = {}
+        for (topic, _), (_, answer) in zip(wanted, answers, strict=True):
+            responses.setdefault(topic, []).append(answer)
+        return {"responses": [{"topic": t, "partitions": parts} for t, parts in responses.items()]}
+
+    def _read(
+        self, topic: str, partition: int, offset: int, max_bytes: int
+    ) -> tuple[GroupActor | None, dict]:
+        group, error = self._leader(topic, partition)
+        if group is None:
+            return None, {"partition_index": partition, "error_code": error}
+        reply = group.read(offset, max_bytes)
+        core, log = group.core, group.log
+        answer = {
+            "partition_index": partition,
+            "high_watermark": core.commit_offset + 1,
+            "last_stable_offset": core.commit_offset + 1,
+            "log_start_offset": log.log_start_offset,
+        }
+        if isinstance(reply, ErrorReply):
+            return group, {**answer, "error_code": kafka_error(reply)}
+        answer["records"] = as_kafka(reply.batches) if reply.batches else b""
+        return group, {**answer, "error_code": K.none}
+
+    def _leader(self, topic: str, partition: int) -> tuple[GroupActor | None, K]:
+        group = self.node.partitions.get((topic, partition))
+        if group is not None and group.core.is_leader:
+            return group, K.none
+        found = self.node.controller_actor.state.topics.get(topic)
+        if found is None or not 0 <= partition < len(found.partitions):
+            return None, K.unknown_topic_or_partition
+        return None, K.not_leader_or_follower
+
+    async def list_offsets(self, request, version: int) -> dict:
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for p in topic.partitions:
+                group, error = self._leader(topic.name, p.partition_index)
+                answer = {"partition_index": p.partition_index, "error_code": error}
+                if group is not None:
+                    answer["offset"] = await _offset_for(group, p.timestamp)
+                    answer["timestamp"] = -1
+                parts.append(answer)
+            topics.append({"name": topic.name, "partitions": parts})
+        return {"topics": topics}
+
+
+async def _any_round(groups: list[GroupActor]) -> None:
+    """Until one of `groups` has run a round of its loop (its commit may have moved)."""
+    async with trio.open_nursery() as nursery:
+        for group in groups:
+
+            async def wait(event: trio.Event = group.round_done) -> None:
+                await event.wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(wait)
+
+
+async def _offset_for(group: GroupActor, timestamp: int) -> int:
+    """Kafka's ListOffsets: the high watermark (latest), the log start (earliest), or the
+    first committed offset of a batch stamped at or after `timestamp` (-1 if none)."""
+    log, commit = group.log, group.core.commit_offset
+    if timestamp == LATEST:
+        return commit + 1
+    if timestamp == EARLIEST:
+        return log.log_start_offset
+    offset = log.log_start_offset
+    while offset <= commit:
+        chunk = log.read(offset, SCAN_BYTES, upto_offset=commit)
+        if not chunk.data:
+            break
+        for header, _ in split_batches(chunk.data):
+            if header.batch_type is BatchType.DATA and header.timestamp_ms >= timestamp:
+                return max(header.base_offset, offset)
+            offset = header.last_offset + 1
+        await trio.lowlevel.checkpoint()
+    return -1
+
+
+def as_kafka(data: bytes) -> bytes:
+    """quorumlog batches as Kafka record batches, offsets unchanged."""
+    out = []
+    for header, view in split_batches(data):
+        if header.batch_type is not BatchType.DATA:
+            out.append(
+                kafka_batch.empty_batch(
+                    header.base_offset, NO_EPOCH, header.record_count, header.timestamp_ms
+                )
+            )
+        elif header.compression is Compression.KAFKA:
+            payload = view[len(view) - header.payload_bytes :]
+            out.append(kafka_batch.placed(payload, header.base_offset, NO_EPOCH))
+        else:
+            records = [tuple(r) for r in batch_records(view, header)]
+            out.append(kafka_batch.encode_batch(header.base_offset, NO_EPOCH, records))
+    return b"".join(out)

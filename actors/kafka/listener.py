@@ -1,0 +1,124 @@
+"""The Kafka listener's connections: read frames, answer each request, in order.
+
+Requests on one connection are handled concurrently (a producer pipelines its appends,
+a consumer's fetch waits) but answered in the order they came, as Kafka's protocol
+requires: each request gets a slot in a queue that one writer task drains in order. A
+frame that is not a Kafka request closes its connection, never the listener; an API or
+version not served is answered with Kafka's UNSUPPORTED_VERSION.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import partial
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from actors.kafka.api import Answer, KafkaApi
+from actors.kafka.cluster import KafkaBrokers, host_port
+from actors.mailbox import Pending
+from transport import kafka
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.kafka")
+
+IN_FLIGHT_MAX = 32  # requests per connection being answered at once
+RECEIVE_BYTES = 256 * 1024
+
+
+async def serve_kafka(
+    node: Node, address: str, rng: random.Random, *, task_status=trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve Kafka clients on `address` until cancelled."""
+    brokers = KafkaBrokers(node, address)
+    api = KafkaApi(node, brokers, rng)
+    host, port = host_port(address)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(brokers.run)
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, host=host), _connection_handler(api), port
+        )
+        logger.info("kafka_listening", node_id=node.id, address=address)
+        task_status.started(listeners)
+
+
+def _connection_handler(api: KafkaApi):
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            await _serve_connection(api, stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except kafka.FrameError as exc:
+            logger.warning("kafka_bad_frame", error=str(exc))
+        except Exception:
+            logger.exception("kafka_connection_failed")  # a bug: this connection only
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    return handle
+
+
+async def _serve_connection(api: KafkaApi, stream: trio.SocketStream) -> None:
+    send, receive = trio.open_memory_channel[Pending](IN_FLIGHT_MAX)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_write_answers, stream, receive)
+        async with send:
+            async for frame in _frames(stream):
+                request = kafka.parse_request(frame)
+                slot = Pending()
+                await send.send(slot)
+                if request.body is None:
+                    slot.resolve(kafka.unsupported_response(request))
+                    continue
+                answer = await api.submit(request)
+                nursery.start_soon(_answer, request, answer, slot)
+
+
+async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None:
+    try:
+        values = await answer()
+    except Exception:
+        # A bug in a handler: the client gets an error and the connection stays up.
+        logger.exception("kafka_handler_failed", api_key=request.api_key, version=request.version)
+        slot.resolve(kafka.error_response(request))
+        return
+    slot.resolve(None if values is None else kafka.encode_response(request, values))
+
+
+async def _write_answers(stream: trio.SocketStream, slots: trio.MemoryReceiveChannel) -> None:
+    async with slots:
+        async for slot in slots:
+            data = await slot.wait()
+            if data is not None:
+                await stream.send_all(data)
+
+
+async def _frames(stream: trio.SocketStream):
+    """Each request's bytes (after its size) until the client closes; FrameError on a size
+    no request has."""
+    buffer = bytearray()
+    while True:
+        while len(buffer) < 4 or len(buffer) < 4 + int.from_bytes(buffer[:4], "big", signed=True):
+            if len(buffer) >= 4:
+                _check_size(int.from_bytes(buffer[:4], "big", signed=True))
+            data = await stream.receive_some(RECEIVE_BYTES)
+            if not data:
+                if buffer:
+                    raise kafka.FrameError(
+                        f"connection closed inside a frame ({len(buffer)} bytes)"
+                    )
+                return
+            buffer += data
+        size = int.from_bytes(buffer[:4], "big", signed=True)
+        _check_size(size)
+        yield bytes(buffer[4 : 4 + size])
+        del buffer[: 4 + size]
+
+
+def _check_size(size: int) -> None:
+    if not 8 <= size <= kafka.FRAME_BYTES_MAX:
+        raise kafka.FrameError(f"a frame of {size} bytes (at most {kafka.FRAME_BYTES_MAX})")

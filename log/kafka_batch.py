@@ -1,0 +1,328 @@
+"""Kafka's record batch (magic v2), the payload of batches written through the Kafka listener.
+
+A Kafka producer's batch is stored as it arrives, inside a quorumlog batch whose header says
+`Compression.KAFKA`: the leader checks it, never re-encodes it, and a Kafka fetch hands it back
+with only its base offset and leader epoch patched (Kafka's CRC leaves both out). Native
+readers decode its records here. Batches written natively are encoded into this format when a
+Kafka consumer fetches them (`encode_batch`).
+
+Layout (big-endian), from Kafka's documentation of the message format:
+
+    off size field
+    0   8    base_offset
+    8   4    batch_length            bytes after this field
+    12  4    partition_leader_epoch
+    16  1    magic                   2
+    17  4    crc                     CRC-32C of bytes 21..end
+    21  2    attributes              compression (bits 0-2), timestamp type, transactional,
+                                     control
+    23  4    last_offset_delta
+    27  8    base_timestamp
+    35  8    max_timestamp
+    43  8    producer_id
+    51  2    producer_epoch
+    53  4    base_sequence
+    57  4    records_count
+    61  ..   records, each: length, attributes, timestamp delta, offset delta, key, value,
+             headers (zig-zag varints for every length and delta)
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from typing import NamedTuple
+
+import zstandard
+from crc32c import crc32c
+
+from log.batch import BatchError
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_BYTES = HEADER.size
+assert HEADER_BYTES == 61
+_CRC_FROM = 21
+_OFFSET_EPOCH = struct.Struct(">qii")  # base offset, batch length, leader epoch
+
+COMPRESSION_MASK = 0x07
+NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD = range(5)
+TRANSACTIONAL = 0x10
+CONTROL = 0x20
+SUPPORTED_COMPRESSION = {NO_COMPRESSION: "none", GZIP: "gzip", ZSTD: "zstd"}
+DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
+
+
+class UnsupportedCompressionError(BatchError):
+    """A batch compressed with a codec this node does not decode (snappy, lz4)."""
+
+
+class KafkaHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def total_bytes(self) -> int:
+        return 12 + self.batch_length
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+
+def parse_header(data: bytes | memoryview, pos: int = 0) -> KafkaHeader:
+    """The header of the batch at `pos`, checked (magic, length, CRC of the whole batch)."""
+    if len(data) - pos < HEADER_BYTES:
+        raise BatchError("shorter than a Kafka record batch header")
+    header = KafkaHeader(*HEADER.unpack_from(data, pos))
+    if header.magic != 2:
+        raise BatchError(f"Kafka record batch magic {header.magic}: only v2 is supported")
+    if header.batch_length < HEADER_BYTES - 12 or pos + header.total_bytes > len(data):
+        raise BatchError(f"Kafka record batch length {header.batch_length} is out of bounds")
+    end = pos + header.total_bytes
+    if crc32c(memoryview(data)[pos + _CRC_FROM : end]) != header.crc:
+        raise BatchError("Kafka record batch CRC mismatch")
+    return header
+
+
+def split_batches(data: bytes | memoryview) -> list[tuple[KafkaHeader, memoryview]]:
+    """Check and split a concatenation of whole record batches (a Produce's records)."""
+    view = memoryview(data)
+    out = []
+    pos = 0
+    while pos < len(view):
+        header = parse_header(view, pos)
+        end = pos + header.total_bytes
+        out.append((header, view[pos:end]))
+        pos = end
+    return out
+
+
+def check_for_append(header: KafkaHeader) -> None:
+    """What a batch must be to be appended: data records with offsets 0..count-1, in a codec
+    this node can read back."""
+    if header.attributes & (TRANSACTIONAL | CONTROL):
+        raise BatchError("transactional and control batches are not supported")
+    if header.compression not in SUPPORTED_COMPRESSION:
+        raise UnsupportedCompressionError(
+            f"compression codec {header.compression} is not supported "
+            f"(use {', '.join(SUPPORTED_COMPRESSION.values())})"
+        )
+    if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
+        raise BatchError(
+            f"a batch of {header.records_count} records with last offset delta "
+            f"{header.last_offset_delta}"
+        )
+
+
+def placed(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
+    """A copy of `batch` at `base_offset` in `leader_epoch`: neither is under the CRC."""
+    out = bytearray(batch)
+    length = struct.unpack_from(">i", out, 8)[0]
+    _OFFSET_EPOCH.pack_into(out, 0, base_offset, length, leader_epoch)
+    return bytes(out)
+
+
+# ------------------------------------------------------------------------ records
+
+
+class KafkaRecord(NamedTuple):
+    offset_delta: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint at `pos`: (value, position after it)."""
+    b = buf[pos]
+    pos += 1
+    raw = b & 0x7F
+    shift = 7
+    while b & 0x80:
+        if shift > 63:
+            raise BatchError("varint longer than 64 bits")
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        shift += 7
+    return (raw >> 1) ^ -(raw & 1), pos
+
+
+def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    size, pos = _varint(buf, pos)
+    if size < 0:
+        return None, pos
+    end = pos + size
+    if end > len(buf):
+        raise BatchError("record field runs past its batch")
+    return buf[pos:end], end
+
+
+def records_of(batch: bytes | memoryview, header: KafkaHeader) -> list[KafkaRecord]:
+    """The records of a checked batch, decompressed and decoded; BatchError if malformed."""
+    body = memoryview(batch)[HEADER_BYTES : header.total_bytes]
+    buf = _decompress(body, header.compression)
+    out: list[KafkaRecord] = []
+    pos = 0
+    try:
+        for _ in range(header.records_count):
+            length, pos = _varint(buf, pos)
+            end = pos + length
+            pos += 1  # attributes, unused
+            ts_delta, pos = _varint(buf, pos)
+            offset_delta, pos = _varint(buf, pos)
+            key, pos = _bytes(buf, pos)
+            value, pos = _bytes(buf, pos)
+            count, pos = _varint(buf, pos)
+            headers = []
+            for _ in range(count):
+                name, pos = _bytes(buf, pos)
+                header_value, pos = _bytes(buf, pos)
+                if name is None:
+                    raise BatchError("a record header without a name")
+                headers.append((name.decode("utf-8", "surrogateescape"), header_value))
+            if pos != end:
+                raise BatchError("a record's length does not match its fields")
+            out.append(
+                KafkaRecord(offset_delta, header.base_timestamp + ts_delta, key, value, headers)
+            )
+    except IndexError:
+        raise BatchError("records run past their batch") from None
+    if pos != len(buf):
+        raise BatchError("bytes left over after the batch's records")
+    return out
+
+
+def _decompress(body: memoryview, compression: int) -> bytes:
+    try:
+        match compression:
+            case 0:
+                return bytes(body)
+            case 1:
+                return _bounded(gzip.GzipFile(fileobj=_Reader(body)).read, DECOMPRESSED_BYTES_MAX)
+            case 4:
+                reader = zstandard.ZstdDecompressor().stream_reader(bytes(body))
+                return _bounded(reader.read, DECOMPRESSED_BYTES_MAX)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
+        raise BatchError(f"undecodable compressed records: {exc}") from None
+    raise UnsupportedCompressionError(f"compression codec {compression} is not supported")
+
+
+def _bounded(read, limit: int) -> bytes:
+    data = read(limit + 1)
+    if len(data) > limit:
+        raise BatchError(f"records decompress to more than {limit} bytes")
+    return data
+
+
+class _Reader:
+    """A file over a memoryview, for GzipFile (no copy of the compressed bytes)."""
+
+    def __init__(self, view: memoryview):
+        self._view = view
+        self._pos = 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._view) if size < 0 else self._pos + size
+        out = bytes(self._view[self._pos : end])
+        self._pos += len(out)
+        return out
+
+
+# ----------------------------------------------------------------------- encoding
+
+
+def _zigzag(n: int) -> bytes:
+    raw = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+_SMALL = [_zigzag(n) for n in range(-1, 64)]
+
+
+def _field(data: bytes | None) -> bytes:
+    if data is None:
+        return _SMALL[0]
+    size = len(data)
+    return (_SMALL[size + 1] if size < 63 else _zigzag(size)) + data
+
+
+def encode_batch(
+    base_offset: int,
+    leader_epoch: int,
+    records: list[tuple[bytes | None, bytes | None, int, list | None]],
+) -> bytes:
+    """An uncompressed batch of `(key, value, timestamp_ms, headers)` records at consecutive
+    offsets from `base_offset`."""
+    base_ts = records[0][2]
+    parts = []
+    for delta, (key, value, ts, headers) in enumerate(records):
+        body = [b"\x00", _zigzag(ts - base_ts), _zigzag(delta), _field(key), _field(value)]
+        body.append(_zigzag(len(headers) if headers else 0))
+        for name, header_value in headers or ():
+            body.append(_field(name.encode("utf-8", "surrogateescape")))
+            body.append(_field(header_value))
+        encoded = b"".join(body)
+        parts.append(_zigzag(len(encoded)))
+        parts.append(encoded)
+    max_ts = max(r[2] for r in records)
+    return _seal(
+        base_offset, leader_epoch, 0, len(records) - 1, base_ts, max_ts, len(records), parts
+    )
+
+
+def empty_batch(base_offset: int, leader_epoch: int, count: int, timestamp_ms: int) -> bytes:
+    """A batch covering `count` offsets with no records in it (what compaction leaves in
+    Kafka): consumers step over quorumlog's control batches with it."""
+    return _seal(base_offset, leader_epoch, 0, count - 1, timestamp_ms, timestamp_ms, 0, [])
+
+
+def _seal(
+    base_offset: int,
+    leader_epoch: int,
+    attributes: int,
+    last_offset_delta: int,
+    base_ts: int,
+    max_ts: int,
+    count: int,
+    parts: list[bytes],
+) -> bytes:
+    records = b"".join(parts)
+    header = bytearray(
+        HEADER.pack(
+            base_offset,
+            HEADER_BYTES - 12 + len(records),
+            leader_epoch,
+            2,
+            0,
+            attributes,
+            last_offset_delta,
+            base_ts,
+            max_ts,
+            -1,
+            -1,
+            -1,
+            count,
+        )
+    )
+    crc = crc32c(records, crc32c(memoryview(header)[_CRC_FROM:]))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + records

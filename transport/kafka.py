@@ -1,0 +1,184 @@
+"""Kafka's wire protocol: frames, request headers, and the API versions this node speaks.
+
+The message types are kio's, generated from Kafka's own JSON schemas; this module only
+frames them. Only versions before Kafka's flexible encoding are offered (clients pick the
+highest version both sides know from ApiVersions), so every request header is v1 and every
+response header v0; an ApiVersions request of a newer version is answered as KIP-511 says.
+Handlers build responses from plain dicts (`make`): one handler serves every version of an
+API, and fields a version does not have are left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import struct
+import types
+import typing
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v1.header import RequestHeader
+from kio.schema.response_header.v0.header import ResponseHeader
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+
+FRAME_BYTES_MAX = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+SIZE = struct.Struct(">i")
+
+API_VERSIONS = 18
+
+# API key -> the versions served: everything a current producer, consumer and admin client
+# needs, each up to its last version before flexible encoding.
+SUPPORTED: dict[int, tuple[int, int]] = {
+    0: (3, 8),  # Produce
+    1: (4, 11),  # Fetch
+    2: (1, 5),  # ListOffsets
+    3: (0, 8),  # Metadata
+    18: (0, 2),  # ApiVersions
+    19: (2, 4),  # CreateTopics
+    20: (1, 3),  # DeleteTopics
+    22: (0, 1),  # InitProducerId
+}
+
+
+class FrameError(Exception):
+    """Bytes that are not a Kafka request: the connection is closed (as Kafka does)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Request:
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any  # a kio request entity; None when the API or version is not served
+
+
+def parse_request(frame: bytes) -> Request:
+    """A request from one frame (the bytes after the size); FrameError if it is not one."""
+    try:
+        header, size = entity_reader(RequestHeader)(frame, 0)
+    except (DecodeError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise FrameError(f"bad request header: {exc}") from None
+    key, version = header.request_api_key, header.request_api_version
+    low, high = SUPPORTED.get(key, (1, 0))
+    if not low <= version <= high:
+        return Request(key, version, header.correlation_id, header.client_id, None)
+    try:
+        body, _ = entity_reader(load_request_schema(key, version))(frame, size)
+    except (DecodeError, ValueError, IndexError, UnicodeDecodeError, TypeError) as exc:
+        raise FrameError(f"bad request body (api {key} v{version}): {exc}") from None
+    return Request(key, version, header.correlation_id, header.client_id, body)
+
+
+def encode_response(request: Request, values: dict) -> bytes:
+    """The size-prefixed response to `request`, built from `values` (see `make`)."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    entity_writer(ResponseHeader)(out, ResponseHeader(correlation_id=request.correlation_id))
+    entity_writer(_response_type(request.api_key, request.version))(
+        out, make(_response_type(request.api_key, request.version), values)
+    )
+    data = out.getbuffer()
+    SIZE.pack_into(data, 0, len(data) - 4)
+    return bytes(data)
+
+
+def unsupported_response(request: Request) -> bytes:
+    """The answer to an API or version not served: Kafka's UNSUPPORTED_VERSION. ApiVersions
+    answers in v0 with the versions served (KIP-511), so the client can retry."""
+    if request.api_key == API_VERSIONS:
+        v0 = dataclasses.replace(request, version=0)
+        return encode_response(v0, api_versions(ErrorCode.unsupported_version))
+    return error_response(request, ErrorCode.unsupported_version)
+
+
+def error_response(request: Request, error: ErrorCode = ErrorCode.unknown_server_error) -> bytes:
+    """A response of the request's type carrying only `error` (its top-level error code,
+    where the type has one); for a type kio does not know, the correlation id and code."""
+    try:
+        return encode_response(request, {"error_code": error})
+    except (UnknownAPIKey, UnknownEntity):
+        body = SIZE.pack(request.correlation_id) + struct.pack(">h", error.value)
+        return SIZE.pack(len(body)) + body
+
+
+def api_versions(error: ErrorCode = ErrorCode.none) -> dict:
+    return {
+        "error_code": error,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": high}
+            for key, (low, high) in sorted(SUPPORTED.items())
+        ],
+    }
+
+
+@cache
+def _response_type(api_key: int, version: int) -> type:
+    return load_response_schema(api_key, version)
+
+
+# --------------------------------------------------------------- building responses
+
+
+def make(cls: type, values: dict) -> Any:
+    """An instance of the kio entity `cls` from `values`: nested entities from dicts (or
+    lists of dicts), plain ints as durations in milliseconds, and every field not given
+    set to its default or its type's zero (0, "", None, empty)."""
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            kwargs[field.name] = _coerce(_hints(cls)[field.name], values[field.name])
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            kwargs[field.name] = _zero(_hints(cls)[field.name])
+    return cls(**kwargs)
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = next(a for a in typing.get_args(hint) if a is not type(None))
+        return _coerce(inner, value)
+    if origin is tuple:
+        element = typing.get_args(hint)[0]
+        return tuple(_coerce(element, v) for v in value)
+    if dataclasses.is_dataclass(hint):
+        return make(hint, value) if isinstance(value, dict) else value
+    if isinstance(hint, type) and issubclass(hint, datetime.timedelta) and isinstance(value, int):
+        return datetime.timedelta(milliseconds=value)
+    if hint is ErrorCode and isinstance(value, int):
+        return ErrorCode(value)
+    return value
+
+
+def _zero(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return None
+    if origin is tuple:
+        return ()
+    if hint is ErrorCode:
+        return ErrorCode.none
+    if isinstance(hint, type):
+        if issubclass(hint, datetime.timedelta):
+            return datetime.timedelta(0)
+        if issubclass(hint, bool):
+            return False
+        if issubclass(hint, int):
+            return 0
+        if issubclass(hint, str):
+            return ""
+        if issubclass(hint, bytes):
+            return b""
+    raise TypeError(f"no zero value for {hint!r}")
