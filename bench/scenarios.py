@@ -19,6 +19,7 @@ SCENARIOS = {
     "nemesis": "bench.nemesis",
     "spark": "bench.spark",
     "consume": "bench.consume",
+    "kafka": "bench.kafka",
 }
 
 

@@ -23,7 +23,7 @@ import trio
 
 from bench.storage import _raw_append
 from log.records import make_data_batch
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.localcluster import ProcessCluster, free_ports
 from transport.errors import TransportError
 from transport.messages import (
     Acks,
@@ -127,17 +127,22 @@ def write_config(path: str, raft: dict | None = None, log: dict | None = None) -
 
 @contextmanager
 def running_cluster(
-    name: str, size: int = 3, raft: dict | None = None, log: dict | None = None
+    name: str,
+    size: int = 3,
+    raft: dict | None = None,
+    log: dict | None = None,
+    kafka: bool = False,
 ) -> Iterator[ProcessCluster]:
-    """A started cluster in a fresh temporary folder; everything stopped and removed after,
-    on error too."""
+    """A started cluster in a fresh temporary folder (with Kafka listeners if `kafka`);
+    everything stopped and removed after, on error too."""
     root = tempfile.mkdtemp(prefix=f"quorumlog-bench-{name}-")
     try:
         config = None
         if raft or log:
             config = os.path.join(root, "settings.toml")
             write_config(config, raft, log)
-        cluster = ProcessCluster(root, size=size, config_file=config)
+        kafka_ports = free_ports(size) if kafka else []
+        cluster = ProcessCluster(root, size=size, config_file=config, kafka_ports=kafka_ports)
         try:
             cluster.start_all()
             _wait_for_first_leader(cluster, timeout_s=30.0)

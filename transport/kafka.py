@@ -22,7 +22,6 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v1.header import RequestHeader
-from kio.schema.response_header.v0.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 
@@ -38,10 +37,21 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 11),  # Fetch
     2: (1, 5),  # ListOffsets
     3: (0, 8),  # Metadata
+    8: (2, 7),  # OffsetCommit
+    9: (1, 5),  # OffsetFetch
+    10: (0, 2),  # FindCoordinator
+    11: (0, 5),  # JoinGroup
+    12: (0, 3),  # Heartbeat
+    13: (0, 3),  # LeaveGroup
+    14: (0, 3),  # SyncGroup
+    15: (0, 4),  # DescribeGroups
+    16: (0, 2),  # ListGroups
+    17: (1, 1),  # SaslHandshake (v0's raw tokens are not served)
     18: (0, 2),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     22: (0, 1),  # InitProducerId
+    36: (0, 1),  # SaslAuthenticate
 }
 
 
@@ -79,10 +89,10 @@ def encode_response(request: Request, values: dict) -> bytes:
     """The size-prefixed response to `request`, built from `values` (see `make`)."""
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
-    entity_writer(ResponseHeader)(out, ResponseHeader(correlation_id=request.correlation_id))
-    entity_writer(_response_type(request.api_key, request.version))(
-        out, make(_response_type(request.api_key, request.version), values)
-    )
+    response = _response_type(request.api_key, request.version)
+    header = response.__header_schema__  # v1 (tagged fields) for flexible versions
+    entity_writer(header)(out, make(header, {"correlation_id": request.correlation_id}))
+    entity_writer(response)(out, make(response, values))
     data = out.getbuffer()
     SIZE.pack_into(data, 0, len(data) - 4)
     return bytes(data)
@@ -102,7 +112,7 @@ def error_response(request: Request, error: ErrorCode = ErrorCode.unknown_server
     where the type has one); for a type kio does not know, the correlation id and code."""
     try:
         return encode_response(request, {"error_code": error})
-    except (UnknownAPIKey, UnknownEntity):
+    except (UnknownAPIKey, UnknownEntity, TypeError):  # TypeError: a field with no zero
         body = SIZE.pack(request.correlation_id) + struct.pack(">h", error.value)
         return SIZE.pack(len(body)) + body
 

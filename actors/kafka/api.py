@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from actors.kafka.cluster import Cluster, KafkaBrokers
 from actors.kafka.fetch import Fetch
+from actors.kafka.groups import KafkaGroups
 from actors.kafka.produce import Produce
+from actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
 from transport import kafka
 from transport.kafka import Request
 
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from actors.node import Node
 
 PRODUCE = 0
+SASL = {HANDSHAKE: lambda s: s.handshake, AUTHENTICATE: lambda s: s.authenticate}
 
 Answer = Callable[[], Awaitable[dict | None]]
 
@@ -25,23 +28,38 @@ class KafkaApi:
         cluster = Cluster(node, brokers)
         fetch = Fetch(node)
         self.produce = Produce(node, rng)
+        self.groups = KafkaGroups(node, brokers, rng)
+        groups = self.groups
         self.handlers = {
             1: fetch.fetch,
             2: fetch.list_offsets,
             3: cluster.metadata,
+            8: groups.offset_commit,
+            9: groups.offset_fetch,
+            10: groups.find_coordinator,
+            11: groups.join_group,
+            12: groups.heartbeat,
+            13: groups.leave_group,
+            14: groups.sync_group,
+            15: groups.describe_groups,
+            16: groups.list_groups,
             18: self.api_versions,
             19: cluster.create_topics,
             20: cluster.delete_topics,
             22: self.produce.init_producer_id,
         }
-        assert set(self.handlers) | {PRODUCE} == set(kafka.SUPPORTED)
+        assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 
-    async def submit(self, request: Request) -> Answer:
-        """What answers `request`. Appends are queued before this returns, so requests on
-        one connection append in the order they came."""
+    async def submit(self, request: Request, sasl: SaslSession) -> Answer:
+        """What answers `request` on a connection. Appends are queued before this returns,
+        so requests on one connection append in the order they came."""
         if request.api_key == PRODUCE:
             return await self.produce.submit(request.body, request.version)
-        handler = self.handlers[request.api_key]
+        handler = (
+            SASL[request.api_key](sasl)
+            if request.api_key in SASL
+            else (self.handlers[request.api_key])
+        )
 
         async def answer() -> dict:
             return await handler(request.body, request.version)

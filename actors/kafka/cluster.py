@@ -29,6 +29,7 @@ logger = structlog.get_logger("quorumlog.kafka")
 
 REFRESH_S = 2.0  # how often the other brokers' Kafka addresses are asked for
 ASK_S = 1.0
+RETRY_S = 0.2
 CLUSTER_ID = "quorumlog"
 
 # quorumlog's answers, as Kafka's error codes (anything else: UNKNOWN_SERVER_ERROR).
@@ -66,12 +67,16 @@ class KafkaBrokers:
 
     async def run(self) -> None:
         while True:
-            others = [b for b in self.node.controller_actor.state.brokers if b != self.node.id]
+            brokers = self.node.controller_actor.state.brokers
             async with trio.open_nursery() as nursery:
-                for broker in others:
-                    nursery.start_soon(self._ask, broker)
-            self.asked.set()
-            await trio.sleep(REFRESH_S)
+                for broker in brokers:
+                    if broker != self.node.id:
+                        nursery.start_soon(self._ask, broker)
+            if brokers and all(b in self.addresses for b in brokers):
+                self.asked.set()
+                await trio.sleep(REFRESH_S)
+            else:  # a node still starting: ask again soon
+                await trio.sleep(RETRY_S)
 
     async def _ask(self, broker: int) -> None:
         with trio.move_on_after(ASK_S):
@@ -83,8 +88,10 @@ class KafkaBrokers:
                 self.addresses[broker] = reply.status["kafka_address"]
 
     async def known(self) -> dict[int, str]:
-        """The brokers whose Kafka address is known (after the first round of asking)."""
-        await self.asked.wait()
+        """The brokers whose Kafka address is known: once every broker's is, or ASK_S
+        after the first call (a client that sees too few brokers may never ask again)."""
+        with trio.move_on_after(ASK_S):
+            await self.asked.wait()
         brokers = self.node.controller_actor.state.brokers
         return {b: a for b, a in self.addresses.items() if b in brokers}
 

@@ -18,6 +18,7 @@ import trio
 
 from actors.kafka.api import Answer, KafkaApi
 from actors.kafka.cluster import KafkaBrokers, host_port
+from actors.kafka.sasl import SaslRefused, SaslSession
 from actors.mailbox import Pending
 from transport import kafka
 
@@ -31,29 +32,31 @@ RECEIVE_BYTES = 256 * 1024
 
 
 async def serve_kafka(
-    node: Node, address: str, rng: random.Random, *, task_status=trio.TASK_STATUS_IGNORED
+    node: Node,
+    address: str,
+    rng: random.Random,
+    secret: bytes | None = None,
+    *,
+    task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve Kafka clients on `address` until cancelled."""
+    """Serve Kafka clients on `address` until cancelled; with a secret, SASL/PLAIN first."""
     brokers = KafkaBrokers(node, address)
     api = KafkaApi(node, brokers, rng)
     host, port = host_port(address)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(brokers.run)
+        nursery.start_soon(api.groups.run)
         listeners = await nursery.start(
-            partial(trio.serve_tcp, host=host), _connection_handler(api), port
+            partial(trio.serve_tcp, host=host), _connection_handler(api, secret), port
         )
         logger.info("kafka_listening", node_id=node.id, address=address)
         task_status.started(listeners)
 
 
-def _connection_handler(api: KafkaApi):
+def _connection_handler(api: KafkaApi, secret: bytes | None):
     async def handle(stream: trio.SocketStream) -> None:
         try:
-            await _serve_connection(api, stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except kafka.FrameError as exc:
-            logger.warning("kafka_bad_frame", error=str(exc))
+            await _serve_connection(api, stream, SaslSession(secret))
         except Exception:
             logger.exception("kafka_connection_failed")  # a bug: this connection only
         finally:
@@ -62,20 +65,27 @@ def _connection_handler(api: KafkaApi):
     return handle
 
 
-async def _serve_connection(api: KafkaApi, stream: trio.SocketStream) -> None:
+async def _serve_connection(api: KafkaApi, stream: trio.SocketStream, sasl: SaslSession) -> None:
     send, receive = trio.open_memory_channel[Pending](IN_FLIGHT_MAX)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_write_answers, stream, receive)
+        nursery.start_soon(_write_answers, stream, receive, nursery.cancel_scope)
         async with send:
-            async for frame in _frames(stream):
-                request = kafka.parse_request(frame)
-                slot = Pending()
-                await send.send(slot)
-                if request.body is None:
-                    slot.resolve(kafka.unsupported_response(request))
-                    continue
-                answer = await api.submit(request)
-                nursery.start_soon(_answer, request, answer, slot)
+            try:
+                async for frame in _frames(stream):
+                    request = kafka.parse_request(frame)
+                    sasl.check(request.api_key)
+                    slot = Pending()
+                    await send.send(slot)
+                    if request.body is None:
+                        slot.resolve(kafka.unsupported_response(request))
+                        continue
+                    answer = await api.submit(request, sasl)
+                    nursery.start_soon(_answer, request, answer, slot)
+            except (kafka.FrameError, SaslRefused) as exc:
+                logger.warning("kafka_connection_refused", error=str(exc))
+                send.close()  # the answers so far go out, then the connection closes
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                nursery.cancel_scope.cancel()
 
 
 async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None:
@@ -89,12 +99,18 @@ async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None
     slot.resolve(None if values is None else kafka.encode_response(request, values))
 
 
-async def _write_answers(stream: trio.SocketStream, slots: trio.MemoryReceiveChannel) -> None:
+async def _write_answers(
+    stream: trio.SocketStream, slots: trio.MemoryReceiveChannel, scope: trio.CancelScope
+) -> None:
+    """Each answer in the order its request came; a client gone ends the connection."""
     async with slots:
-        async for slot in slots:
-            data = await slot.wait()
-            if data is not None:
-                await stream.send_all(data)
+        try:
+            async for slot in slots:
+                data = await slot.wait()
+                if data is not None:
+                    await stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            scope.cancel()
 
 
 async def _frames(stream: trio.SocketStream):

@@ -86,8 +86,9 @@ class Produce:
             return K.not_leader_or_follower if known else K.unknown_topic_or_partition
         try:
             batches = kafka_batch.split_batches(records or b"")
-            for header, _ in batches:
+            for header, view in batches:
                 kafka_batch.check_for_append(header)
+                kafka_batch.records_of(view, header)  # what native readers will decode
         except kafka_batch.UnsupportedCompressionError:
             return K.unsupported_compression_type
         except BatchError:

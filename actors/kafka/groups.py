@@ -1,0 +1,433 @@
+"""Kafka's consumer groups (the classic protocol) on quorumlog's coordinators.
+
+A group's coordinator is the node that leads its `__groups` partition, as for native
+groups, and its committed offsets are the same durable positions (`ResetOffsets` commands
+in `__groups`, acks=quorum): `group describe` shows them and a native consumer resumes from
+them. What the classic protocol adds is kept in memory on the coordinator, as Kafka keeps
+it between rebalances: the members, the generation, and the assignment the leader member
+computed (client-side assignors: range, round robin, cooperative sticky, ...). A new
+coordinator starts with no members; they find it, rejoin and resume from the committed
+offsets. A group is used by Kafka clients or native ones at a time, not both: a Kafka
+commit to a group with native members is refused, as is a join.
+
+Rebalance: a join moves the group to "PreparingRebalance"; it completes when every known
+member has joined again, or when the longest rebalance timeout has passed (the others are
+dropped). Then each member gets the new generation and the leader gets everyone's
+metadata; its SyncGroup hands out the assignment ("CompletingRebalance", then "Stable").
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+from kio.schema.errors import ErrorCode as K
+
+from actors.coordinator import Coordination, PassBack
+from actors.kafka.cluster import KafkaBrokers, host_port
+from actors.mailbox import Pending
+from consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
+from transport.messages import EndOffsetReply
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.kafka")
+
+EXPIRE_EVERY_S = 0.25
+EMPTY, PREPARING, COMPLETING, STABLE = (
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+)
+
+
+class GroupFailure(Exception):
+    def __init__(self, error: K):
+        self.error = error
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    client_id: str
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    protocols: list[tuple[str, bytes]]
+    last_seen: float
+    assignment: bytes = b""
+    joining: Pending | None = None  # its JoinGroup, waiting for the rebalance to complete
+    syncing: Pending | None = None  # its SyncGroup, waiting for the leader's
+
+
+@dataclass(slots=True)
+class KafkaGroup:
+    name: str
+    term: int  # of the coordination it lives in: a new leader's starts empty
+    protocol_type: str = ""
+    state: str = EMPTY
+    generation: int = 0
+    protocol: str = ""
+    leader: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def poke(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+
+class KafkaGroups:
+    def __init__(self, node: Node, brokers: KafkaBrokers, rng: random.Random):
+        self.node = node
+        self.brokers = brokers
+        self.rng = rng
+        self.groups: dict[str, KafkaGroup] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            while True:
+                await trio.sleep(EXPIRE_EVERY_S)
+                self._expire_sessions()
+
+    # ------------------------------------------------------------------- coordinator
+
+    async def find_coordinator(self, request, version: int) -> dict:
+        if getattr(request, "key_type", 0) != 0:
+            return {"error_code": K.coordinator_not_available, "error_message": "no transactions"}
+        try:
+            topic = await self.node.coordinator.groups_topic()
+        except PassBack:
+            return {"error_code": K.coordinator_not_available, "node_id": -1}
+        partition = groups_partition(request.key, len(topic.partitions))
+        leader = self.node.controller_actor.leader_hint(GROUPS_TOPIC, partition)
+        address = (await self.brokers.known()).get(leader)
+        if address is None:
+            return {"error_code": K.coordinator_not_available, "node_id": -1}
+        host, port = host_port(address)
+        return {"node_id": leader, "host": host, "port": port}
+
+    async def _coordination(self, name: str) -> Coordination:
+        coordinator = self.node.coordinator
+        try:
+            return await coordinator.current(await coordinator.partition_of(name))
+        except PassBack:
+            raise GroupFailure(K.not_coordinator) from None
+
+    async def _group(self, name: str) -> tuple[Coordination, KafkaGroup]:
+        c = await self._coordination(name)
+        group = self.groups.get(name)
+        if group is None or group.term != c.term:
+            group = self.groups[name] = KafkaGroup(name, c.term)
+        return c, group
+
+    # ------------------------------------------------------------------- membership
+
+    async def join_group(self, request, version: int) -> dict:
+        try:
+            c, group = await self._group(request.group_id)
+            native = c.state.groups.get(group.name)
+            if native is not None and native.members:
+                raise GroupFailure(K.inconsistent_group_protocol)
+            member = self._joining_member(group, request, version)
+        except GroupFailure as failure:
+            return {"error_code": failure.error, "member_id": request.member_id}
+        waiter = member.joining = Pending()
+        if group.state != PREPARING:
+            self._prepare_rebalance(group)
+        group.poke()
+        return await waiter.wait()
+
+    def _joining_member(self, group: KafkaGroup, request, version: int) -> Member:
+        protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
+        if group.members and request.protocol_type != group.protocol_type:
+            raise GroupFailure(K.inconsistent_group_protocol)
+        others = [m for m in group.members.values() if m.member_id != request.member_id]
+        names = {n for n, _ in protocols}
+        if others and not names & set.intersection(*({n for n, _ in m.protocols} for m in others)):
+            raise GroupFailure(K.inconsistent_group_protocol)
+        session_s = request.session_timeout.total_seconds()
+        rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
+        now = trio.current_time()
+        member_id = request.member_id
+        if not member_id:
+            member_id = f"{request.group_id}-{self.rng.getrandbits(64):016x}"
+        elif member_id not in group.members:
+            raise GroupFailure(K.unknown_member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            member = group.members[member_id] = Member(member_id, "", session_s, rebalance, [], now)
+        member.protocols = protocols
+        member.session_timeout_s, member.rebalance_timeout_s = session_s, max(rebalance, session_s)
+        member.last_seen = now
+        group.protocol_type = request.protocol_type
+        return member
+
+    def _prepare_rebalance(self, group: KafkaGroup) -> None:
+        group.state = PREPARING
+        for member in group.members.values():
+            if member.syncing is not None:
+                member.syncing.resolve({"error_code": K.rebalance_in_progress})
+                member.syncing = None
+        assert self._nursery is not None
+        self._nursery.start_soon(self._rebalance, group)
+
+    async def _rebalance(self, group: KafkaGroup) -> None:
+        """Until every member joined again or the longest rebalance timeout passed."""
+        timeout = max((m.rebalance_timeout_s for m in group.members.values()), default=0.0)
+        with trio.move_on_after(timeout):
+            while any(m.joining is None for m in group.members.values()):
+                await group.changed.wait()
+        if self.groups.get(group.name) is not group or group.state != PREPARING:
+            return
+        for member in [m for m in group.members.values() if m.joining is None]:
+            del group.members[member.member_id]  # did not rejoin in time
+        if not group.members:
+            group.state, group.generation = EMPTY, group.generation + 1
+            return
+        group.generation += 1
+        group.protocol = _chosen_protocol(group)
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.state = COMPLETING
+        for member in group.members.values():
+            answer = {
+                "generation_id": group.generation,
+                "protocol_name": group.protocol,
+                "leader": group.leader,
+                "member_id": member.member_id,
+            }
+            if member.member_id == group.leader:
+                answer["members"] = [
+                    {"member_id": m.member_id, "metadata": dict(m.protocols)[group.protocol]}
+                    for m in group.members.values()
+                ]
+            assert member.joining is not None
+            member.joining.resolve(answer)
+            member.joining = None
+        logger.info(
+            "kafka_group_rebalanced",
+            group=group.name,
+            generation=group.generation,
+            members=len(group.members),
+        )
+
+    async def sync_group(self, request, version: int) -> dict:
+        try:
+            _, group = await self._group(request.group_id)
+            member = _member(group, request.member_id, request.generation_id)
+        except GroupFailure as failure:
+            return {"error_code": failure.error}
+        member.last_seen = trio.current_time()
+        if group.state == PREPARING:
+            return {"error_code": K.rebalance_in_progress}
+        if group.state == STABLE:
+            return {"assignment": member.assignment}
+        if member.member_id == group.leader:
+            given = {a.member_id: bytes(a.assignment) for a in request.assignments}
+            for m in group.members.values():
+                m.assignment = given.get(m.member_id, b"")
+                if m.syncing is not None:
+                    m.syncing.resolve({"assignment": m.assignment})
+                    m.syncing = None
+            group.state = STABLE
+            return {"assignment": member.assignment}
+        waiter = member.syncing = Pending()
+        return await waiter.wait()
+
+    async def heartbeat(self, request, version: int) -> dict:
+        try:
+            _, group = await self._group(request.group_id)
+            member = _member(group, request.member_id, request.generation_id)
+        except GroupFailure as failure:
+            return {"error_code": failure.error}
+        member.last_seen = trio.current_time()
+        return {"error_code": K.rebalance_in_progress if group.state == PREPARING else K.none}
+
+    async def leave_group(self, request, version: int) -> dict:
+        ids = [m.member_id for m in request.members] if version >= 3 else [request.member_id]
+        try:
+            _, group = await self._group(request.group_id)
+        except GroupFailure as failure:
+            return {"error_code": failure.error}
+        results = []
+        for member_id in ids:
+            member = group.members.pop(member_id, None)
+            if member is not None and member.joining is not None:
+                member.joining.resolve({"error_code": K.unknown_member_id})
+            error = K.none if member is not None else K.unknown_member_id
+            results.append({"member_id": member_id, "error_code": error})
+        if len(ids) == 1 and results[0]["error_code"] != K.none:
+            return {"error_code": K.unknown_member_id, "members": results}
+        self._members_left(group)
+        return {"members": results}
+
+    def _members_left(self, group: KafkaGroup) -> None:
+        if not group.members:
+            group.state, group.generation = EMPTY, group.generation + 1
+            group.poke()
+        elif group.state != PREPARING:
+            self._prepare_rebalance(group)
+        else:
+            group.poke()
+
+    def _expire_sessions(self) -> None:
+        now = trio.current_time()
+        for group in self.groups.values():
+            expired = [
+                m.member_id
+                for m in group.members.values()
+                if m.joining is None and now - m.last_seen > m.session_timeout_s
+            ]
+            for member_id in expired:
+                del group.members[member_id]
+                logger.info("kafka_member_expired", group=group.name, member=member_id)
+            if expired:
+                self._members_left(group)
+
+    # ------------------------------------------------------------------- offsets
+
+    async def offset_commit(self, request, version: int) -> dict:
+        generation = getattr(request, "generation_id_or_member_epoch", None)
+        if generation is None:
+            generation = request.generation_id
+        offsets = [
+            (t.name, p.partition_index, p.committed_offset)
+            for t in request.topics
+            for p in t.partitions
+        ]
+        try:
+            c, group = await self._group(request.group_id)
+            if generation >= 0 or request.member_id or group.members:
+                _member(group, request.member_id, generation)
+                if group.state == COMPLETING:
+                    raise GroupFailure(K.rebalance_in_progress)
+            error = await self._commit(c, group.name, offsets)
+        except GroupFailure as failure:
+            error = failure.error
+        return {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": error}
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ]
+        }
+
+    async def _commit(self, c: Coordination, name: str, offsets: list) -> K:
+        topics = self.node.controller_actor.state.topics
+        for topic, partition, offset in offsets:
+            found = topics.get(topic)
+            if found is None or not 0 <= partition < len(found.partitions):
+                return K.unknown_topic_or_partition
+            if offset < 0:
+                return K.invalid_commit_offset_size
+        async with c.lock(name):
+            why = await c.propose(ResetOffsets(name, tuple(offsets)))
+        return K.none if why is None else K.inconsistent_group_protocol
+
+    async def offset_fetch(self, request, version: int) -> dict:
+        try:
+            c = await self._coordination(request.group_id)
+            confirmed = await c.replica.end_offset(True)  # a deposed coordinator may lag
+            if not isinstance(confirmed, EndOffsetReply):
+                raise GroupFailure(K.not_coordinator)
+        except GroupFailure as failure:
+            return {"error_code": failure.error, "topics": []}
+        c.catch_up()
+        native = c.state.groups.get(request.group_id)
+        committed = native.committed if native is not None else {}
+        if request.topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in request.topics}
+        return {
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "committed_offset": committed.get((topic, p), -1),
+                            "metadata": "",
+                        }
+                        for p in partitions
+                    ],
+                }
+                for topic, partitions in wanted.items()
+            ]
+        }
+
+    # ------------------------------------------------------------------- admin
+
+    async def describe_groups(self, request, version: int) -> dict:
+        out = []
+        for name in request.groups:
+            try:
+                _, group = await self._group(name)
+            except GroupFailure as failure:
+                out.append({"group_id": name, "error_code": failure.error})
+                continue
+            out.append(
+                {
+                    "group_id": name,
+                    "group_state": group.state if group.members else EMPTY,
+                    "protocol_type": group.protocol_type,
+                    "protocol_data": group.protocol,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "client_id": m.client_id,
+                            "member_metadata": dict(m.protocols).get(group.protocol, b""),
+                            "member_assignment": m.assignment,
+                        }
+                        for m in group.members.values()
+                    ],
+                }
+            )
+        return {"groups": out}
+
+    async def list_groups(self, request, version: int) -> dict:
+        """The groups this node coordinates: Kafka's with members, and every group whose
+        offsets its `__groups` partitions hold."""
+        names: dict[str, str] = {}
+        for c in self.node.coordinator.coordinations.values():
+            if c.replica.core.is_leader:
+                for name in c.state.groups:
+                    names[name] = "consumer"
+        for name, group in self.groups.items():
+            if group.members:
+                names[name] = group.protocol_type
+        return {"groups": [{"group_id": n, "protocol_type": t} for n, t in sorted(names.items())]}
+
+
+def _member(group: KafkaGroup, member_id: str, generation: int) -> Member:
+    member = group.members.get(member_id)
+    if member is None:
+        raise GroupFailure(K.unknown_member_id)
+    if generation != group.generation:
+        raise GroupFailure(K.illegal_generation)
+    return member
+
+
+def _chosen_protocol(group: KafkaGroup) -> str:
+    """The protocol every member supports that most members list first (Kafka's vote)."""
+    members = list(group.members.values())
+    common = set.intersection(*({n for n, _ in m.protocols} for m in members))
+    votes: dict[str, int] = {}
+    for m in members:
+        first = next(n for n, _ in m.protocols if n in common)
+        votes[first] = votes.get(first, 0) + 1
+    return max(sorted(votes), key=lambda n: votes[n])
