@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode as K
 
 from actors.kafka.cluster import kafka_error
 from log import kafka_batch
-from log.batch import BatchType, Compression, split_batches
+from log.batch import BatchHeader, BatchType, Compression, split_batches
 from log.records import batch_records
 from transport.messages import ErrorReply
 
@@ -111,7 +111,9 @@ async def _any_round(groups: list[GroupActor]) -> None:
 
 async def _offset_for(group: GroupActor, timestamp: int) -> int:
     """Kafka's ListOffsets: the high watermark (latest), the log start (earliest), or the
-    first committed offset of a batch stamped at or after `timestamp` (-1 if none)."""
+    first committed record stamped at or after `timestamp` (-1 if none). A scan of the log:
+    a Kafka batch whose largest timestamp is earlier is skipped unread; a native batch's
+    header holds when it was made, not its records' stamps, so its records are read."""
     log, commit = group.log, group.core.commit_offset
     if timestamp == LATEST:
         return commit + 1
@@ -122,12 +124,27 @@ async def _offset_for(group: GroupActor, timestamp: int) -> int:
         chunk = log.read(offset, SCAN_BYTES, upto_offset=commit)
         if not chunk.data:
             break
-        for header, _ in split_batches(chunk.data):
-            if header.batch_type is BatchType.DATA and header.timestamp_ms >= timestamp:
-                return max(header.base_offset, offset)
+        for header, view in split_batches(chunk.data):
+            found = _first_at_or_after(header, view, timestamp, offset)
+            if found is not None:
+                return found
             offset = header.last_offset + 1
         await trio.lowlevel.checkpoint()
     return -1
+
+
+def _first_at_or_after(
+    header: BatchHeader, batch: memoryview, timestamp: int, offset: int
+) -> int | None:
+    if header.batch_type is not BatchType.DATA:
+        return None
+    if header.compression is Compression.KAFKA and header.timestamp_ms < timestamp:
+        return None  # its header holds the batch's largest timestamp
+    for i, record in enumerate(batch_records(batch, header)):
+        at = header.base_offset + i
+        if at >= offset and record.timestamp_ms >= timestamp:
+            return at
+    return None
 
 
 def as_kafka(data: bytes) -> bytes:

@@ -389,12 +389,6 @@ def leader_of(admin: AdminClient, topic: str, partition: int) -> int:
     return wait_until(leader, 20, f"a leader of {topic}/{partition}")
 
 
-@pytest.mark.xfail(
-    reason="actors/kafka/fetch.py _offset_for: batch granularity, and a native batch's append "
-    "time instead of its records' timestamps",
-    raises=AssertionError,
-    strict=True,
-)
 def test_list_offsets_by_time_finds_the_first_record_at_or_after_it(cluster, admin):
     """Kafka's ListOffsets (offsets_for_times): the earliest offset whose timestamp is at or
     after the time; none (-1) past the last record."""
