@@ -88,7 +88,7 @@ class Produce:
             batches = kafka_batch.split_batches(records or b"")
             for header, view in batches:
                 kafka_batch.check_for_append(header)
-                kafka_batch.records_of(view, header)  # what native readers will decode
+                kafka_batch.check_records(view, header)  # what native readers will decode
         except kafka_batch.UnsupportedCompressionError:
             return K.unsupported_compression_type
         except BatchError:
