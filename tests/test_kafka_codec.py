@@ -28,6 +28,7 @@ from log.kafka_batch import (
     ZSTD,
     UnsupportedCompressionError,
     check_for_append,
+    check_records,
     empty_batch,
     encode_batch,
     parse_header,
@@ -335,7 +336,8 @@ def test_arbitrary_bytes_are_only_ever_a_batch_error(data):
 def test_any_records_section_under_a_valid_crc_is_only_ever_a_batch_error(
     attributes, count, body, flips, compress
 ):
-    """Past the CRC, where a buggy producer's bytes get to: decoding must refuse, not crash."""
+    """Past the CRC, where a buggy producer's bytes get to: decoding must refuse, not crash,
+    and the leader's check (`check_records`) must refuse exactly what decoding refuses."""
     damaged = bytearray(body)
     for position, mask in flips:
         if damaged:
@@ -346,8 +348,15 @@ def test_any_records_section_under_a_valid_crc_is_only_ever_a_batch_error(
     header = parse_header(batch)
     with contextlib.suppress(BatchError):
         check_for_append(header)
-    with contextlib.suppress(BatchError):
-        records_of(batch, header)
+
+    def decodes(read) -> bool:
+        try:
+            read(batch, header)
+        except BatchError:
+            return False
+        return True
+
+    assert decodes(check_records) == decodes(records_of)
 
 
 # ------------------------------------------------------------------------ requests
