@@ -104,10 +104,18 @@ def test_demo_passes():
 
 
 def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
-    ports = free_ports(3)
-    base = ports[0]
+    base, kafka_base = free_ports(2)
     proc = subprocess.Popen(
-        [*QUORUMLOG, "dev", "--data", str(tmp_path), "--base-port", str(base)],
+        [
+            *QUORUMLOG,
+            "dev",
+            "--data",
+            str(tmp_path),
+            "--base-port",
+            str(base),
+            "--kafka-base-port",
+            str(kafka_base),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -120,6 +128,13 @@ def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
             if out.returncode == 0:
                 break
         assert out.returncode == 0, out.stderr
+        statuses = [
+            json.loads(line)
+            for line in ql("status", "-b", cluster.brokers, "--json").stdout.splitlines()
+        ]
+        assert sorted(s["kafka_address"] for s in statuses) == [
+            f"127.0.0.1:{kafka_base + i}" for i in range(3)
+        ]
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
