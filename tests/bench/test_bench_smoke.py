@@ -305,3 +305,15 @@ def test_consume_smallest(tmp_path):
     (latency,) = [row for figure, row in rows.items() if figure.startswith("queue mode append")]
     _positive(latency, "p50_ms", "p99_ms", "records")
     _no_serve_left()
+
+
+def test_kafka_smallest(tmp_path):
+    from bench import kafka
+
+    rows = _by_figure(_written(tmp_path, "kafka", kafka.run(tiny=True)))
+    for figure, row in rows.items():
+        if figure.startswith("produce, confluent-kafka"):
+            _positive(row, "records_per_s", "p99_ms", "vs_native")
+    _positive(rows["consume, confluent-kafka Consumer"], "records_per_s", "vs_native")
+    _positive(rows["consume, Client.read loop"], "records_per_s")
+    _no_serve_left()
