@@ -26,6 +26,7 @@ import structlog
 import trio
 
 from actors.admin import forward_to_leader
+from actors.read_index import term_committed
 from actors.replicated import PassBack, append_command, committed_batches, not_leader
 from consumers.assignment import TopicPartition, assign
 from consumers.state import (
@@ -406,7 +407,7 @@ class Coordinator:
         if c is None or c.replica is not replica:  # new, or its task was restarted
             c = self.coordinations[partition] = Coordination(replica, partition)
         term = replica.core.term
-        if not await replica.term_committed():
+        if not await term_committed(replica):
             raise not_leader(replica)
         c.catch_up()
         if c.term != term:

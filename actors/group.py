@@ -35,16 +35,15 @@ from actors.mailbox import (
     QuorumWaiter,
     WakeUp,
 )
+from actors.read_index import read_index
 from actors.stats import NodeStats
 from actors.storage import GroupStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
 from log.wal import OffsetOutOfRangeError, RunSync
 from membership.config import Configuration
-from membership.quorum import has_quorum
 from raft.core import Proposal, RaftCore
 from raft.producers import StaleSequenceError
 from raft.settings import RaftSettings
-from transport.errors import ConnectionClosed
 from transport.messages import (
     Acks,
     AppendReply,
@@ -53,7 +52,6 @@ from transport.messages import (
     ErrorCode,
     ErrorReply,
     Heartbeat,
-    HeartbeatReply,
     Message,
     ReadReply,
 )
@@ -449,52 +447,10 @@ class GroupActor:
             return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
         if not core.is_leader:
             return self.not_leader(core.leader_id)
-        commit = await self._read_index()
+        commit = await read_index(self, self._transport)
         if commit is None:
             return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
         return EndOffsetReply(commit, self.log.log_start_offset)
-
-    async def term_committed(self) -> bool:
-        """Waits (up to an election timeout) until this leader's term has an entry committed
-        (its barrier): then its commit offset covers everything committed before it. False
-        if it is not, or no longer, the leader of that term."""
-        core = self.core
-        term = core.term
-        with trio.move_on_after(self.settings.election_timeout_max_s):
-            while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
-                await self.round_done.wait()  # the barrier of this term commits soon
-        return core.is_leader and core.term == term and core.term_at(core.commit_offset) == term
-
-    async def _read_index(self) -> int | None:
-        """ReadIndex (Raft dissertation 6.4): once an entry of this term is committed, note
-        the commit offset, then confirm with a quorum that we still lead."""
-        core = self.core
-        term = core.term
-        if not await self.term_committed():
-            return None
-        commit = core.commit_offset
-        confirmed = {self.node_id}
-        transport = self._transport
-        assert transport is not None
-
-        async def ask(peer: int) -> None:
-            try:
-                reply = await transport.request(peer, core.heartbeat_message())
-            except ConnectionClosed:
-                return
-            if isinstance(reply, HeartbeatReply) and reply.term == term:
-                confirmed.add(peer)
-                if has_quorum(core.config, confirmed):
-                    nursery.cancel_scope.cancel()
-
-        if has_quorum(core.config, confirmed):
-            return commit
-        with trio.move_on_after(self.settings.election_timeout_min_s):
-            async with trio.open_nursery() as nursery:
-                for peer in core.config.voters - {self.node_id}:
-                    nursery.start_soon(ask, peer)
-        ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
-        return commit if ok else None
 
     def status(self) -> dict:
         out = self.core.status()

@@ -111,7 +111,7 @@ class BatchHeader(NamedTuple):
 
 
 def build_batch(
-    payload: bytes,
+    payload: bytes | memoryview,
     *,
     record_count: int,
     batch_type: BatchType = BatchType.DATA,

@@ -218,13 +218,19 @@ class KafkaGroups:
             members=len(group.members),
         )
 
+    async def _seen(self, request) -> tuple[KafkaGroup, Member]:
+        """The group and member a SyncGroup or Heartbeat names (GroupFailure if the member
+        or its generation is not the group's), noted alive."""
+        _, group = await self._group(request.group_id)
+        member = _member(group, request.member_id, request.generation_id)
+        member.last_seen = trio.current_time()
+        return group, member
+
     async def sync_group(self, request, version: int) -> dict:
         try:
-            _, group = await self._group(request.group_id)
-            member = _member(group, request.member_id, request.generation_id)
+            group, member = await self._seen(request)
         except GroupFailure as failure:
             return {"error_code": failure.error}
-        member.last_seen = trio.current_time()
         if group.state == PREPARING:
             return {"error_code": K.rebalance_in_progress}
         if group.state == STABLE:
@@ -243,11 +249,9 @@ class KafkaGroups:
 
     async def heartbeat(self, request, version: int) -> dict:
         try:
-            _, group = await self._group(request.group_id)
-            member = _member(group, request.member_id, request.generation_id)
+            group, _ = await self._seen(request)
         except GroupFailure as failure:
             return {"error_code": failure.error}
-        member.last_seen = trio.current_time()
         return {"error_code": K.rebalance_in_progress if group.state == PREPARING else K.none}
 
     async def leave_group(self, request, version: int) -> dict:

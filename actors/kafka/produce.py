@@ -104,7 +104,7 @@ class Produce:
         append = AppendRequest(
             b"".join(
                 build_batch(
-                    bytes(view),
+                    view,  # copied once, behind the header
                     record_count=h.records_count,
                     compression=Compression.KAFKA,
                     producer_id=pid,

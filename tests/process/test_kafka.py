@@ -69,9 +69,9 @@ def admin(cluster):
 
 
 def serves_metadata(cluster: ProcessCluster, node_id: int) -> bool:
-    """Whether the node's Metadata names every broker and a controller. For about two
-    seconds after start (actors/kafka/cluster.py KafkaBrokers: one REFRESH_S after a first
-    round of asking that can miss peers) it names only itself, with no controller."""
+    """Whether the node's Metadata names every broker and a controller (a listener that
+    has not yet learnt every broker's Kafka address waits up to a second, then names those
+    it knows: actors/kafka/cluster.py, KafkaBrokers)."""
     try:
         with connect(cluster, node_id, timeout=2) as sock:
             sock.sendall(request_bytes(MetadataRequest[1](topics=[]), 1))

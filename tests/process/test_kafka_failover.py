@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -17,8 +16,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
-from tests.process.test_topics import wait_until
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from tests.process.kafka_support import kafka_cluster
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -27,24 +26,9 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
 RECORDS = 1500
 
 
-def listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(str(tmp_path_factory.mktemp("kafka-failover")), kafka_ports=free_ports(3))
-    c.start_all()
-    try:
-        c.wait_for_leader()
-        wait_until(lambda: all(listening(p) for p in c.kafka_ports), 30, "Kafka listeners")
-        yield c
-    finally:
-        c.stop_all()
+    yield from kafka_cluster(str(tmp_path_factory.mktemp("kafka-failover")))
 
 
 def leader_of(cluster: ProcessCluster, topic: str, partition: int) -> int:

@@ -6,7 +6,6 @@ same positions `group describe` shows."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import warnings
 
@@ -14,7 +13,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from quorumlog import Record
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.localcluster import ProcessCluster
+from tests.process.kafka_support import kafka_cluster
 from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
@@ -25,24 +25,9 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
 PARTITIONS = 4
 
 
-def listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(str(tmp_path_factory.mktemp("kafka-groups")), kafka_ports=free_ports(3))
-    c.start_all()
-    try:
-        c.wait_for_leader()
-        wait_until(lambda: all(listening(p) for p in c.kafka_ports), 30, "Kafka listeners")
-        yield c
-    finally:
-        c.stop_all()
+    yield from kafka_cluster(str(tmp_path_factory.mktemp("kafka-groups")))
 
 
 def fill(cluster: ProcessCluster, topic: str, per_partition: int) -> set[bytes]:

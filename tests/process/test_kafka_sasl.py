@@ -11,17 +11,10 @@ from confluent_kafka import KafkaException, Producer
 
 from quorumlog import Client
 from quorumlog.localcluster import ProcessCluster, free_ports
+from tests.process.kafka_support import listening
 from tests.process.test_topics import wait_until
 
 SECRET = "kafka-secret"
-
-
-def listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

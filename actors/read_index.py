@@ -1,0 +1,59 @@
+"""Reads a leader may answer only once sure it still leads: its term's barrier committed
+(`term_committed`), then ReadIndex (`read_index`, Raft dissertation 6.4)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+
+from membership.quorum import has_quorum
+from transport.errors import ConnectionClosed
+from transport.messages import HeartbeatReply
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from transport.network import NodeTransport
+
+
+async def term_committed(group: GroupActor) -> bool:
+    """Waits (up to an election timeout) until the group's leader term has an entry
+    committed (its barrier): then its commit offset covers everything committed before it.
+    False if it is not, or no longer, the leader of that term."""
+    core = group.core
+    term = core.term
+    with trio.move_on_after(group.settings.election_timeout_max_s):
+        while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
+            await group.round_done.wait()  # the barrier of this term commits soon
+    return core.is_leader and core.term == term and core.term_at(core.commit_offset) == term
+
+
+async def read_index(group: GroupActor, transport: NodeTransport | None) -> int | None:
+    """Once an entry of this term is committed, note the commit offset, then confirm with a
+    quorum that we still lead; None if we could not."""
+    core = group.core
+    term = core.term
+    if not await term_committed(group):
+        return None
+    commit = core.commit_offset
+    confirmed = {group.node_id}
+    assert transport is not None
+
+    async def ask(peer: int) -> None:
+        try:
+            reply = await transport.request(peer, core.heartbeat_message())
+        except ConnectionClosed:
+            return
+        if isinstance(reply, HeartbeatReply) and reply.term == term:
+            confirmed.add(peer)
+            if has_quorum(core.config, confirmed):
+                nursery.cancel_scope.cancel()
+
+    if has_quorum(core.config, confirmed):
+        return commit
+    with trio.move_on_after(group.settings.election_timeout_min_s):
+        async with trio.open_nursery() as nursery:
+            for peer in core.config.voters - {group.node_id}:
+                nursery.start_soon(ask, peer)
+    ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
+    return commit if ok else None

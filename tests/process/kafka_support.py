@@ -1,0 +1,30 @@
+"""What the Kafka process tests share: a 3-node cluster with Kafka listeners."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+from quorumlog.localcluster import ProcessCluster, free_ports
+from tests.process.test_topics import wait_until
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def kafka_cluster(root: str) -> Iterator[ProcessCluster]:
+    """A started 3-node cluster whose Kafka listeners accept connections; stopped after.
+    For a module-scoped fixture: `yield from kafka_cluster(...)`."""
+    c = ProcessCluster(root, kafka_ports=free_ports(3))
+    c.start_all()
+    try:
+        c.wait_for_leader()
+        wait_until(lambda: all(listening(p) for p in c.kafka_ports), 30, "Kafka listeners")
+        yield c
+    finally:
+        c.stop_all()
