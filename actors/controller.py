@@ -65,6 +65,8 @@ LEADER_UPDATES_INTERVAL_S = 0.05
 LIVE_BEATS = 4
 # How long `describe_topic` waits for each replica's own account of itself.
 DESCRIBE_ASK_S = 1.0
+# How long `topic_is_unknown` waits for the controller's leader.
+TOPIC_ASK_S = 2.0
 
 
 class ControllerActor:
@@ -201,7 +203,7 @@ class ControllerActor:
             for (t, p), g in self.node.partitions.items()
         ]
 
-    def on_leader_updates(self, message: LeaderUpdates) -> None:
+    def on_leader_updates(self, sender: int, message: LeaderUpdates) -> None:
         try:
             entries = [LeaderEntry(*e) for e in msgpack.unpackb(message.entries, raw=False)]
         except (TypeError, ValueError, msgpack.UnpackException) as exc:
@@ -209,6 +211,11 @@ class ControllerActor:
             return
         if self.leaders.merge(entries):
             self._signal()
+        if message.full and self.group.core.is_leader:
+            # The sender just learned of this leader: it started, joined or came back, and
+            # knows only what changed since. Updates carry changes only, so without the
+            # whole table it would never learn of a partition whose leader stays put.
+            self.node.send_nowait(sender, LeaderUpdates(_pack(list(self.leaders)), False))
 
     async def _send_leader_updates(self) -> None:
         while True:
@@ -285,6 +292,27 @@ class ControllerActor:
             and core.term_at(core.commit_offset) == core.term
             and self._next_offset > core.commit_offset
         )
+
+    async def topic_is_unknown(self, name: str) -> bool:
+        """Whether the cluster has no topic `name`, not only this node's state: a node
+        that just restarted applies the controller's log only once it hears the commit
+        offset, and until then would call every topic unknown (a consumer told so gives up
+        for good). Only a current controller leader answers from its own state; otherwise
+        its leader is asked. False also when nobody could tell in time: then, retry."""
+        if name in self.state.topics:
+            return False
+        if self.is_current():
+            return True
+        leader = self.group.core.leader_id
+        if leader is None or leader == self.node.id:
+            return False  # an election, or this new leader's barrier: soon known
+        with trio.move_on_after(TOPIC_ASK_S):
+            try:
+                reply = await self.node.request(leader, AdminRequest("list_topics", {}))
+            except ConnectionClosed:
+                return False
+            return isinstance(reply, AdminReply) and name not in reply.result["topics"]
+        return False
 
     async def propose(self, command: Command) -> str | None:
         """Append a command with acks=quorum; once applied here, why it did nothing (or

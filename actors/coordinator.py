@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import structlog
 import trio
 
 from actors.admin import forward_to_leader
+from actors.leader_calls import ASK_S, UnknownTopic, ask_node, ask_partition_leader, leader_of
 from actors.read_index import term_committed
 from actors.replicated import PassBack, append_command, committed_batches, not_leader
 from consumers.assignment import TopicPartition, assign
@@ -45,18 +46,15 @@ from consumers.state import (
 )
 from log.batch import BatchType
 from log.records import batch_records
-from transport.errors import ConnectionClosed
 from transport.messages import (
     AdminReply,
     AdminRequest,
-    AppendRequest,
     EndOffsetReply,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     GroupRequest,
     Message,
-    ReadRequest,
 )
 
 if TYPE_CHECKING:
@@ -75,9 +73,7 @@ HEARTBEAT_INTERVAL_S_MIN = 0.05
 # Queue mode: a lease given before this coordinator took over runs this long from then,
 # unless its holder said otherwise since.
 LEASE_S_DEFAULT = 30.0
-# How long the coordinator tries a call on a partition's leader.
-ASK_S = 5.0
-ASK_RETRY_S = 0.05
+SLOW_CALL_S = 2.0  # a group call slower than this is logged
 # How often the coordinator learns the end of the partitions its groups consume (for lag).
 LAG_REFRESH_S = 2.0
 MEMBER_ID_CHARS_MAX = 200
@@ -85,10 +81,6 @@ MEMBER_ID_CHARS_MAX = 200
 
 class NotMember(Exception):
     """The caller is not (or no longer) a member of the group: it must rejoin."""
-
-
-class UnknownTopic(Exception):
-    pass
 
 
 @dataclass(slots=True)
@@ -335,13 +327,30 @@ class Coordinator:
         for name in topics:
             topic = state.topics.get(name)
             if topic is None:
-                raise UnknownTopic(f"unknown topic {name!r}")
+                raise UnknownTopic(name, f"unknown topic {name!r}")
             out += [(name, p) for p in range(len(topic.partitions))]
         return out
 
     # ------------------------------------------------------------------- calls
 
     async def handle(self, request: GroupRequest) -> Message:
+        started = trio.current_time()
+        try:
+            return await self._handle(request)
+        finally:
+            took_s = trio.current_time() - started
+            if took_s > SLOW_CALL_S:
+                logger.warning(
+                    "slow_group_call",
+                    node_id=self.node.id,
+                    group=request.group,
+                    call=request.op,
+                    took_s=round(took_s, 3),
+                )
+
+    async def _handle(self, request: GroupRequest) -> Message:
+        if not self.node.is_member():
+            return self.node.not_a_member()
         try:
             node_call = self.calls.node.get(request.op)
             if node_call is not None:
@@ -357,7 +366,12 @@ class Coordinator:
         except NotMember as exc:
             return ErrorReply(ErrorCode.NOT_MEMBER, str(exc))
         except UnknownTopic as exc:
-            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, str(exc))
+            if await self.node.controller_actor.topic_is_unknown(exc.topic):
+                logger.info("unknown_topic", node_id=self.node.id, topic=exc.topic, call=request.op)
+                return ErrorReply(ErrorCode.UNKNOWN_TOPIC, str(exc))
+            return ErrorReply(
+                ErrorCode.BUSY, f"node {self.node.id} is catching up on the topics: retry"
+            )
         except GroupError as exc:
             return ErrorReply(ErrorCode.REFUSED, str(exc))
         except (KeyError, TypeError, ValueError) as exc:
@@ -392,7 +406,7 @@ class Coordinator:
         """The coordination of a `__groups` partition this node leads, up to date; PassBack
         with the leader to ask otherwise."""
         node = self.node
-        replica = node.partitions.get((GROUPS_TOPIC, partition))
+        replica = node.replica(GROUPS_TOPIC, partition)
         if replica is None:
             leader = node.controller_actor.leader_hint(GROUPS_TOPIC, partition)
             raise PassBack(
@@ -420,62 +434,16 @@ class Coordinator:
         """(first offset kept, next offset to be written) of a topic partition, as its
         leader (or, unless `exact`, a replica taken for it) says."""
         ask = EndOffsetRequest(exact, *tp)
-        reply = await self.ask_partition_leader(tp, ask, EndOffsetReply)
+        reply = await ask_partition_leader(self.node, tp, ask, EndOffsetReply)
         end = reply.commit_offset + 1
         self.ends[tp] = max(self.ends.get(tp, 0), end)
         return reply.log_start_offset, end
 
-    async def ask_partition_leader(
-        self, tp: TopicPartition, message: PartitionCall, answer: type[M]
-    ) -> M:
-        """`message` answered by the leader of a topic partition, here or elsewhere,
-        retried while leadership moves; UnknownTopic, or PassBack after ASK_S."""
-        node = self.node
-        with trio.move_on_after(ASK_S):
-            while True:
-                replica = node.partitions.get(tp)
-                if replica is not None and replica.core.is_leader:
-                    reply = await _on_replica(replica, message)
-                else:
-                    reply = await self._ask(self._leader_of(tp, replica), message)
-                if isinstance(reply, answer):
-                    return reply
-                if isinstance(reply, ErrorReply) and reply.code is ErrorCode.UNKNOWN_TOPIC:
-                    raise UnknownTopic(reply.message)
-                await trio.sleep(ASK_RETRY_S)
-        raise PassBack(ErrorReply(ErrorCode.BUSY, f"{tp[0]}/{tp[1]} has no leader now: retry"))
-
-    def _leader_of(self, tp: TopicPartition, replica: GroupActor | None) -> int | None:
-        if replica is not None and replica.core.leader_id is not None:
-            return replica.core.leader_id
-        return self.node.controller_actor.leader_hint(*tp)
-
-    async def _ask(self, node_id: int | None, message: Message) -> Message | None:
-        if node_id is None or node_id == self.node.id:
-            return None
-        try:
-            return await self.node.request(node_id, message)
-        except ConnectionClosed:
-            return None
-
     async def ask_coordinator(self, partition: int, request: GroupRequest) -> Message | None:
         """`request` answered by the leader of a `__groups` partition, here or elsewhere."""
-        replica = self.node.partitions.get((GROUPS_TOPIC, partition))
+        replica = self.node.replica(GROUPS_TOPIC, partition)
         if replica is not None and replica.core.is_leader:
             return await self.handle(request)
-        return await self._ask(self._leader_of((GROUPS_TOPIC, partition), replica), request)
-
-
-PartitionCall = ReadRequest | EndOffsetRequest | AppendRequest
-M = TypeVar("M", bound=Message)
-
-
-async def _on_replica(replica: GroupActor, message: PartitionCall) -> Message:
-    """A partition call answered by this node's replica, as the node's handler would."""
-    match message:
-        case ReadRequest(offset, max_bytes):
-            return replica.read(offset, max_bytes)
-        case EndOffsetRequest(linearizable):
-            return await replica.end_offset(linearizable)
-        case AppendRequest():
-            return await replica.append(message)
+        return await ask_node(
+            self.node, leader_of(self.node, (GROUPS_TOPIC, partition), replica), request
+        )

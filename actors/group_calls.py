@@ -10,19 +10,17 @@ import trio
 
 from actors import queue_calls
 from actors.coordinator import (
-    ASK_RETRY_S,
-    ASK_S,
     Calls,
     Coordination,
     Coordinator,
     NotMember,
     PassBack,
     Session,
-    UnknownTopic,
     heartbeat_interval_s,
     member_id,
     membership,
 )
+from actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
 from consumers.assignment import TopicPartition
 from consumers.state import (
     GROUPS_TOPIC,

@@ -307,13 +307,13 @@ class Node:
             return await group.deliver(peer.node_id, message)
         match message:
             case AppendRequest(topic=topic, partition=partition):
-                group = self.partitions.get((topic, partition))
+                group = self.replica(topic, partition)
                 return await group.append(message) if group else self._no_replica(message)
             case ReadRequest(offset, bytes_max, topic, partition):
-                group = self.partitions.get((topic, partition))
+                group = self.replica(topic, partition)
                 return group.read(offset, bytes_max) if group else self._no_replica(message)
             case EndOffsetRequest(linearizable, topic, partition):
-                group = self.partitions.get((topic, partition))
+                group = self.replica(topic, partition)
                 if group is None:
                     return self._no_replica(message)
                 return await group.end_offset(linearizable)
@@ -336,16 +336,45 @@ class Node:
     def _from_peer(self, sender: int, message: Message) -> None:
         match message:
             case LeaderUpdates():
-                self.controller_actor.on_leader_updates(message)
+                self.controller_actor.on_leader_updates(sender, message)
             case HeartbeatBatch():
                 self.heartbeats.on_batch(sender, message)
             case HeartbeatBatchReply():
                 self.heartbeats.on_batch_reply(sender, message)
 
+    def replica(self, topic: str, partition: int) -> GroupActor | None:
+        """This node's replica of a partition, if the controller still places it here. A
+        replica moved away stays on the node, idle (actors/controller.py says why), with
+        its commit offset and leader frozen at the move: it must not answer for the
+        partition (a reader would see its end stand still)."""
+        group = self.partitions.get((topic, partition))
+        if group is None or topic == DEFAULT_TOPIC:
+            return group
+        if not self.is_member():
+            return None
+        found = self.controller_actor.state.topics.get(topic)
+        if found is None or not 0 <= partition < len(found.partitions):
+            return group  # this node's state lags (it just restarted): trust the replica
+        return group if self.id in found.partitions[partition].replicas else None
+
+    def is_member(self) -> bool:
+        """False once the cluster's configuration, as this node last saw it, leaves it out.
+        A removed node may never learn that its removal committed, and after a restart it
+        cannot even rebuild its state (nobody sends it the controller's log): every view
+        it has is frozen or empty, so it answers no calls but sends callers elsewhere."""
+        cluster = self.controller.core.config
+        return cluster is None or cluster.is_joint or self.id in cluster.members
+
+    def not_a_member(self) -> ErrorReply:
+        """Retriable: the client asks the other brokers."""
+        return ErrorReply(ErrorCode.NOT_LEADER, f"node {self.id} is not a member of the cluster")
+
     def _no_replica(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
-        """A call for a partition this node holds no replica of: the leader it believes in,
+        """A call for a partition this node holds no (current) replica of: the leader it believes in,
         or, for a partition it does not know, the controller's leader to ask (or, from that
         leader, the answer: no such partition)."""
+        if not self.is_member():
+            return self.not_a_member()
         topic, partition = message.topic, message.partition
         found = self.controller_actor.state.topics.get(topic)
         if found is not None and 0 <= partition < len(found.partitions):
@@ -356,9 +385,14 @@ class Node:
                 leader,
                 self.address_of(leader),
             )
-        controller = self.controller.core
-        ask = None if controller.is_leader else controller.leader_id
         what = f"topic {topic!r}" if found is None else f"partition {partition} of topic {topic!r}"
+        if self.controller_actor.is_current():
+            logger.info("unknown_topic", node_id=self.id, topic=topic, partition=partition)
+            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}")
+        # This node's state may lag (it just restarted): only the controller's leader knows.
+        ask = self.controller.core.leader_id
+        if ask is None or ask == self.id:
+            return ErrorReply(ErrorCode.NOT_LEADER, f"node {self.id} cannot tell of {what} yet")
         return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}", ask, self.address_of(ask))
 
     def _unknown_group(self, message: Message) -> Message | None:
@@ -376,7 +410,7 @@ class Node:
         False for anything else, and when the group's mailbox is full."""
         if type(message) is not AppendRequest:
             return False
-        group = self.partitions.get((message.topic, message.partition))
+        group = self.replica(message.topic, message.partition)
         if group is None:
             answer(self._no_replica(message))
             return True

@@ -22,6 +22,7 @@ from actors.coordinator import (
     member_id,
     membership,
 )
+from actors.leader_calls import ask_partition_leader
 from consumers.assignment import TopicPartition
 from consumers.queue import Lease, RecordState, Settle, SharePartition
 from consumers.state import Commit, Group, GroupError
@@ -160,7 +161,9 @@ async def _read_batches(
     out: dict[int, bytes] = {}
     count = 0
     while offset < below and count < max_records:
-        reply = await co.ask_partition_leader(tp, ReadRequest(offset, READ_BYTES, *tp), ReadReply)
+        reply = await ask_partition_leader(
+            co.node, tp, ReadRequest(offset, READ_BYTES, *tp), ReadReply
+        )
         if not reply.batches:
             break
         for header, batch in split_batches(reply.batches):
@@ -227,7 +230,7 @@ async def _dead_letters(
     if letters:
         batch = make_data_batch(letters, timestamp_ms=letters[0].timestamp_ms)
         append = AppendRequest(batch, Acks.QUORUM, -1, -1, *dlq)
-        await co.ask_partition_leader(dlq, append, AppendReply)
+        await ask_partition_leader(co.node, dlq, append, AppendReply)
     why = await c.propose(Settle(group.name, *tp, None, tuple(exhausted), "dead"))
     if why is not None:
         raise GroupError(why)

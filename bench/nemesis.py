@@ -310,7 +310,8 @@ class Nemesis:
             await self.heal_all()  # the config may have changed while it recovered
             if not await self.consumers.drain(self.history, RECOVERY_TIMEOUT_S):
                 self.history.violations.append(
-                    f"consumers did not read to the end within {RECOVERY_TIMEOUT_S} s of healing"
+                    f"consumers did not read to the end within {RECOVERY_TIMEOUT_S} s of healing "
+                    f"(last errors: {self.consumers.last_error})"
                 )
             result = await self.settle_and_check(healed_at, recovery_s)
             nursery.cancel_scope.cancel()

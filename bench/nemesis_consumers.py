@@ -44,6 +44,7 @@ class Consumers:
         self.positions: dict[tuple[str, str, int], int] = {}  # (group, topic, p) -> committed
         self.violations: list[str] = []
         self.errors = 0  # calls that failed during faults (expected; a figure)
+        self.last_error: dict[str, str] = {}  # mode -> the last failure, for a stall's report
         self._drained = trio.Event()
 
     async def run(self) -> None:
@@ -99,9 +100,8 @@ class Consumers:
                     timeout=5.0,
                 ) as consumer:
                     await self._consume(mode, consumer)
-            except QuorumLogError:
-                self.errors += 1
-                await trio.sleep(RETRY_S)
+            except QuorumLogError as exc:
+                await self._failed(mode, exc)
 
     async def _consume(self, mode: str, consumer: AsyncConsumer) -> None:
         while True:
@@ -112,9 +112,13 @@ class Consumers:
                     await self._ack(consumer, records)
                 else:
                     await consumer.commit()
-            except QuorumLogError:
-                self.errors += 1
-                await trio.sleep(RETRY_S)
+            except QuorumLogError as exc:
+                await self._failed(mode, exc)
+
+    async def _failed(self, mode: str, exc: QuorumLogError) -> None:
+        self.errors += 1
+        self.last_error[mode] = f"{type(exc).__name__}: {exc}"
+        await trio.sleep(RETRY_S)
 
     async def _ack(self, consumer: AsyncConsumer, records: list[Record]) -> None:
         keys = {(r.topic, r.partition, r.offset) for r in records}

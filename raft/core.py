@@ -201,7 +201,7 @@ class RaftCore(
         self.heartbeat_deadline_s = math.inf
         self._reset_election_deadline(now)
         if was is Role.LEADER:
-            logger.info("stepped_down", node_id=self.id, term=self.term)
+            logger.info("stepped_down", node_id=self.id, group=self.group_id, term=self.term)
 
     # ----------------------------------------------------------------------- inputs
 
@@ -213,7 +213,9 @@ class RaftCore(
                 self._broadcast_heartbeat(now)
             self._check_quorum(now)
             if self.transfer is not None and now >= self.transfer[1]:
-                logger.warning("transfer_failed", node_id=self.id, target=self.transfer[0])
+                logger.warning(
+                    "transfer_failed", node_id=self.id, group=self.group_id, target=self.transfer[0]
+                )
                 self.transfer = None
             if self.role is Role.LEADER:
                 self._retransmit_stalled(now)

@@ -41,7 +41,13 @@ class ElectionRules:
         self.leader_id = None
         self.votes = {self.id: True}
         self._reset_election_deadline(now)
-        logger.info("election_started", node_id=self.id, term=self.term, transfer=transfer)
+        logger.info(
+            "election_started",
+            node_id=self.id,
+            group=self.group_id,
+            term=self.term,
+            transfer=transfer,
+        )
         self._request_votes(self.term, pre_vote=False, transfer=transfer)
         self._count_votes(now)
 
@@ -81,6 +87,7 @@ class ElectionRules:
         logger.info(
             "became_leader",
             node_id=self.id,
+            group=self.group_id,
             term=self.term,
             dirty_offset=self.log.dirty_offset,
             commit_offset=self.commit_offset,
@@ -132,5 +139,7 @@ class ElectionRules:
             p.node_id for p in self.progress.values() if now - p.last_contact_s < window
         }
         if not has_quorum(self.config, recent):
-            logger.warning("lost_quorum_contact", node_id=self.id, term=self.term)
+            logger.warning(
+                "lost_quorum_contact", node_id=self.id, group=self.group_id, term=self.term
+            )
             self.become_follower(self.term, None, now)

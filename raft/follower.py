@@ -45,6 +45,7 @@ class FollowerRules:
                 logger.warning(
                     "log_reset_to_leader_start",
                     node_id=self.id,
+                    group=self.group_id,
                     next_offset=prev + 1,
                     dirty_offset=log.dirty_offset,
                     commit_offset=self.commit_offset,
@@ -68,7 +69,13 @@ class FollowerRules:
         try:
             batches = split_batches(req.batches)
         except BatchError as exc:
-            logger.error("bad_batch_from_leader", node_id=self.id, leader=sender, error=str(exc))
+            logger.error(
+                "bad_batch_from_leader",
+                node_id=self.id,
+                group=self.group_id,
+                leader=sender,
+                error=str(exc),
+            )
             self._reject(sender, prev, self.term_at(prev) if prev >= 0 else 0)
             return
         last_new = batches[-1][0].last_offset if batches else prev
@@ -108,7 +115,9 @@ class FollowerRules:
                 raise BatchError(f"a {header.batch_type.name} batch")
             config = config_of(batch, header)
         except (BatchError, ValueError) as exc:
-            logger.error("bad_base_config_from_leader", node_id=self.id, error=str(exc))
+            logger.error(
+                "bad_base_config_from_leader", node_id=self.id, group=self.group_id, error=str(exc)
+            )
             return
         if self.configs.committed is not None and self.configs.committed_offset > offset:
             return  # ours is later (the leader may not know yet that it committed)
@@ -116,7 +125,13 @@ class FollowerRules:
         self.meta = replace(self.meta, config=config.to_wire(), config_offset=offset)
         self.metadata_dirty = True
         self._config_changed()
-        logger.info("config_from_leader", node_id=self.id, offset=offset, config=config.to_json())
+        logger.info(
+            "config_from_leader",
+            node_id=self.id,
+            group=self.group_id,
+            offset=offset,
+            config=config.to_json(),
+        )
 
     def _on_heartbeat(self, sender: int, hb: Heartbeat, now: float) -> None:
         self._heard_from_leader(hb.leader_id, now)
@@ -144,6 +159,7 @@ class FollowerRules:
             logger.info(
                 "config_committed",
                 node_id=self.id,
+                group=self.group_id,
                 offset=self.configs.committed_offset,
                 config=self.configs.committed.to_json(),
             )

@@ -58,14 +58,20 @@ class ReconfigurationRules:
         offset = self.awaited_offset = self.log.dirty_offset
         self.configs.appended(offset, config)
         self._sync_progress()
-        logger.info("config_appended", node_id=self.id, offset=offset, config=config.to_json())
+        logger.info(
+            "config_appended",
+            node_id=self.id,
+            group=self.group_id,
+            offset=offset,
+            config=config.to_json(),
+        )
         return offset
 
     def _leader_config_committed(self) -> None:
         committed = self.configs.committed
         if not committed.is_voter(self.id):
             # A leader outside C(new) steps down once C(new) commits (seed 001).
-            logger.info("leaving_as_leader", node_id=self.id, term=self.term)
+            logger.info("leaving_as_leader", node_id=self.id, group=self.group_id, term=self.term)
             self.become_follower(self.term, None, self.now)
             return
         if committed.is_joint and not self.configs.change_in_flight:
@@ -120,7 +126,9 @@ class ReconfigurationRules:
         if not self._is_voter(target):
             raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
         self.transfer = (target, self.now + self.settings.election_timeout_max_s)
-        logger.info("transfer_started", node_id=self.id, target=target, term=self.term)
+        logger.info(
+            "transfer_started", node_id=self.id, group=self.group_id, target=target, term=self.term
+        )
         self._maybe_timeout_now()
 
     def _maybe_timeout_now(self) -> None:

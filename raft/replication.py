@@ -115,6 +115,7 @@ class ReplicationRules:
                     logger.info(
                         "recovery_started",
                         node_id=self.id,
+                        group=self.group_id,
                         peer=p.node_id,
                         match_offset=p.match_offset,
                         dirty_offset=log.dirty_offset,
@@ -189,6 +190,7 @@ class ReplicationRules:
                     logger.info(
                         "recovery_finished",
                         node_id=self.id,
+                        group=self.group_id,
                         peer=p.node_id,
                         match_offset=p.match_offset,
                         bytes_sent=sent,

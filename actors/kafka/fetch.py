@@ -74,7 +74,7 @@ class Fetch:
         return group, {**answer, "error_code": K.none}
 
     def _leader(self, topic: str, partition: int) -> tuple[GroupActor | None, K]:
-        group = self.node.partitions.get((topic, partition))
+        group = self.node.replica(topic, partition)
         if group is not None and group.core.is_leader:
             return group, K.none
         found = self.node.controller_actor.state.topics.get(topic)

@@ -79,7 +79,7 @@ class Produce:
     async def _append(
         self, topic: str, partition: int, records: bytes | None, acks: Acks
     ) -> Pending | K:
-        group = self.node.partitions.get((topic, partition))
+        group = self.node.replica(topic, partition)
         if group is None:
             found = self.node.controller_actor.state.topics.get(topic)
             known = found is not None and 0 <= partition < len(found.partitions)

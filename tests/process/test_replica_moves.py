@@ -8,8 +8,10 @@ import contextlib
 import subprocess
 import threading
 
+import pytest
+
 from bench.partitions import groups_settled
-from quorumlog import Client, QuorumLogError
+from quorumlog import Client, NotLeaderError, QuorumLogError
 from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
 
@@ -94,6 +96,15 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
     finally:
         producer.stop.set()
         producer.join(timeout=30)
+    # The departed node keeps its old replicas, idle, their ends frozen: it must not answer
+    # for them, but send readers on to the partitions' leaders.
+    with Client(cluster.address(leaving), timeout=5, direct=True) as c:
+        for p, replicas in before.items():
+            if leaving in replicas:
+                with pytest.raises(NotLeaderError):
+                    c.read(0, topic=TOPIC, partition=p)
+        with pytest.raises(NotLeaderError, match="not a member"):
+            c.describe_group("anyone")  # nor does it coordinate consumer groups
     cluster.kill(leaving)
     with Client(brokers, timeout=30) as c:
         check_no_loss(c, producer.acked)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
 import pytest
 
 from bench.workload import IncompressibleRecords
-from quorumlog import Client, Record, UnknownTopicError
+from quorumlog import Client, NotLeaderError, Record, UnknownTopicError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.partitioner import partition_of_key
 
@@ -177,3 +178,67 @@ def test_kudu_1353_a_new_controller_never_answers_from_stale_leaders(tmp_path):
             wait_until(exact, 5, f"describe through node {n} names every true leader")
     finally:
         cluster.stop_all()
+
+
+def test_a_node_whose_view_lags_never_calls_an_existing_topic_unknown(tmp_path):
+    """Node 3 misses a topic's creation, then comes back alone: with no controller leader
+    to ask, it cannot tell whether the topic exists, and says so (retriable) rather than
+    "unknown topic", which a consumer takes as final. Once its peers are back it serves
+    the topic."""
+    cluster = ProcessCluster(str(tmp_path), size=3)
+    cluster.start_all()
+    try:
+        cluster.wait_for_leader()
+        cluster.kill(3)
+        with Client([cluster.address(1), cluster.address(2)], timeout=20) as c:
+            c.create_topic("late", partitions=1, replicas=2)
+            c.append([b"made while 3 was away"], topic="late")
+        cluster.kill(1, signal.SIGTERM)
+        cluster.kill(2, signal.SIGTERM)
+        cluster.start(3)
+        wait_until(lambda: cluster.node_status(3), 10, "node 3 answers")
+        with (
+            Client(cluster.address(3), timeout=5, direct=True) as c,
+            pytest.raises(NotLeaderError, match="cannot tell"),
+        ):
+            c.read(0, topic="late")
+        cluster.start(1)
+        cluster.start(2)
+        with Client(cluster.address(3), timeout=20) as c:
+            assert [r.value for r in c.read(0, topic="late")] == [b"made while 3 was away"]
+            with pytest.raises(UnknownTopicError):
+                c.read(0, topic="never-made")
+    finally:
+        cluster.stop_all()
+
+
+def test_a_node_that_joins_learns_every_partitions_leader(cluster):
+    """Leader updates carry changes only: a node that joins after a partition's leader
+    was elected is sent the controller's whole table, so it can send a caller on to the
+    leader of a partition it holds no replica of (the coordinator relies on it too)."""
+    cluster.wait_for_leader()
+    with Client(cluster.brokers, timeout=20) as c:
+        c.create_topic("settled", partitions=3, replicas=3)
+    address = cluster.start_joiner(4)
+    out = subprocess.run(
+        [*QUORUMLOG, "members", "-b", cluster.brokers, "add", "4", address, "--wait"],
+        capture_output=True,
+        timeout=90,
+    )
+    assert out.returncode == 0, out.stderr
+
+    def hints() -> list[int] | None:
+        found = []
+        with Client(address, timeout=5, direct=True) as c:
+            for p in range(3):
+                try:
+                    c.read(0, topic="settled", partition=p)
+                    return None  # node 4 holds no replica: it must send us on
+                except NotLeaderError as exc:
+                    found.append(exc.leader_id)
+                except UnknownTopicError:
+                    return None  # its state has not caught up yet
+        return found if None not in found else None
+
+    leaders = wait_until(hints, 15, "node 4 names each partition's leader")
+    assert set(leaders) <= {1, 2, 3}

@@ -1,0 +1,122 @@
+"""A node's calls on the leader of a partition it may not lead: the coordinator reads,
+appends (dead letters) and asks for end offsets this way, and forwards group calls to the
+leader of their `__groups` partition.
+
+Whom to ask: the leader as this node's replica sees it, else the controller's leader
+table, else the replicas the controller places, in turn (a node that joined or restarted
+may know no leader yet; any replica answers or names it). A reply naming a leader is
+followed at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, TypeVar
+
+import structlog
+import trio
+
+from actors.replicated import PassBack
+from consumers.assignment import TopicPartition
+from transport.errors import ConnectionClosed
+from transport.messages import (
+    AppendRequest,
+    EndOffsetRequest,
+    ErrorCode,
+    ErrorReply,
+    Message,
+    ReadRequest,
+)
+
+if TYPE_CHECKING:
+    from actors.group import GroupActor
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.coordinator")
+
+ASK_S = 5.0  # how long a call on a partition's leader is tried
+ASK_RETRY_S = 0.05
+
+PartitionCall = ReadRequest | EndOffsetRequest | AppendRequest
+M = TypeVar("M", bound=Message)
+
+
+class UnknownTopic(Exception):
+    def __init__(self, topic: str, message: str):
+        super().__init__(message)
+        self.topic = topic
+
+
+async def ask_partition_leader(
+    node: Node, tp: TopicPartition, message: PartitionCall, answer: type[M]
+) -> M:
+    """`message` answered by the leader of a topic partition, here or elsewhere, retried
+    while leadership moves; UnknownTopic, or PassBack after ASK_S."""
+    hint = None  # the leader the last reply named
+    ask: int | None = None
+    reply: Message | None = None
+    with trio.move_on_after(ASK_S):
+        for turn in itertools.count():
+            replica = node.replica(*tp)
+            if replica is not None and replica.core.is_leader:
+                ask = node.id
+                reply = await _on_replica(replica, message)
+            else:
+                ask = hint if hint is not None else leader_of(node, tp, replica, turn)
+                reply = await ask_node(node, ask, message)
+            if isinstance(reply, answer):
+                return reply
+            hint = None
+            if isinstance(reply, ErrorReply):
+                if reply.code is ErrorCode.UNKNOWN_TOPIC and reply.leader_id is None:
+                    raise UnknownTopic(tp[0], reply.message)
+                hint = reply.leader_id
+            await trio.sleep(ASK_RETRY_S)
+    logger.warning(
+        "partition_leader_not_found",
+        node_id=node.id,
+        topic=tp[0],
+        partition=tp[1],
+        asked=ask,
+        reply=str(reply)[:200],
+    )
+    raise PassBack(ErrorReply(ErrorCode.BUSY, f"{tp[0]}/{tp[1]} has no leader now: retry"))
+
+
+def leader_of(
+    node: Node, tp: TopicPartition, replica: GroupActor | None, turn: int = 0
+) -> int | None:
+    """Who to ask for `tp`: the leader as this node sees it, else one of the replicas the
+    controller places (a `turn` each), which answers or names the leader."""
+    if replica is not None and replica.core.leader_id is not None:
+        return replica.core.leader_id
+    controller = node.controller_actor
+    hint = controller.leader_hint(*tp)
+    if hint is not None:
+        return hint
+    topic = controller.state.topics.get(tp[0])
+    if topic is None or tp[1] >= len(topic.partitions):
+        return None
+    others = [n for n in topic.partitions[tp[1]].replicas if n != node.id]
+    return others[turn % len(others)] if others else None
+
+
+async def ask_node(node: Node, node_id: int | None, message: Message) -> Message | None:
+    """`message` answered by another node; None if there is none to ask or it is gone."""
+    if node_id is None or node_id == node.id:
+        return None
+    try:
+        return await node.request(node_id, message)
+    except ConnectionClosed:
+        return None
+
+
+async def _on_replica(replica: GroupActor, message: PartitionCall) -> Message:
+    """A partition call answered by this node's replica, as the node's handler would."""
+    match message:
+        case ReadRequest(offset, max_bytes):
+            return replica.read(offset, max_bytes)
+        case EndOffsetRequest(linearizable):
+            return await replica.end_offset(linearizable)
+        case AppendRequest():
+            return await replica.append(message)
