@@ -1,7 +1,10 @@
 """`quorumlog bench produce`: append throughput and latency of a 3-node cluster on loopback.
 
-1 KiB records (random, incompressible), appended by trio tasks sharing one pipelined
-connection to the leader (the window is the number of tasks, so of appends in flight):
+First what a user gets (bench/clients.py): 1 KiB records appended through the public
+`AsyncClient` and `Client`, encoding and routing included. Then the server alone
+(`server-only` rows): 1 KiB records (random, incompressible) in batches encoded before the
+clock starts, appended by trio tasks sharing one raw pipelined connection to the leader
+(the window is the number of tasks, so of appends in flight):
 
 - 64 KiB batches (64 records per append), window 1 and 64, acks quorum | leader | none;
 - one record per append, window 64, acks quorum | leader | none;
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 
 import trio
 
+from bench.clients import client_rows
 from bench.report import median, print_table
 from bench.workload import (
     ACKS,
@@ -179,12 +183,13 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="quorumlog-bench-produce-raw-") as raw_dir:
         before = _baselines(raw_dir, big[0], sizes)
     with running_cluster("produce") as cluster:
+        rows += client_rows(cluster.brokers, sizes.duration_s, sizes.warmup_s)
         for window in WINDOWS:
             for acks in LEVELS:
                 result, drain_s = _closed(cluster, sizes, big, BATCH_RECORDS, acks, window)
                 rows.append(
                     _row(
-                        f"64KiB batches w{window} {acks}",
+                        f"server-only: 64KiB batches w{window} {acks}",
                         result,
                         drain_s,
                         acks=acks,
@@ -197,7 +202,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
             result, drain_s = _closed(cluster, sizes, single, 1, acks, 64)
             rows.append(
                 _row(
-                    f"1-record appends w64 {acks}",
+                    f"server-only: 1-record appends w64 {acks}",
                     result,
                     drain_s,
                     acks=acks,
@@ -216,7 +221,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         )
         rows.append(
             _row(
-                "open loop 1-record quorum at half peak",
+                "server-only: open loop 1-record quorum at half peak",
                 result,
                 acks="quorum",
                 window=None,

@@ -20,6 +20,7 @@ SCENARIOS = {
     "spark": "bench.spark",
     "consume": "bench.consume",
     "kafka": "bench.kafka",
+    "vs-nats": "bench.vs_nats",
 }
 
 

@@ -7,12 +7,13 @@ broker, which is how a window of appends stays in flight. Use it as
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 
 import trio
 
+from quorumlog.batcher import Batcher
 from quorumlog.errors import (
     AuthError,
     CallTimeoutError,
@@ -26,14 +27,18 @@ from quorumlog.protocol import (
     DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
+    Acks,
     AppendResult,
     ClientBase,
+    Prepared,
     Record,
     append_result,
     members_of,
     parse_acks,
+    prepare,
     records_from,
     route_of,
+    split,
     topic_request,
     topics_of,
 )
@@ -66,6 +71,7 @@ class AsyncClient(ClientBase):
         direct: bool = False,
     ):
         super().__init__(brokers, secret, timeout, direct)
+        self._batcher = Batcher()
         self._connections: dict[str, Connection] = {}
         self._dialing: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
@@ -98,14 +104,27 @@ class AsyncClient(ClientBase):
         partition: int | None = None,
     ) -> int | AppendResult | None:
         records = list(records)
+        prepared = prepare(records)
+        level = parse_acks(acks)
         with self._deadline():
             if partition is None:
                 count = await self._partition_count(topic)
                 partition = self._partition_for(topic, records, count)
-            requests = self._producer.requests(records, parse_acks(acks), topic, partition)
-            replies = [await self._call(r, to_leader=True) for r in requests]
-        assert all(isinstance(r, AppendReply) for r in replies)
+            send = partial(self._send_append, level, topic, partition)
+            replies = await self._batcher.append((topic, partition, level), prepared, send)
         return append_result(replies, details, topic, partition)
+
+    async def _send_append(
+        self, acks: Acks, topic: str, partition: int, records: list[Prepared]
+    ) -> list[AppendReply]:
+        """The requests carrying `records` (one, unless they exceed a batch), in turn."""
+        replies = []
+        for chunk in split(records):
+            request = self._producer.request(chunk, acks, topic, partition)
+            reply = await self._call(request, to_leader=True)
+            assert isinstance(reply, AppendReply)
+            replies.append(reply)
+        return replies
 
     async def read(
         self,
@@ -251,8 +270,8 @@ class AsyncClient(ClientBase):
 
     # ------------------------------------------------------------------- plumbing
 
-    def _deadline(self) -> contextlib.AbstractContextManager[None]:
-        return _deadline(self.timeout)
+    def _deadline(self) -> _Deadline:
+        return _Deadline(self.timeout)
 
     async def _call(
         self, message: Message, *, to_leader: bool, attempt_s: float | None = ATTEMPT_S
@@ -312,11 +331,21 @@ class AsyncClient(ClientBase):
                 del self._connections[address]
 
 
-@contextlib.contextmanager
-def _deadline(timeout_s: float) -> Iterator[None]:
-    """`fail_after` that raises the client's CallTimeoutError."""
-    try:
-        with trio.fail_after(timeout_s):
-            yield
-    except trio.TooSlowError:
-        raise CallTimeoutError(f"gave up after {timeout_s:g} s") from None
+class _Deadline:
+    """`fail_after` that raises the client's CallTimeoutError; a plain class rather than
+    a generator, since every call enters one."""
+
+    __slots__ = ("_scope", "_timeout_s")
+
+    def __init__(self, timeout_s: float):
+        self._timeout_s = timeout_s
+        self._scope = trio.CancelScope(deadline=trio.current_time() + timeout_s)
+
+    def __enter__(self) -> None:
+        self._scope.__enter__()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        suppressed = self._scope.__exit__(exc_type, exc, tb)
+        if self._scope.cancelled_caught:
+            raise CallTimeoutError(f"gave up after {self._timeout_s:g} s") from None
+        return suppressed

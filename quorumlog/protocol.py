@@ -12,6 +12,7 @@ import random
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from log.batch import BatchError, BatchType, split_batches
 from log.records import batch_records, make_data_batch
@@ -130,37 +131,61 @@ class Producer:
     ) -> list[AppendRequest]:
         """One request per batch (so that an append is atomic in the log), each stamped
         with the next sequence: a retry is recognised and never written twice."""
-        if not records:
-            raise QuorumLogError("nothing to append")
-        now_ms = int(time.time() * 1000)
-        requests: list[AppendRequest] = []
-        pending: list[tuple] = []
-        pending_bytes = 0
-        for record in records:
-            if isinstance(record, bytes | bytearray | memoryview):
-                record = Record(bytes(record))
-            size = len(record.value) + len(record.key or b"")
-            if size > RECORD_BYTES_MAX:
-                raise TooLargeError(
-                    f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
-                )
-            if pending and pending_bytes + size > BATCH_BYTES_MAX:
-                requests.append(self._request(pending, acks, now_ms, topic, partition))
-                pending, pending_bytes = [], 0
-            ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
-            pending.append((record.key, record.value, ts, record.headers))
-            pending_bytes += size + 16
-        requests.append(self._request(pending, acks, now_ms, topic, partition))
-        return requests
+        return [self.request(chunk, acks, topic, partition) for chunk in split(prepare(records))]
 
-    def _request(
-        self, records: list[tuple], acks: Acks, now_ms: int, topic: str, partition: int
+    def request(
+        self, records: Sequence[Prepared], acks: Acks, topic: str, partition: int
     ) -> AppendRequest:
+        """One request carrying `records` as one batch, with the next sequence."""
         self._seq += 1
         batch = make_data_batch(
-            records, timestamp_ms=now_ms, producer_id=self.producer_id, producer_seq=self._seq
+            [r.fields for r in records],
+            timestamp_ms=int(time.time() * 1000),
+            producer_id=self.producer_id,
+            producer_seq=self._seq,
         )
         return AppendRequest(batch, acks, self.producer_id, self._seq, topic, partition)
+
+
+class Prepared(NamedTuple):
+    """A record checked and stamped, ready for a batch: (key, value, timestamp, headers),
+    and its size as a batch counts it."""
+
+    fields: tuple
+    size: int
+
+
+def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
+    """Records checked (not empty, none too large) and stamped with the time now unless
+    they carry their own."""
+    if not records:
+        raise QuorumLogError("nothing to append")
+    now_ms = int(time.time() * 1000)
+    out = []
+    for record in records:
+        if isinstance(record, bytes | bytearray | memoryview):
+            record = Record(bytes(record))
+        size = len(record.value) + len(record.key or b"")
+        if size > RECORD_BYTES_MAX:
+            raise TooLargeError(
+                f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
+            )
+        ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
+        out.append(Prepared((record.key, record.value, ts, record.headers), size + 16))
+    return out
+
+
+def split(records: list[Prepared]) -> list[list[Prepared]]:
+    """`records` in batches of at most BATCH_BYTES_MAX (a record larger than that alone)."""
+    chunks: list[list[Prepared]] = [[]]
+    size = 0
+    for record in records:
+        if chunks[-1] and size + record.size > BATCH_BYTES_MAX:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(record)
+        size += record.size
+    return chunks
 
 
 def append_result(
@@ -381,8 +406,9 @@ class Attempts:
             return True
         hint = reply.leader_address
         fresh = hint is not None and hint != address and not self._just_failed(hint)
-        # An unknown topic with a hint: "I may be behind, ask the controller's leader".
-        ask_there = reply.code is ErrorCode.UNKNOWN_TOPIC and fresh
+        # An unknown topic that names a node: "I may be behind, ask the controller's
+        # leader". Not an answer, even when that node cannot be asked right now.
+        ask_there = reply.code is ErrorCode.UNKNOWN_TOPIC and reply.leader_id is not None
         if (reply.code not in RETRIABLE and not ask_there) or router.direct:
             raise error_from(reply)
         self._fresh_hint = fresh

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from quorumlog.errors import UnreachableError
+import pytest
+
+from quorumlog.errors import UnknownTopicError, UnreachableError
 from quorumlog.protocol import Router
 from transport.messages import ErrorCode, ErrorReply
 
@@ -37,3 +39,18 @@ def test_a_hint_naming_a_broker_that_just_failed_is_ignored_then_believed():
         attempts.on_reply(address, not_leader("a:1"))  # the others name it, rightly
     assert picks[:2] == ["b:1", "c:1"], "the stale-looking hint is ignored at first"
     assert picks[-1] == "a:1", f"but believed once the others were asked again: {picks}"
+
+
+def test_unknown_topic_from_a_node_that_names_the_controller_leader_is_not_an_answer():
+    """A node whose copy of the cluster state lags says "unknown, ask node 3": the call
+    goes on (there, or elsewhere while node 3 cannot be reached), and only an answer
+    naming nobody (the controller's leader's own) ends it."""
+    attempts = Router(BROKERS, direct=False, rng=random.Random(1)).call()
+    assert attempts.pick(to_leader=True) == "a:1"
+    attempts.on_unreachable("a:1", UnreachableError("restarting"))
+    address = attempts.pick(to_leader=True)
+    lagging = ErrorReply(ErrorCode.UNKNOWN_TOPIC, "unknown topic 't'", 1, "a:1")
+    assert attempts.on_reply(address, lagging) is False  # a:1 just failed: not followed
+    final = ErrorReply(ErrorCode.UNKNOWN_TOPIC, "unknown topic 't'")
+    with pytest.raises(UnknownTopicError):
+        attempts.on_reply(attempts.pick(to_leader=True), final)

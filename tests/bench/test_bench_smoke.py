@@ -127,19 +127,30 @@ def test_partitions_smallest(tmp_path):
 
 def test_produce(tmp_path):
     rows = _by_figure(_written(tmp_path, "produce", produce.run(quick=True, tiny=True)))
+    for figure in (
+        "client: AsyncClient 1 rec/call w64 quorum",
+        "client: AsyncClient 1 rec/call w64 leader",
+        "client: AsyncClient 1 rec/call w1 quorum",
+        "client: AsyncClient 1 rec/call w1 leader",
+        "client: AsyncClient 64 rec/call w64 quorum",
+        "client: Client 1 rec/call 64 threads quorum",
+    ):
+        _positive(rows[figure], *LATENCY, "mb_s")
+        assert rows[figure]["errors"] == 0
+    _positive(rows["client: Client 1 rec/call 64 threads quorum"], "ratio_to_async")
     for window in (1, 64):
         for acks in ("quorum", "leader", "none"):
-            row = rows[f"64KiB batches w{window} {acks}"]
+            row = rows[f"server-only: 64KiB batches w{window} {acks}"]
             assert LATENCY | RATIOS | {"commit_records_s", "errors"} <= set(row)
             assert (row["acks"], row["window"], row["records_per_append"]) == (acks, window, 64)
             _positive(row, *LATENCY, *RATIOS, "commit_records_s")
     for acks in ("quorum", "leader", "none"):
-        row = rows[f"1-record appends w64 {acks}"]
+        row = rows[f"server-only: 1-record appends w64 {acks}"]
         assert row["records_per_append"] == 1
         _positive(row, *LATENCY, *RATIOS, "commit_records_s")
-    open_loop = rows["open loop 1-record quorum at half peak"]
+    open_loop = rows["server-only: open loop 1-record quorum at half peak"]
     _positive(open_loop, *LATENCY, "target_rate_s")
-    peak = rows["1-record appends w64 quorum"]["records_s"]
+    peak = rows["server-only: 1-record appends w64 quorum"]["records_s"]
     assert open_loop["target_rate_s"] == pytest.approx(max(peak / 2, 10.0))
     lazy = rows["64KiB w64 quorum, follower_flush=lazy"]
     inline = rows["64KiB w64 quorum, follower_flush=quorum"]
@@ -316,4 +327,23 @@ def test_kafka_smallest(tmp_path):
             _positive(row, "records_per_s", "p99_ms", "vs_native")
     _positive(rows["consume, confluent-kafka Consumer"], "records_per_s", "vs_native")
     _positive(rows["consume, Client.read loop"], "records_per_s")
+    _no_serve_left()
+
+
+def test_vs_nats_smallest(tmp_path):
+    """Needs Debian's nats-server on the machine (the scenario itself installs it where it
+    may; the suite does not, to stay off the network)."""
+    import shutil
+
+    from bench import vs_nats
+
+    if shutil.which("nats-server") is None:
+        pytest.skip("nats-server is not installed (quorumlog bench vs-nats installs it)")
+    rows = _by_figure(_written(tmp_path, "vs-nats", vs_nats.run(tiny=True)))
+    for window, per_call in vs_nats.CASES:
+        nats = rows[f"NATS JetStream R3 {per_call} rec/call w{window}"]
+        ours = rows[f"quorumlog acks=quorum {per_call} rec/call w{window}"]
+        _positive(nats, "records_s", "p50_ms")
+        _positive(ours, "records_s", "p50_ms", "ratio_to_nats")
+        assert ours["errors"] == 0
     _no_serve_left()

@@ -1,0 +1,179 @@
+"""`quorumlog bench vs-nats`: NATS JetStream with three replicas beside quorumlog, the same
+workload in the same run on the same machine.
+
+Both are three servers on loopback, fed 1 KiB random records by a closed loop of N tasks
+sharing one client: for quorumlog the public `AsyncClient` (acks=quorum: fsynced on a
+majority before the answer), for NATS nats-py's JetStream `publish`, which waits for the
+stream's acknowledgement (R3: stored by a majority of the stream's replicas). Mind what
+that acknowledgement means: JetStream writes to its file store and acknowledges without an
+fsync (it syncs every 2 minutes by default), so quorumlog does strictly more per record.
+
+nats-server comes from Debian (installed on demand where `apt-get` works as root) and
+nats-py from the `dev` extra; without either the scenario prints one line saying why and
+measures nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import trio
+
+from bench.clients import async_run, record_pool
+from bench.report import print_table
+from bench.workload import AppendRun, latency_fields, running_cluster
+from quorumlog.localcluster import free_ports
+
+CASES = ((64, 1), (1, 1), (64, 64))  # (calls in flight, records per call)
+FULL_S, QUICK_S, TINY_S = 5.0, 2.0, 0.5
+STREAM = "BENCH"
+
+
+def nats_server() -> str | None:
+    """The nats-server binary, installed from Debian if it is missing and we may."""
+    found = shutil.which("nats-server")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        for step in (["apt-get", "update"], ["apt-get", "install", "-y", "nats-server"]):
+            subprocess.run(step, capture_output=True, timeout=600, check=False)
+        found = shutil.which("nats-server")
+    return found
+
+
+def unavailable() -> str | None:
+    """Why NATS cannot be measured here, or None."""
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return "nats-py is not installed (it is in the `dev` extra: make test installs it)"
+    if nats_server() is None:
+        return "no nats-server (Debian's package nats-server) and it could not be installed"
+    return None
+
+
+@contextmanager
+def nats_cluster(binary: str) -> Iterator[list[str]]:
+    """Three JetStream servers clustered on loopback; their client URLs."""
+    root = tempfile.mkdtemp(prefix="quorumlog-bench-nats-")
+    ports, routes = free_ports(3), free_ports(3)
+    procs = []
+    try:
+        for i in range(3):
+            others = ", ".join(
+                f"nats-route://127.0.0.1:{r}" for j, r in enumerate(routes) if j != i
+            )
+            config = os.path.join(root, f"n{i}.conf")
+            with open(config, "w") as f:
+                f.write(
+                    f"port: {ports[i]}\nhost: 127.0.0.1\nserver_name: n{i}\n"
+                    f"jetstream {{ store_dir: {root}/n{i} }}\n"
+                    f"cluster {{ name: bench, host: 127.0.0.1, port: {routes[i]}, "
+                    f"routes: [{others}] }}\n"
+                )
+            log = open(os.path.join(root, f"n{i}.log"), "wb")  # noqa: SIM115
+            procs.append(subprocess.Popen([binary, "-c", config], stdout=log, stderr=log))
+        yield [f"nats://127.0.0.1:{p}" for p in ports]
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _nats_run(
+    urls: list[str], window: int, per_call: int, duration_s: float, warmup_s: float
+) -> AppendRun:
+    import nats
+    from nats.js.api import StorageType
+
+    pool = record_pool()
+    nc = await nats.connect(servers=urls, max_reconnect_attempts=-1)
+    try:
+        js = nc.jetstream(timeout=30)
+        deadline = time.monotonic() + 60
+        while True:  # until the cluster has elected its JetStream leaders
+            try:
+                await js.add_stream(
+                    name=STREAM, subjects=["bench"], num_replicas=3, storage=StorageType.FILE
+                )
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        run = AppendRun()
+        issued = 0
+        start = time.monotonic()
+        measure_from, end = start + warmup_s, start + warmup_s + duration_s
+        last_done = measure_from
+
+        async def worker() -> None:
+            nonlocal issued, last_done
+            while (sent := time.monotonic()) < end:
+                issued += 1
+                for j in range(per_call):  # NATS has no batch publish: one ack per record
+                    await js.publish("bench", pool[(issued * per_call + j) % len(pool)])
+                done = time.monotonic()
+                if sent >= measure_from:
+                    run.appends += 1
+                    run.records += per_call
+                    run.latencies_s.append(done - sent)
+                    last_done = max(last_done, done)
+
+        await asyncio.gather(*(worker() for _ in range(window)))
+        run.elapsed_s = last_done - measure_from
+        await js.delete_stream(STREAM)
+        return run
+    finally:
+        await nc.close()
+
+
+def _row(system: str, window: int, per_call: int, run: AppendRun) -> dict:
+    return {
+        "figure": f"{system} {per_call} rec/call w{window}",
+        "system": system,
+        "window": window,
+        "records_per_append": per_call,
+        "records_s": run.records_s,
+        "mb_s": run.mb_s,
+        **latency_fields(run.latencies_s),
+        "errors": run.errors,
+    }
+
+
+def run(quick: bool = False, tiny: bool = False) -> list[dict]:
+    why = unavailable()
+    if why is not None:
+        print(f"bench vs-nats: skipped: {why}", file=sys.stderr)
+        return [{"figure": "vs-nats skipped", "reason": why}]
+    duration_s = TINY_S if tiny else QUICK_S if quick else FULL_S
+    warmup_s = duration_s / 5
+    binary = nats_server()
+    assert binary is not None
+    rows: list[dict] = []
+    with nats_cluster(binary) as urls:
+        for window, per_call in CASES:
+            run_ = asyncio.run(_nats_run(urls, window, per_call, duration_s, warmup_s))
+            rows.append(_row("NATS JetStream R3", window, per_call, run_))
+    with running_cluster("vs-nats") as cluster:
+        for (window, per_call), nats_row in zip(CASES, list(rows), strict=True):
+            run_ = trio.run(
+                async_run, cluster.brokers, window, per_call, "quorum", duration_s, warmup_s
+            )
+            row = _row("quorumlog acks=quorum", window, per_call, run_)
+            base = nats_row["records_s"]
+            row["ratio_to_nats"] = row["records_s"] / base if base else 0.0
+            rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":
+    print_table("bench vs-nats", run(quick="--quick" in sys.argv, tiny="--tiny" in sys.argv))

@@ -1,0 +1,143 @@
+"""Appends that ride together (quorumlog/batcher.py): a send function stands in for the
+cluster, answering each batch after a pause with offsets as a log would assign them."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from quorumlog.batcher import IN_FLIGHT, Batcher
+from quorumlog.errors import NotLeaderError, OutcomeUnknownError
+from quorumlog.protocol import BATCH_BYTES_MAX, prepare
+from transport.messages import AppendReply
+
+
+class FakeLog:
+    def __init__(self, delay_s: float = 1.0, refuse: bytes | None = None):
+        self.delay_s = delay_s
+        self.refuse = refuse  # a batch holding a value starting so is refused
+        self.batches: list[list[bytes]] = []
+
+    async def send(self, records) -> list[AppendReply]:
+        await trio.sleep(self.delay_s)
+        values = [r.fields[1] for r in records]
+        if self.refuse is not None and any(v.startswith(self.refuse) for v in values):
+            raise NotLeaderError("node 2 is not the leader")
+        first = sum(len(b) for b in self.batches)
+        self.batches.append(values)
+        last = first + len(records) - 1
+        return [AppendReply(first, last, last, last, last)]
+
+
+async def append(batcher: Batcher, log: FakeLog, *values: bytes, out: dict | None = None):
+    replies = await batcher.append("lane", prepare(list(values)), log.send)
+    if out is not None:
+        out[values] = (replies[0].first_offset, replies[0].last_offset)
+    return replies
+
+
+async def test_a_lone_append_goes_at_once_and_alone(autojump_clock):
+    log, batcher = FakeLog(), Batcher()
+    start = trio.current_time()
+    (reply,) = await append(batcher, log, b"a", b"b")
+    assert trio.current_time() - start == pytest.approx(log.delay_s)  # not held back
+    assert (reply.first_offset, reply.last_offset) == (0, 1)
+    assert log.batches == [[b"a", b"b"]]
+
+
+async def test_appends_made_while_the_window_is_full_ride_together_with_their_own_offsets(
+    autojump_clock,
+):
+    log, batcher = FakeLog(), Batcher()
+    got: dict = {}
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT + 3):
+            nursery.start_soon(lambda i=i: append(batcher, log, b"x%d" % i, b"y%d" % i, out=got))
+            await trio.sleep(0)  # in this order
+    assert [len(b) for b in log.batches] == [2] * IN_FLIGHT + [6]
+    flat = [v for batch in log.batches for v in batch]
+    for (x, y), (first, last) in got.items():
+        assert flat[first : last + 1] == [x, y], "each call's records contiguous, its own"
+
+
+async def test_a_call_that_gives_up_while_waiting_is_not_sent(autojump_clock):
+    log, batcher = FakeLog(), Batcher()
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT):
+            nursery.start_soon(append, batcher, log, b"busy%d" % i)
+        await trio.sleep(0)
+        with trio.move_on_after(0.5):
+            await append(batcher, log, b"impatient")
+        nursery.start_soon(append, batcher, log, b"later")
+    assert [v for batch in log.batches for v in batch][-1] == b"later"
+    assert all(b"impatient" not in batch for batch in log.batches)
+
+
+async def test_a_batch_error_reaches_every_call_in_it(autojump_clock):
+    log, batcher = FakeLog(refuse=b"rider"), Batcher()
+    errors = []
+
+    async def one(value: bytes) -> None:
+        try:
+            await append(batcher, log, value)
+        except NotLeaderError:
+            errors.append(value)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT):
+            nursery.start_soon(one, b"busy%d" % i)
+        await trio.sleep(0)
+        for i in range(3):
+            nursery.start_soon(one, b"rider%d" % i)
+    assert sorted(errors) == [b"rider0", b"rider1", b"rider2"]
+    assert len(log.batches) == IN_FLIGHT
+
+
+async def test_a_sender_that_gives_up_does_not_strand_those_waiting(autojump_clock):
+    log, batcher = FakeLog(), Batcher()
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT - 1):
+            nursery.start_soon(append, batcher, log, b"busy%d" % i)
+        await trio.sleep(0)
+        with trio.move_on_after(0.5):  # it sends at once, then gives up
+            nursery.start_soon(append, batcher, log, b"waits")  # the window is full now
+            await append(batcher, log, b"gives up")
+    assert log.batches[-1] == [b"waits"]
+
+
+async def test_riders_of_a_sender_that_gave_up_learn_their_outcome_is_unknown(autojump_clock):
+    log, batcher = FakeLog(), Batcher()
+    outcomes = []
+
+    async def rider() -> None:
+        try:
+            await append(batcher, log, b"rider")
+            outcomes.append("ok")
+        except OutcomeUnknownError:
+            outcomes.append("unknown")
+
+    async def sender() -> None:
+        with trio.move_on_after(1.5):  # its turn to send comes at 1.0; it gives up at 1.5
+            await append(batcher, log, b"sender")
+
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT):
+            nursery.start_soon(append, batcher, log, b"busy%d" % i)
+        await trio.sleep(0)
+        nursery.start_soon(sender)
+        await trio.sleep(0)
+        nursery.start_soon(rider)
+    assert outcomes == ["unknown"]
+
+
+async def test_riders_fill_a_batch_up_to_its_size_and_the_rest_go_next(autojump_clock):
+    log, batcher = FakeLog(), Batcher()
+    big = b"z" * (BATCH_BYTES_MAX // 3)
+    async with trio.open_nursery() as nursery:
+        for i in range(IN_FLIGHT):
+            nursery.start_soon(append, batcher, log, b"busy%d" % i)
+        await trio.sleep(0)
+        for _ in range(4):
+            nursery.start_soon(append, batcher, log, big)
+            await trio.sleep(0)
+    assert [len(b) for b in log.batches[IN_FLIGHT:]] == [2, 2]
