@@ -33,8 +33,8 @@ async def balance_leaders(node: Node) -> None:
                 preferred = node.controller_actor.state.partition(topic, partition).replicas[0]
             except TopicError:
                 continue
-            if preferred == node.id:
-                continue
+            if preferred == node.id or node.disk_health.avoided(preferred, trio.current_time()):
+                continue  # a slow disk gets no leadership back until it has been healthy
             if await group.call_core(lambda core, t=preferred: core.transfer_to_live_voter(t)):
                 started += 1
                 if started >= TRANSFERS_PER_PASS_MAX:

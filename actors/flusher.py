@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from actors.disk_health import DiskHealth
 from actors.stats import NodeStats
 from log.flushjob import FlushJob
 from log.wal import RunSync
@@ -39,9 +40,15 @@ FLUSHED = Flushed()
 
 class Flusher:
     def __init__(
-        self, run_sync: RunSync, interval_s: float, stats: NodeStats, fsync_threads: int = 1
+        self,
+        run_sync: RunSync,
+        interval_s: float,
+        stats: NodeStats,
+        disk_health: DiskHealth,
+        fsync_threads: int = 1,
     ):
         self._run_sync = run_sync
+        self._disk_health = disk_health
         self._pool = ThreadPoolExecutor(fsync_threads, "fsync") if fsync_threads > 1 else None
         self._interval_s = interval_s
         self._stats = stats
@@ -87,13 +94,16 @@ class Flusher:
             return
         jobs = [job for _, _, job in work]
         started = trio.current_time()
+        self._disk_health.pass_started(started)
         try:
             await self._run_sync(self._run_all, jobs)
         except BaseException:
             for group, _, job in work:
                 group.log.end_flush(job, durable=False)
             raise
-        self._stats.fsync_latency_s.observe(trio.current_time() - started)
+        ended = trio.current_time()
+        self._stats.fsync_latency_s.observe(ended - started)
+        self._disk_health.pass_ended(ended - started, ended)
         for group, before, job in work:
             if group.log.end_flush(job, durable=True) != before:
                 group.wake_flushed()

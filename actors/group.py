@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 import trio
 
+from actors.disk_health import DiskHealth
 from actors.flusher import FLUSHED, Flushed, Flusher
 from actors.heartbeats import HeartbeatManager
 from actors.mailbox import (
@@ -78,6 +79,7 @@ class GroupActor:
         stats: NodeStats,
         flusher: Flusher,
         heartbeats: HeartbeatManager,
+        disk_health: DiskHealth,
         on_changed: Callable[[GroupActor], None],
     ):
         self.node_id = node_id
@@ -94,6 +96,7 @@ class GroupActor:
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
         self._heartbeats = heartbeats
+        self._disk_health = disk_health
         self._led = False  # registered with the heartbeats as this group's leader
         self._flushed_seen = self.log.flushed_offset
         self._waiters: deque[QuorumWaiter] = deque()
@@ -131,6 +134,7 @@ class GroupActor:
         mailbox = self._mailbox
         appends: list[ClientAppend] = []
         while True:
+            core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
             with trio.move_on_at(core.next_deadline()):
                 item = await mailbox.receive()
                 if core.quiet:  # before the input: it must see what the node heard

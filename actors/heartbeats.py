@@ -32,6 +32,7 @@ import trio
 from transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
 
 if TYPE_CHECKING:
+    from actors.disk_health import DiskHealth
     from actors.group import GroupActor
     from actors.stats import NodeStats
     from raft.settings import RaftSettings
@@ -141,9 +142,11 @@ class HeartbeatManager:
         groups: Callable[[], dict[int, GroupActor]],
         send: Callable[[int, object], None],
         stats: NodeStats,
+        disk_health: DiskHealth,
     ):
         self.node_id = node_id
         self._settings = settings
+        self._disk_health = disk_health  # the batches carry fsync latencies both ways
         self._groups = groups  # the node's groups, by id, as they are now
         self._send = send
         self._stats = stats
@@ -194,6 +197,7 @@ class HeartbeatManager:
 
     def on_batch(self, sender: int, message: HeartbeatBatch) -> None:
         now = trio.current_time()
+        self._disk_health.peer_reported(sender, message.fsync_us, now)
         try:
             ids = unpack_ids(message.ids)
             full = msgpack.unpackb(message.full, raw=False)
@@ -214,7 +218,8 @@ class HeartbeatManager:
                 continue  # a quiet follower of the sender: the timestamp is all it needs
             if (group := groups.get(group_id)) is not None:
                 group.deliver_nowait(sender, self._receiver.heartbeat(sender, group_id))
-        self._send(sender, HeartbeatBatchReply(message.seq, pack_ids(unknown)))
+        fsync_us = self._disk_health.own_latency_us()
+        self._send(sender, HeartbeatBatchReply(message.seq, pack_ids(unknown), fsync_us))
 
     def on_batch_reply(self, sender: int, message: HeartbeatBatchReply) -> None:
         try:
@@ -222,7 +227,9 @@ class HeartbeatManager:
         except ValueError as exc:
             logger.warning("bad_heartbeat_batch_reply", peer=sender, error=str(exc))
             return
-        self.answered_by[sender] = trio.current_time()
+        now = trio.current_time()
+        self.answered_by[sender] = now
+        self._disk_health.peer_reported(sender, message.fsync_us, now)
         self._batcher.confirmed(sender, message.seq, need_full)
 
     # ------------------------------------------------------------------- the task
@@ -236,7 +243,8 @@ class HeartbeatManager:
                 seq, ids, full = self._batcher.batch(peer, self._led)
                 if ids or full:
                     full_bytes = msgpack.packb(full, use_bin_type=True)
-                    message = HeartbeatBatch(seq, pack_ids(ids), full_bytes)
+                    fsync_us = self._disk_health.own_latency_us()
+                    message = HeartbeatBatch(seq, pack_ids(ids), full_bytes, fsync_us)
                     self._send(peer, message)
                     self._stats.heartbeats_sent += 1
             self._watch_peers(trio.current_time())

@@ -22,6 +22,7 @@ from actors.admin import handle_admin
 from actors.balancer import balance_leaders
 from actors.controller import ControllerActor
 from actors.coordinator import Coordinator
+from actors.disk_health import DiskHealth, hand_over_from_slow_disk
 from actors.flusher import Flusher
 from actors.group import GroupActor
 from actors.group_calls import CALLS
@@ -49,6 +50,8 @@ from transport.messages import (
     HeartbeatBatch,
     HeartbeatBatchReply,
     HeartbeatReply,
+    LeaderReply,
+    LeaderRequest,
     LeaderUpdates,
     Message,
     PartitionsRequest,
@@ -110,11 +113,12 @@ class Node:
         self.stats = NodeStats()
         self._rng = rng
         self._run_sync = run_sync
+        self.disk_health = DiskHealth(node_id, settings)
         self.flusher = Flusher(
-            run_sync, settings.leader_flush_interval_s, self.stats, fsync_threads
+            run_sync, settings.leader_flush_interval_s, self.stats, self.disk_health, fsync_threads
         )
         self.heartbeats = HeartbeatManager(
-            node_id, settings, lambda: self.groups, self.send_nowait, self.stats
+            node_id, settings, lambda: self.groups, self.send_nowait, self.stats, self.disk_health
         )
         self.controller = self._group(storage.controller)
         self.partitions = {key: self._group(g) for key, g in storage.partitions.items()}
@@ -138,6 +142,7 @@ class Node:
             stats=self.stats,
             flusher=self.flusher,
             heartbeats=self.heartbeats,
+            disk_health=self.disk_health,
             on_changed=self._group_changed,
         )
 
@@ -168,6 +173,7 @@ class Node:
                 await self._manager.start(group)
             nursery.start_soon(self.controller_actor.run)
             nursery.start_soon(balance_leaders, self)
+            nursery.start_soon(hand_over_from_slow_disk, self)
             nursery.start_soon(ReplicaMover(self).run)
             nursery.start_soon(self.coordinator.run)
             task_status.started(self)
@@ -292,6 +298,9 @@ class Node:
         out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address
+        # Fsync latencies of this node and the peers it heard from, and which are slow
+        # (actors/disk_health.py).
+        out["disks"] = self.disk_health.to_json(trio.current_time())
         return out
 
     # ------------------------------------------------------------------- the handler
@@ -317,6 +326,8 @@ class Node:
                 if group is None:
                     return self._no_replica(message)
                 return await group.end_offset(linearizable)
+            case LeaderRequest(topic, partition):
+                return self.leader_of(topic, partition)
             case StatusRequest():
                 return StatusReply(self.status())
             case PartitionsRequest(topic):
@@ -356,6 +367,18 @@ class Node:
         if found is None or not 0 <= partition < len(found.partitions):
             return group  # this node's state lags (it just restarted): trust the replica
         return group if self.id in found.partitions[partition].replicas else None
+
+    def leader_of(self, topic: str, partition: int) -> LeaderReply:
+        """The leader of a partition and its term, as this node's replica knows them, or
+        else its leader table."""
+        group = self.replica(topic, partition)
+        if group is not None:
+            leader, term = group.core.leader_id, group.core.term
+        elif (entry := self.controller_actor.leaders.get(topic, partition)) is not None:
+            leader, term = entry.leader_id, entry.term
+        else:
+            return LeaderReply(None, None, -1)
+        return LeaderReply(leader, self.address_of(leader), term)
 
     def is_member(self) -> bool:
         """False once the cluster's configuration, as this node last saw it, leaves it out.

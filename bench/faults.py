@@ -18,6 +18,7 @@ import random
 
 from actors.storage import partition_dir
 from controller.state import DEFAULT_TOPIC
+from log.files import FSYNC_DELAY_FILE
 from log.metadata import METADATA_FILE
 from log.segment import SEGMENT_SUFFIX
 
@@ -40,6 +41,11 @@ def segments(data_dir: str) -> list[str]:
                 os.path.join(directory, n) for n in sorted(names) if n.endswith(SEGMENT_SUFFIX)
             ]
     return found
+
+
+def fsync_delay_path(data_dir: str) -> str:
+    """Where a node of the harness reads its fsync delay from (log.files.SyncJournal)."""
+    return os.path.join(data_dir, FSYNC_DELAY_FILE)
 
 
 def metadata_path(data_dir: str) -> str:

@@ -183,6 +183,14 @@ def unavailable_s(history: History, start: float, end: float) -> float:
     return sum(b - a for a, b in itertools.pairwise(edges) if b - a > UNAVAILABLE_GAP_S)
 
 
+def throughput_ratio(history: History, start: float, end: float) -> float | None:
+    """Quorum acknowledgements in [start, end) over those in as long a time before."""
+    times = [a.end for a in history.appends if a.acks == "quorum" and a.outcome == "ok"]
+    during = sum(start <= t < end for t in times)
+    before = sum(2 * start - end <= t < start for t in times)
+    return round(during / before, 2) if before else None
+
+
 def _covers(offsets: list[int], data_offsets: list[int]) -> bool:
     """A reader's offsets hold every data offset between its first and its last."""
     lo = bisect.bisect_left(data_offsets, offsets[0])

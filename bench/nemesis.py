@@ -38,7 +38,15 @@ from dataclasses import dataclass
 
 import trio
 
-from bench.history import DEFAULT_PART, History, Log, Part, check, unavailable_s
+from bench.history import (
+    DEFAULT_PART,
+    History,
+    Log,
+    Part,
+    check,
+    throughput_ratio,
+    unavailable_s,
+)
 from bench.nemesis_consumers import Consumers
 from bench.nemesis_faults import ACTIONS, SPARE_NODES
 from bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
@@ -105,6 +113,7 @@ class Nemesis:
         self.removed: set[int] = set()  # asked to leave by a membership change
         self.next_id = plan.size + 1
         self.faults_injected = 0
+        self.slow_disks: list[tuple[float, float]] = []  # (start, end) of each slow-disk fault
         self._nursery: trio.Nursery | None = None
 
     # --- the cluster -------------------------------------------------------------------
@@ -360,6 +369,10 @@ class Nemesis:
             "lost q/l/n": "/".join(str(figures.get(f"{a}_lost", "?")) for a in levels),
             "unknown": figures.get("unknown_outcomes"),
             "unavailable_s": round(unavailable_s(self.history, 1.0, healed_at), 2),
+            # Quorum acks/s during each slow-disk fault over as long a time before it.
+            "slow_disk_ratios": [
+                throughput_ratio(self.history, start, end) for start, end in self.slow_disks
+            ],
             "recovery_s": None if recovery_s is None else round(recovery_s, 2),
             "delivered s/q": f"{consumed['stream_delivered']}/{consumed['queue_delivered']}",
             "violations": len(violations),

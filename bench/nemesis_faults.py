@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from bench.nemesis import Nemesis
 
 SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
+# A slow disk's fsync delay (the others' is bench.nemesis.FSYNC_DELAY_MS) and how long.
+SLOW_DISK_MS = (100.0, 200.0)
+SLOW_DISK_HOLD_S = (2.0, 5.0)
 STARTUP_REFUSAL_S = 10.0
 
 
@@ -231,6 +234,24 @@ async def damage(n: Nemesis) -> None:
     n.event("restored" if kind == disk.METADATA else "repaired", node=node_id)
 
 
+async def slow_disk(n: Nemesis) -> None:
+    """One node's fsyncs several times slower than the others' for a few seconds (long
+    enough for a leader to hand its groups over): a partition's leader half the time. The
+    report compares the quorum acknowledgements meanwhile with as long a time before."""
+    target = await target_leader(n) if n.rng.random() < 0.5 else None
+    node_id = target[1] if target else n.rng.choice(n.running)
+    delay_ms = n.rng.uniform(*SLOW_DISK_MS)
+    path = disk.fsync_delay_path(n.cluster.data_dir(node_id))
+    with open(path, "w") as f:
+        f.write(f"{delay_ms:.0f}")
+    start = n.now()
+    n.event("slow disk", node=node_id, delay_ms=round(delay_ms))
+    await trio.sleep(n.rng.uniform(*SLOW_DISK_HOLD_S))
+    os.remove(path)
+    n.slow_disks.append((start, n.now()))
+    n.event("disk healed", node=node_id)
+
+
 async def membership(n: Nemesis) -> None:
     """One change: add a node, remove one, replace one, or move the leadership."""
     voters = [i for i in n.config["voters"] if i in n.running]
@@ -303,5 +324,6 @@ ACTIONS: dict[str, Callable[[Nemesis], Awaitable[None]]] = {
     "lose-unsynced": lose_unsynced,
     "lose-unsynced-all": lose_unsynced_all,
     "damage": damage,
+    "slow-disk": slow_disk,
     "membership": membership,
 }

@@ -21,6 +21,7 @@ SCENARIOS = {
     "consume": "bench.consume",
     "kafka": "bench.kafka",
     "vs-nats": "bench.vs_nats",
+    "gray": "bench.gray",
 }
 
 

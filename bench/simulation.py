@@ -12,9 +12,11 @@ heal the checker verifies the invariants in every Raft group. Trio's scheduler i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -27,9 +29,9 @@ from bench.sim_checks import check_cluster, committed_log
 from log.files import StorageError
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch
-from log.wal import run_inline
 from membership.config import Configuration
 from membership.quorum import has_quorum
+from raft.core import RaftCore
 from raft.settings import RaftSettings
 from transport.errors import ConnectionClosed
 from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
@@ -64,6 +66,18 @@ class SimNode:
     stopped: trio.Event | None = None
     # by group replica (group id, incarnation): a replica moved away and back is a new one
     last_commit: dict[tuple[int, str], int] = field(default_factory=dict)
+    led: set[tuple[int, str]] = field(default_factory=set)  # replicas that were leaders
+    # How long each of its disk's blocking calls (fsync, metadata, new files) takes: a
+    # little for every node, much more while the chaos makes its disk slow.
+    base_fsync_s: float = 0.0
+    fsync_s: float = 0.0
+
+    async def run_sync(self, fn, *args):
+        """The in-memory disk's blocking calls, taking as long as this node's disk does:
+        nothing is durable before the wait ends (a crash meanwhile loses it)."""
+        if self.fsync_s:
+            await trio.sleep(self.fsync_s)
+        return fn(*args)
 
 
 @dataclass
@@ -94,6 +108,8 @@ class Cluster:
         self.network = MemoryNetwork(random.Random(self.rng.getrandbits(64)))
         self.addresses = {i: f"127.0.0.1:{7000 + i}" for i in range(1, size + 1)}
         self.nodes = {i: SimNode(i) for i in self.addresses}
+        for sim in self.nodes.values():
+            sim.base_fsync_s = sim.fsync_s = self.rng.uniform(0.0, 0.004)
         self.outcomes: list[Outcome] = []
         self.leaders: dict[tuple[int, int], set[int]] = {}  # (group, term) -> its leaders
         self.trace: list[str] = []
@@ -112,7 +128,7 @@ class Cluster:
         assert sim.node is None
         node_rng = random.Random(self.rng.getrandbits(64))
         storage = open_storage(
-            sim.fs, DATA_DIR, peers=self.addresses, rng=node_rng, run_sync=run_inline
+            sim.fs, DATA_DIR, peers=self.addresses, rng=node_rng, run_sync=sim.run_sync
         )
         node = Node(node_id, storage, settings=self.settings, rng=node_rng)
         sim.node, sim.scope, sim.stopped = node, trio.CancelScope(), trio.Event()
@@ -159,18 +175,41 @@ class Cluster:
                     if core.is_leader:
                         self.leaders.setdefault((gid, core.term), set()).add(i)
                     replica = (gid, group.storage.meta.incarnation)
+                    if core.is_leader:
+                        sim.led.add(replica)
                     last = sim.last_commit.get(replica, -1)
                     if core.commit_offset < last:
                         self.failures.append(
                             f"node {i} group {gid} commit went back {last}->{core.commit_offset}"
                         )
-                    if core.commit_offset > group.log.flushed_offset:
+                    if core.commit_offset > group.log.flushed_offset and replica not in sim.led:
                         self.failures.append(
                             f"node {i} group {gid} commit {core.commit_offset} above flushed"
                         )
                     sim.last_commit[replica] = core.commit_offset
             self._check_active_configs()
             await trio.sleep(0.005)
+
+    def check_commit_flushed(self, core: RaftCore) -> None:
+        """I4 on a leader, at the moment it commits: the offset is flushed on a majority of
+        its voters, with or without itself (dissertation 10.2.1). A voter that is down, or
+        holds no replica now, cannot be looked at and is given the benefit of the doubt."""
+        leader, gid, offset = core.id, core.group_id, core.commit_offset
+        term = core.term_at(offset)
+        holding = set()
+        for v in core.config.members:
+            node = self.nodes[v].node if v in self.nodes else None
+            group = node.groups.get(gid) if node is not None else None
+            if (
+                group is None
+                or offset < group.log.log_start_offset
+                or (group.log.flushed_offset >= offset and group.core.term_at(offset) == term)
+            ):
+                holding.add(v)
+        if not has_quorum(core.config, holding):
+            self.failures.append(
+                f"node {leader} group {gid} committed {offset}, flushed only on {sorted(holding)}"
+            )
 
     def _check_active_configs(self) -> None:
         """A configuration and the one that follows it in some log, both in effect
@@ -282,16 +321,16 @@ class Cluster:
                     await self.crash(rng.choice(self.running()))
             elif action < 0.45 and down:
                 await self.start(nursery, rng.choice(down))
-            elif action < 0.6:
+            elif action < 0.58:
                 ids = list(self.nodes)
                 rng.shuffle(ids)
                 cut = rng.randint(1, size - 1)
                 self.network.partition(ids[:cut], ids[cut:], one_way=rng.random() < 0.2)
                 self.trace.append(f"partition {ids[:cut]} {ids[cut:]}")
-            elif action < 0.75:
+            elif action < 0.7:
                 self.network.heal()
                 self.trace.append("heal")
-            elif action < 0.85:
+            elif action < 0.8:
                 faults = LinkFaults(
                     drop_probability=rng.uniform(0, 0.2),
                     delay_s_min=0.0,
@@ -301,9 +340,22 @@ class Cluster:
                 )
                 self._set_faults(faults)
                 self.trace.append("lossy")
-            else:
+            elif action < 0.88:
                 self._set_faults(PERFECT_LINK)
                 self.trace.append("perfect")
+            elif action < 0.95:
+                # A slow disk, the leader's as likely as any: commits go on through the
+                # followers that flushed (gray failures, RELIABILITY round 2).
+                slow = rng.choice(list(self.nodes))
+                self.nodes[slow].fsync_s = rng.uniform(0.01, 0.08)
+                self.trace.append(f"slow disk {slow}")
+            else:
+                self._heal_disks()
+                self.trace.append("disks healed")
+
+    def _heal_disks(self) -> None:
+        for sim in self.nodes.values():
+            sim.fsync_s = sim.base_fsync_s
 
     def _set_faults(self, faults: LinkFaults) -> None:
         # Client links too: a duplicated append is a retry, which idempotence must absorb.
@@ -312,6 +364,7 @@ class Cluster:
     async def heal_all(self, nursery: trio.Nursery) -> None:
         self.network.heal()
         self._set_faults(PERFECT_LINK)
+        self._heal_disks()
         for i, sim in self.nodes.items():
             if sim.node is None:
                 await self.start(nursery, i)
@@ -419,6 +472,13 @@ async def _scenario(
     topics: bool,
 ) -> str:
     cluster = Cluster(seed, size)
+    with _commits_checked(cluster):
+        return await _run(cluster, membership, topics, clients, appends, chaos_s)
+
+
+async def _run(
+    cluster: Cluster, membership: bool, topics: bool, clients: int, appends: int, chaos_s: float
+) -> str:
     async with trio.open_nursery() as nursery:
         for i in cluster.nodes:
             await cluster.start(nursery, i)
@@ -437,6 +497,24 @@ async def _scenario(
         digest = cluster.trace_hash()
         nursery.cancel_scope.cancel()
     return digest
+
+
+@contextlib.contextmanager
+def _commits_checked(cluster: Cluster) -> Iterator[None]:
+    """Every commit of a leader is checked as it happens: checked a few ms later, the
+    followers would have flushed by then whatever the leader counted."""
+    original = RaftCore._commit_to
+
+    def commit_to(core: RaftCore, offset: int) -> None:
+        original(core, offset)
+        if core.is_leader:
+            cluster.check_commit_flushed(core)
+
+    RaftCore._commit_to = commit_to
+    try:
+        yield
+    finally:
+        RaftCore._commit_to = original
 
 
 def run_seed(

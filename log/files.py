@@ -75,18 +75,33 @@ def read_whole_file(fs: FileSystem, path: str) -> bytes:
         f.close()
 
 
+# In a data directory of the fault harness: fsync delay in milliseconds (SyncJournal).
+FSYNC_DELAY_FILE = "fault-fsync-delay-ms"
+
+
 class SyncJournal:
     """For the fault harness: a line "PATH<TAB>BYTES" after every fsync, saying how much of
     PATH is durable. After a SIGKILL the page cache still holds every write, so a harness
     that wants the disk of a power loss cuts each file back to its last line (bench/faults.py).
     Appended without fsync: the page cache keeps it across a kill, which is all it models.
     `fsync_delay_s` makes every fsync that much slower, as a slow device would, so that more
-    is unsynced at any moment for the harness to take away."""
+    is unsynced at any moment for the harness to take away; a number of milliseconds in
+    the file `delay_path`, while it exists, replaces it (the harness's slow-disk fault)."""
 
-    def __init__(self, path: str, fsync_delay_s: float = 0.0):
+    def __init__(self, path: str, fsync_delay_s: float = 0.0, delay_path: str | None = None):
         self._path = path
         self._fd: int | None = None  # opened at the first record: the directory comes later
         self.fsync_delay_s = fsync_delay_s
+        self._delay_path = delay_path
+
+    def delay_s(self) -> float:
+        if self._delay_path is not None:
+            try:
+                with open(self._delay_path) as f:
+                    return float(f.read()) / 1000
+            except (OSError, ValueError):
+                pass  # no such file, or half written: the usual delay
+        return self.fsync_delay_s
 
     def record(self, path: str, durable_bytes: int) -> None:
         if self._fd is None:
@@ -141,7 +156,7 @@ class OsFile:
         size = 0
         if self._journal is not None:
             size = self.size()  # what this fsync covers
-            time.sleep(self._journal.fsync_delay_s)  # on the log's fsync thread
+            time.sleep(self._journal.delay_s())  # on the log's fsync thread
         try:
             os.fsync(self._fd)
         except OSError as exc:

@@ -22,11 +22,12 @@ from quorumlog.errors import (
     UnknownTopicError,
     UnreachableError,
 )
+from quorumlog.leader_watch import LeaderWatch
 from quorumlog.protocol import (
-    ATTEMPT_S,
     DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
+    WATCHED,
     Acks,
     AppendResult,
     ClientBase,
@@ -76,10 +77,13 @@ class AsyncClient(ClientBase):
         self._dialing: dict[str, trio.Lock] = {}
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
+        self._leader_watch = LeaderWatch(self.brokers, self._call_once)
 
     async def __aenter__(self) -> AsyncClient:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
+        if not self._router.direct:
+            self._nursery.start_soon(self._leader_watch.run)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool | None:
@@ -209,7 +213,7 @@ class AsyncClient(ClientBase):
     async def _topic_call(self, op: str, **args) -> AdminReply:
         with self._deadline():
             reply = await self._call(
-                topic_request(op, self.timeout, **args), to_leader=True, attempt_s=None
+                topic_request(op, self.timeout, **args), to_leader=True, bounded=False
             )
         assert isinstance(reply, AdminReply)
         return reply
@@ -273,14 +277,16 @@ class AsyncClient(ClientBase):
     def _deadline(self) -> _Deadline:
         return _Deadline(self.timeout)
 
-    async def _call(
-        self, message: Message, *, to_leader: bool, attempt_s: float | None = ATTEMPT_S
-    ) -> Message:
-        attempts = self._router.call(route_of(message))
+    async def _call(self, message: Message, *, to_leader: bool, bounded: bool = True) -> Message:
+        route = route_of(message)
+        attempts = self._router.call(route)
+        # Calls a partition's leader must answer are watched (quorumlog/leader_watch.py).
+        watched = to_leader and not self._router.direct and isinstance(message, WATCHED)
         while True:
             address = attempts.pick(to_leader)
             # A node that went silent (paused, cut off) must not hold the whole call.
-            with trio.move_on_after(attempt_s if attempt_s is not None else math.inf) as attempt:
+            with trio.move_on_after(self.attempt_s if bounded else math.inf) as attempt:
+                waiting = self._leader_watch.waiting(route, address, attempt) if watched else None
                 try:
                     reply = await self._call_once(address, message)
                 except (ConnectionClosed, UnreachableError) as exc:
@@ -288,8 +294,14 @@ class AsyncClient(ClientBase):
                 else:
                     if attempts.on_reply(address, reply):
                         return reply
+                finally:
+                    if waiting is not None:
+                        self._leader_watch.done(waiting)
             if attempt.cancelled_caught:
-                attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
+                if waiting is not None and waiting.moved_to is not None:
+                    attempts.on_replaced(address, waiting.moved_to)
+                else:
+                    attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
             await trio.sleep(attempts.pause_s())
 
     async def _call_once(self, address: str, message: Message) -> Message:

@@ -18,11 +18,12 @@ from quorumlog.errors import (
     UnknownTopicError,
     UnreachableError,
 )
+from quorumlog.leader_watch import ASK_TIMEOUT_S, LeaderReplaced, Terms
 from quorumlog.protocol import (
-    ATTEMPT_S,
     DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
+    WATCHED,
     AppendResult,
     ClientBase,
     Record,
@@ -43,6 +44,7 @@ from transport.messages import (
     ErrorCode,
     ErrorReply,
     GroupRequest,
+    LeaderRequest,
     Message,
     ReadReply,
     ReadRequest,
@@ -63,6 +65,7 @@ class Client(ClientBase):
         super().__init__(brokers, secret, timeout, direct, producer_id)
         self._lock = threading.Lock()
         self._connections: dict[str, SyncConnection] = {}
+        self._terms = Terms()  # for the leader watch (quorumlog/leader_watch.py)
 
     def __enter__(self) -> Client:
         return self
@@ -184,7 +187,7 @@ class Client(ClientBase):
     def _topic_call(self, op: str, **args) -> AdminReply:
         deadline = time.monotonic() + self.timeout
         request = topic_request(op, self.timeout, **args)
-        reply = self._call(request, deadline, to_leader=True, attempt_s=None, as_retry=_retry)
+        reply = self._call(request, deadline, to_leader=True, bounded=False, as_retry=_retry)
         assert isinstance(reply, AdminReply)
         return reply
 
@@ -227,7 +230,7 @@ class Client(ClientBase):
         deadline = time.monotonic() + self.timeout
         request = AdminRequest(op, {**args, "timeout_s": self.timeout})
         # A membership change may take long (a learner catching up): no per-try cap.
-        reply = self._call(request, deadline, to_leader=True, attempt_s=None, as_retry=_retry)
+        reply = self._call(request, deadline, to_leader=True, bounded=False, as_retry=_retry)
         assert isinstance(reply, AdminReply)
         return reply.result
 
@@ -259,21 +262,29 @@ class Client(ClientBase):
         deadline: float,
         *,
         to_leader: bool,
-        attempt_s: float | None = ATTEMPT_S,
+        bounded: bool = True,
         as_retry: Callable[[Message], Message] | None = None,
     ) -> Message:
         """`as_retry`: the message to send after a try whose outcome is unknown."""
-        attempts = self._router.call(route_of(message))
+        route = route_of(message)
+        attempts = self._router.call(route)
+        watched = to_leader and not self._router.direct and isinstance(message, WATCHED)
         problem = "no broker answered"
         while True:
             with self._lock:
                 address = attempts.pick(to_leader)
                 # A node that went silent (paused, cut off) must not hold the whole call.
                 attempt_end = (
-                    deadline if attempt_s is None else min(deadline, time.monotonic() + attempt_s)
+                    min(deadline, time.monotonic() + self.attempt_s) if bounded else deadline
+                )
+                still_waiting = (
+                    (lambda a=address: self._check_leader(route, a)) if watched else None
                 )
                 try:
-                    reply = self._call_once(address, message, attempt_end)
+                    reply = self._call_once(address, message, attempt_end, still_waiting)
+                except LeaderReplaced as replaced:
+                    attempts.on_replaced(address, replaced.leader)
+                    problem = f"{address} was replaced by {replaced.leader}"
                 except (ConnectionLost, UnreachableError) as exc:
                     attempts.on_unreachable(address, exc)
                     problem = str(exc)
@@ -300,16 +311,37 @@ class Client(ClientBase):
                 raise CallTimeoutError(f"gave up after {self.timeout:g} s: {problem}")
             time.sleep(pause)
 
-    def _call_once(self, address: str, message: Message, deadline: float) -> Message:
+    def _call_once(
+        self,
+        address: str,
+        message: Message,
+        deadline: float,
+        still_waiting: Callable[[], None] | None = None,
+    ) -> Message:
         connection = self._connections.get(address)
         if connection is None:
             connection = self._connections[address] = SyncConnection(address, self.secret, deadline)
         try:
-            return connection.request(message, deadline)
+            return connection.request(message, deadline, still_waiting)
         except BaseException:
             self._connections.pop(address, None)
             connection.close()
             raise
+
+    def _check_leader(self, route: tuple[str, int], address: str) -> None:
+        """While waiting on `address`: raise LeaderReplaced if the other brokers elected
+        another leader of `route` (quorumlog/leader_watch.py)."""
+        replies = []
+        for broker in self.brokers:
+            if broker != address:
+                try:
+                    ask_end = time.monotonic() + ASK_TIMEOUT_S
+                    replies.append(self._call_once(broker, LeaderRequest(*route), ask_end))
+                except (QuorumLogError, ConnectionLost):
+                    continue
+        leader = self._terms.newer_leader(route, address, replies)
+        if leader is not None:
+            raise LeaderReplaced(leader)
 
 
 def _retry(request: Message) -> Message:

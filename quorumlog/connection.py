@@ -9,10 +9,13 @@ left of it, so no call outlives its deadline.
 from __future__ import annotations
 
 import itertools
+import math
 import socket
 import time
+from collections.abc import Callable
 
 from quorumlog.errors import AuthError, CallTimeoutError, UnreachableError
+from quorumlog.leader_watch import WATCH_AFTER_S, WATCH_EVERY_S
 from transport.addresses import parse_address
 from transport.codec import encode_frame
 from transport.errors import AuthError as TransportAuthError
@@ -63,11 +66,26 @@ class SyncConnection:
         except (ProtocolError, ConnectionClosed) as exc:
             raise UnreachableError(f"{self.address}: {exc}") from None
 
-    def request(self, message: Message, deadline: float) -> Message:
+    def request(
+        self,
+        message: Message,
+        deadline: float,
+        still_waiting: Callable[[], None] | None = None,
+    ) -> Message:
+        """The answer to `message`. While it has not come, `still_waiting` is called after
+        WATCH_AFTER_S and every WATCH_EVERY_S after that; it may raise to give up."""
         correlation_id = next(self._ids)
         self._send(correlation_id, message, deadline)
+        check_at = time.monotonic() + WATCH_AFTER_S if still_waiting is not None else math.inf
         while True:
-            frame = self._receive(deadline)
+            try:
+                frame = self._receive(min(deadline, check_at))
+            except CallTimeoutError:
+                if still_waiting is None or time.monotonic() >= deadline:
+                    raise
+                still_waiting()
+                check_at = time.monotonic() + WATCH_EVERY_S
+                continue
             if frame.correlation_id == correlation_id:
                 return frame.message
 

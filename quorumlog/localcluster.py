@@ -66,11 +66,17 @@ class ProcessCluster:
         return os.path.join(self.root, f"node{node_id}")
 
     def start(
-        self, node_id: int, extra: list[str] | None = None, join: bool = False
+        self,
+        node_id: int,
+        extra: list[str] | None = None,
+        join: bool = False,
+        wrapper: list[str] | None = None,
     ) -> subprocess.Popen:
-        """Start a node; `join=True` starts one outside the configuration (`serve --join`)."""
+        """Start a node; `join=True` starts one outside the configuration (`serve --join`);
+        `wrapper` is a command line that runs it (strace, say)."""
         listen = f"127.0.0.1:{self.listen_ports[node_id - 1]}"
-        args = [*QUORUMLOG, "serve", "--id", str(node_id), "--data", self.data_dir(node_id)]
+        args = [*(wrapper or []), *QUORUMLOG, "serve", "--id", str(node_id)]
+        args += ["--data", self.data_dir(node_id)]
         args += ["--listen", listen]
         if join:
             args.append("--join")

@@ -89,6 +89,20 @@ def snapshot(node: Node) -> list:
             {"": stats.fsync_latency_s},
         )
     )
+    disk_latency = GaugeMetricFamily(
+        "quorumlog_disk_fsync_recent_seconds",
+        "Recent fsync latency (smoothed) of this node and of the peers it heard from",
+        labels=["node"],
+    )
+    disk_slow = GaugeMetricFamily(
+        "quorumlog_disk_slow",
+        "1 for a node whose disk is slow beside the others', or was lately",
+        labels=["node"],
+    )
+    for node_id, disk in node.disk_health.to_json(trio.current_time()).items():
+        disk_latency.add_metric([node_id], disk["fsync_ms"] / 1000)
+        disk_slow.add_metric([node_id], 1.0 if disk["slow_disk"] else 0.0)
+    out += [disk_latency, disk_slow]
     out.append(
         CounterMetricFamily(
             "quorumlog_recovery_bytes",

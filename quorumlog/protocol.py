@@ -291,6 +291,11 @@ LEADER_REPLIES = (AppendReply, AdminReply)
 class ClientBase:
     """What both clients hold: brokers, secret, timeout, routing, the idempotent producer.
 
+    `attempt_s` bounds one try of a call at one node: a node that went silent (paused, cut
+    off) is left for another after that long, if the leader watch did not move the call
+    sooner (quorumlog/leader_watch.py). Calls that may take long (membership changes) are
+    not bounded by it.
+
     `producer_id` fixes the producer's id instead of drawing one at random: a writer that
     may run again elsewhere (a retried Spark task) and appends the same records in the same
     order gets its first run's offsets back instead of writing twice. Two writers must
@@ -308,6 +313,7 @@ class ClientBase:
         self.brokers = parse_brokers(brokers)
         self.secret = secret.encode() if isinstance(secret, str) else secret
         self.timeout = timeout
+        self.attempt_s = ATTEMPT_S
         rng = random.Random()
         self._router = Router(self.brokers, direct, rng)
         self._producer = Producer(rng, producer_id)
@@ -336,6 +342,8 @@ def route_of(message: Message) -> Hashable:
 
 
 CONTROLLER_ROUTE = "controller"
+# Calls whose partition leader the client watches while it waits (quorumlog/leader_watch.py).
+WATCHED = (AppendRequest, EndOffsetRequest)
 
 
 def topic_request(op: str, timeout_s: float, **args) -> AdminRequest:
@@ -428,6 +436,12 @@ class Attempts:
         self._fresh_hint = False
         if router.leaders.get(self._route) == address:
             del router.leaders[self._route]
+
+    def on_replaced(self, address: str, leader: str) -> None:
+        """The others elected `leader` while `address` went silent: go there at once."""
+        self.on_unreachable(address, UnreachableError(f"{address} was replaced by {leader}"))
+        self._router.leaders[self._route] = leader
+        self._fresh_hint = True
 
     def pause_s(self) -> float:
         """How long to wait before the next try: nothing when a fresh hint names the leader."""

@@ -21,7 +21,13 @@ import trio
 from actors.node import Node
 from actors.storage import BootstrapError, open_storage
 from actors.worker import WorkerThread
-from log.files import CorruptionError, OsFileSystem, StorageError, SyncJournal
+from log.files import (
+    FSYNC_DELAY_FILE,
+    CorruptionError,
+    OsFileSystem,
+    StorageError,
+    SyncJournal,
+)
 from log.wal import LogConfig
 from quorumlog.metrics import serve_metrics
 from raft.settings import RaftSettings
@@ -134,11 +140,16 @@ def parse_peers(text: str | None) -> dict[int, str] | None:
 
 def _sync_journal(data_dir: str) -> SyncJournal | None:
     """For the fault harness only (bench/faults.py): record what each fsync made durable,
-    and slow fsyncs down by QUORUMLOG_FAULT_FSYNC_DELAY_MS."""
+    and slow fsyncs down by QUORUMLOG_FAULT_FSYNC_DELAY_MS, or by the milliseconds in
+    DATA/fault-fsync-delay-ms while the harness keeps that file."""
     if os.environ.get("QUORUMLOG_FAULT_SYNC_JOURNAL") != "1":
         return None
     delay_ms = float(os.environ.get("QUORUMLOG_FAULT_FSYNC_DELAY_MS", "0"))
-    return SyncJournal(os.path.join(data_dir, "sync-journal"), delay_ms / 1000)
+    return SyncJournal(
+        os.path.join(data_dir, "sync-journal"),
+        delay_ms / 1000,
+        delay_path=os.path.join(data_dir, FSYNC_DELAY_FILE),
+    )
 
 
 def serve(options: ServeOptions) -> int:

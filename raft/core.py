@@ -16,8 +16,10 @@ Modifications to textbook Raft, from the seeds:
   leader, except for a leadership transfer (seed 000, 001, 002);
 - a leader that has not heard from a majority for an election timeout steps down;
 - a new leader appends a barrier batch of its term; older entries commit through it (002);
-- commit = largest offset at most min(match, flushed) on a majority, of the current term,
-  and never above the node's own flushed offset (seed 004, RELIABILITY I4);
+- commit = largest offset at most min(match, flushed) on a majority of voters, of the
+  current term (seed 004); the leader counts its own flushed offset like a follower's and
+  need not be in that majority (dissertation 10.2.1), a follower commits no further than
+  it flushed (RELIABILITY I4);
 - followers report flushed and dirty offsets; lagging followers get 32 KiB chunks without
   forced flushes (seed 004's recovery).
 """
@@ -95,7 +97,9 @@ class RaftCore(
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
-        # Highest offset known committed; never above our flushed offset (I4).
+        # Highest offset known committed: flushed on a majority of voters. A follower's
+        # is never above its own flushed offset (I4); a leader's (or a former leader's) may
+        # be, when the majority that flushed it did not include this node.
         self.commit_offset = -1
         # Follower: highest offset known to match the current leader's log, and the last
         # commit offset that leader announced (re-applied when a flush completes, rule 2).
@@ -126,6 +130,7 @@ class RaftCore(
         self.now = now  # time of the input being handled
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
+        self.campaign_late = False  # set by the node while its disk is avoided
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -174,8 +179,11 @@ class RaftCore(
 
     def _reset_election_deadline(self, now: float) -> None:
         s = self.settings
-        self.election_deadline_s = now + self.rng.uniform(
-            s.election_timeout_min_s, s.election_timeout_max_s
+        # A node whose disk was slow lately campaigns an election timeout late, so that a
+        # healthy voter wins first (actors/disk_health.py), and still when none does.
+        late = s.election_timeout_max_s if self.campaign_late else 0.0
+        self.election_deadline_s = (
+            now + late + self.rng.uniform(s.election_timeout_min_s, s.election_timeout_max_s)
         )
 
     def _in_lease(self, now: float) -> bool:

@@ -101,17 +101,19 @@ class ReconfigurationRules:
             self.settings.election_timeout_min_s,
         )
 
+    def live_voters(self) -> list[int]:
+        """The other voters this leader heard from within the minimum election timeout."""
+        timeout = self.settings.election_timeout_min_s
+        return [
+            p.node_id
+            for p in self.progress.values()
+            if self.now - p.last_contact_s < timeout and self._is_voter(p.node_id)
+        ]
+
     def transfer_to_live_voter(self, target: int) -> bool:
-        """Leader balancing: move leadership to `target` if it is a voter this leader heard
-        from within the minimum election timeout; True if a transfer started."""
-        p = self.progress.get(target)
-        live = p is not None and self.now - p.last_contact_s < self.settings.election_timeout_min_s
-        if (
-            not self.is_leader
-            or self.transfer is not None
-            or not live
-            or not self._is_voter(target)
-        ):
+        """Leader balancing, a slow disk: move leadership to `target` if it is a live
+        voter (`live_voters`); True if a transfer started."""
+        if not self.is_leader or self.transfer is not None or target not in self.live_voters():
             return False
         self.transfer_leadership(target)
         return True

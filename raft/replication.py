@@ -219,8 +219,13 @@ class ReplicationRules:
         return next_offset
 
     def _maybe_commit(self) -> None:
+        """Commit what a majority of voters flushed, this leader counted like any other
+        (Raft dissertation 10.2.1: the leader writes its log in parallel with replication
+        and need not be in the majority). A leader with a slow disk then does not hold
+        commits back; whatever it has not flushed is durable on the followers that were
+        counted, so a crash of this node loses nothing committed."""
         acked = {p.node_id: p.acked_offset for p in self.progress.values()}
         acked[self.id] = self.log.flushed_offset
-        candidate = min(committed_offset(self.config, acked), self.log.flushed_offset)
+        candidate = committed_offset(self.config, acked)
         if candidate > self.commit_offset and self.term_at(candidate) == self.term:
             self._commit_to(candidate)

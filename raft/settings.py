@@ -46,6 +46,15 @@ class RaftSettings:
     retransmit_timeout_s: float = 0.2
     # Batches a client append request may carry.
     append_bytes_max: int = 8 * 1024 * 1024
+    # Gray failures (actors/disk_health.py): a node's disk is slow while its recent fsync
+    # latency is above this many times the median of the other nodes' and above
+    # slow_fsync_min_s; a leader whose disk stays slow for slow_fsync_for_s hands its
+    # groups over, and a node slow within slow_fsync_cooldown_s is not given leadership
+    # while a healthy voter can take it.
+    slow_fsync_factor: float = 4.0
+    slow_fsync_min_s: float = 0.01
+    slow_fsync_for_s: float = 2.0
+    slow_fsync_cooldown_s: float = 60.0
 
     def __post_init__(self) -> None:
         assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
@@ -55,3 +64,4 @@ class RaftSettings:
             0 < self.chunk_bytes_max <= self.steady_bytes_max
             and min(self.recovery_window_bytes, self.steady_inflight_max) > 0
         )
+        assert self.slow_fsync_factor > 1 and self.slow_fsync_min_s > 0

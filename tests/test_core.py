@@ -112,14 +112,30 @@ def propose(core: RaftCore, batch: bytes, now: float, awaited: bool) -> tuple[in
     return offsets
 
 
-def test_commit_needs_flushed_offsets_and_never_passes_the_leaders_own():
+def test_commit_needs_a_majority_of_flushed_replicas_the_leader_counted_as_any():
     core = make_core()
     elect(core)
     _, last = propose(core, batch_of(b"x", b"y"), 10.0, True)
     # Follower 2 holds everything but flushed nothing: no commit.
     core.step(2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10.0)
     assert core.commit_offset == -1
-    # It flushed everything, but the leader has not flushed its own copy yet.
+    # It flushed everything, the leader nothing yet: one flushed copy of three.
+    core.step(
+        2, AppendEntriesReply(0, 2, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+    )
+    assert core.commit_offset == -1
+    # Follower 3 flushed too: a majority without the leader (dissertation 10.2.1).
+    core.step(
+        3, AppendEntriesReply(0, 3, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+    )
+    assert core.commit_offset == last
+    assert core.log.flushed_offset < last, "committed before the leader's own flush"
+
+
+def test_the_leaders_flush_and_one_followers_make_a_majority():
+    core = make_core()
+    elect(core)
+    _, last = propose(core, batch_of(b"x"), 10.0, True)
     core.step(
         2, AppendEntriesReply(0, 2, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
     )
@@ -319,3 +335,13 @@ def test_a_learner_votes_when_asked_so_that_a_joint_configuration_can_elect():
     replies = [m for _, m in core.take_outbox()]
     assert [(r.pre_vote, r.granted) for r in replies] == [(True, True), (False, True)]
     assert core.role is Role.LEARNER, "voting does not make it a candidate"
+
+
+def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
+    s = SETTINGS
+    healthy, slow = make_core(node_id=2), make_core(node_id=3)
+    slow.campaign_late = True
+    for core in (healthy, slow):
+        core.step(1, AppendEntries(0, 1, 1, -1, 0, -1, b"", False), now=1.0)
+    assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
+    assert slow.election_deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s

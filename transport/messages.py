@@ -252,6 +252,24 @@ class EndOffsetReply:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderRequest:
+    """Who leads a partition, as the node asked believes: a client whose leader went
+    silent asks the other nodes whether they elected another (quorumlog/leader_watch.py)."""
+
+    TAG = 46
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderReply:
+    TAG = 47
+    leader_id: int | None  # None: no leader known (an election is on, say)
+    leader_address: str | None
+    term: int  # of that belief; -1 when the node knows nothing of the partition
+
+
+@dataclass(frozen=True, slots=True)
 class StatusRequest:
     TAG = 36
 
@@ -323,6 +341,7 @@ class HeartbeatBatch:
     seq: int  # echoed by the reply, which confirms the full entries this batch carried
     ids: bytes
     full: bytes
+    fsync_us: int  # the sender's recent fsync latency, -1 if unknown (actors/disk_health.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +352,7 @@ class HeartbeatBatchReply:
     TAG = 44
     seq: int
     need_full: bytes
+    fsync_us: int  # the replier's recent fsync latency, -1 if unknown
 
 
 # --- consumer groups (actors/coordinator.py) ---------------------------------------------
@@ -368,6 +388,8 @@ Message = (
     | ReadReply
     | EndOffsetRequest
     | EndOffsetReply
+    | LeaderRequest
+    | LeaderReply
     | StatusRequest
     | StatusReply
     | AdminRequest
@@ -395,6 +417,7 @@ REPLY_TYPES = frozenset(
         AppendReply,
         ReadReply,
         EndOffsetReply,
+        LeaderReply,
         StatusReply,
         AdminReply,
         ErrorReply,

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from bench import failover, produce, recovery, storage
+from bench import failover, gray, produce, recovery, storage
 from bench.report import print_table, write_jsonl
 from bench.scenarios import SCENARIOS, scenario
 from bench.workload import LeaderMoved, percentile, with_leader
@@ -346,4 +346,20 @@ def test_vs_nats_smallest(tmp_path):
         _positive(nats, "records_s", "p50_ms")
         _positive(ours, "records_s", "p50_ms", "ratio_to_nats")
         assert ours["errors"] == 0
+    _no_serve_left()
+
+
+def test_gray_smallest(tmp_path):
+    rows = _by_figure(_written(tmp_path, "gray", gray.run(tiny=True)))
+    phases = [r["phase"] for r in rows.values() if "phase" in r]
+    assert phases == [
+        "healthy",
+        "slow disk on a follower",
+        "slow disk on the leader",
+        "healthy again",
+    ]
+    for row in rows.values():
+        if row.get("acks_s") is not None:
+            _positive(row, "acks_s", "ratio")
+    assert "slow disk on the leader: median ratio" in rows
     _no_serve_left()

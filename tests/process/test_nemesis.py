@@ -20,7 +20,7 @@ FAMILIES = {
         "pause-leader",
     ),
     "partitions": ("isolate-leader", "partition", "bridge", "one-way", "slow", "flap"),
-    "disks": ("lose-unsynced", "lose-unsynced-all", "damage", "kill-leader"),
+    "disks": ("lose-unsynced", "lose-unsynced-all", "damage", "kill-leader", "slow-disk"),
     "everything": FAULTS,
 }
 SEEDS = (101, 102)  # per family: about 30 s a run, 4 minutes in all
@@ -43,3 +43,4 @@ def test_no_promise_is_broken(family, seed, tmp_path):
     assert all(p["quorum_acked"] > 0 for p in partitions.values()), partitions
     assert result["recovery_s"] is not None, "the cluster took appends again after healing"
     assert details["stream_delivered"] > 0 and details["queue_delivered"] > 0, "groups consumed"
+    assert all(r is None or r > 0 for r in result["slow_disk_ratios"]), "a slow disk stops nothing"

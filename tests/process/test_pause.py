@@ -6,7 +6,11 @@ from __future__ import annotations
 import signal
 import time
 
-from tests.process.test_failover import Producer, check_no_loss
+import pytest
+import trio
+
+from quorumlog.aclient import AsyncClient
+from tests.process.test_failover import Producer, check_no_loss, read_all
 
 
 def test_a_paused_leader_is_replaced_and_steps_down_when_resumed(cluster):
@@ -30,3 +34,40 @@ def test_a_paused_leader_is_replaced_and_steps_down_when_resumed(cluster):
     assert len(leaders) == 1, f"one leader once the paused one is back: {leaders}"
     with cluster.client() as c:
         check_no_loss(c, producer.acked)
+
+
+@pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
+def test_a_call_waiting_on_a_paused_leader_goes_to_the_one_elected_meanwhile(cluster, kind):
+    """Tries here would wait out the whole call: only the leader watch, asking the other
+    nodes whom they elected, can move an append off the paused leader."""
+    leader = cluster.wait_for_leader()
+
+    def append_during_pause(append) -> int:
+        append(b"before")
+        cluster.procs[leader].send_signal(signal.SIGSTOP)
+        try:
+            return append(b"during")
+        finally:
+            cluster.procs[leader].send_signal(signal.SIGCONT)
+
+    if kind == "Client":
+        with cluster.client(timeout=20.0) as c:
+            c.attempt_s = 60.0
+            offset = append_during_pause(lambda v: c.append([v]))
+    else:
+
+        async def main() -> int:
+            async with AsyncClient(cluster.brokers, timeout=20.0) as c:
+                c.attempt_s = 60.0
+                token = trio.lowlevel.current_trio_token()
+                return await trio.to_thread.run_sync(
+                    append_during_pause,
+                    lambda v: trio.from_thread.run(c.append, [v], trio_token=token),
+                )
+
+        offset = trio.run(main)
+    cluster.wait_converged()
+    with cluster.client() as c:
+        found = read_all(c)
+    assert found[offset] == b"during"
+    assert list(found.values()).count(b"during") == 1, "written once"

@@ -1,0 +1,186 @@
+"""Gray failures: whose disk is the slow one, and leadership moved away from it.
+
+Every node keeps a recent fsync latency for itself (its flusher's passes, smoothed; a pass
+still running counts for as long as it runs, so a stalled disk is slow, not silent) and for
+each peer it exchanges heartbeat batches with: both the batches and their replies carry the
+sender's own figure. A node's disk is *slow* while its latency is above `slow_fsync_min_s`
+and above `slow_fsync_factor` times the median of the other nodes' figures. So a cluster
+whose disks are all slow has none slow, and a node with no figures to compare has none.
+
+What follows from it (TiKV evicts leaders from slow stores the same way):
+- a leader whose own disk stayed slow for `slow_fsync_for_s` hands each group it leads to
+  the caught-up voter with the fastest disk (`hand_over_from_slow_disk`);
+- a node that was slow that long within the last `slow_fsync_cooldown_s` is *avoided*:
+  never a target of such a hand-over or of the leader balancer, and its own campaigns
+  start an election timeout late, so that a healthy voter wins first (it still wins when
+  no healthy one can: no availability is given up). Shorter slowness (a burst of writes,
+  a node starting, a disk slow a second in every ten) changes nothing, and a disk that
+  stays slow moves leadership once.
+
+`DiskHealth` is plain state (no trio, no clock: times are passed in); the task below
+applies it to the node's groups.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+import trio
+
+from raft.settings import RaftSettings
+
+if TYPE_CHECKING:
+    from actors.node import Node
+
+logger = structlog.get_logger("quorumlog.disk_health")
+
+EWMA_WEIGHT = 0.3  # of each new flush pass: a change of disk speed shows within a few passes
+REPORT_STALE_S = 5.0  # a peer's figure older than this is not compared with
+CHECK_INTERVAL_S = 0.25
+HAND_OVERS_PER_CHECK_MAX = 64  # many partitions move a little at a time, not in one storm
+UNKNOWN_US = -1  # on the wire: no fsync measured yet
+
+
+@dataclass(slots=True)
+class Disk:
+    """One node's disk as this node knows it."""
+
+    latency_s: float = 0.0
+    heard_s: float = -math.inf  # when the figure was last measured or reported
+    slow_since_s: float | None = None  # slow without a break since then
+    last_slow_s: float = -math.inf
+
+    def to_json(self, now: float, cooldown_s: float) -> dict:
+        return {
+            "fsync_ms": round(self.latency_s * 1000, 3),
+            "slow_disk": now - self.last_slow_s < cooldown_s,
+        }
+
+
+class DiskHealth:
+    def __init__(self, node_id: int, settings: RaftSettings):
+        self.node_id = node_id
+        self._settings = settings
+        self.disks: dict[int, Disk] = {node_id: Disk()}
+        self._pass_started_s: float | None = None
+
+    # ----------------------------------------------------------------------- inputs
+
+    def pass_started(self, now: float) -> None:
+        self._pass_started_s = now
+
+    def pass_ended(self, latency_s: float, now: float) -> None:
+        self._pass_started_s = None
+        own = self.disks[self.node_id]
+        if own.heard_s == -math.inf:
+            own.latency_s = latency_s
+        else:
+            own.latency_s += EWMA_WEIGHT * (latency_s - own.latency_s)
+        own.heard_s = now
+        self.judge(now)
+
+    def peer_reported(self, peer: int, latency_us: int, now: float) -> None:
+        if latency_us == UNKNOWN_US or peer == self.node_id:
+            return
+        disk = self.disks.setdefault(peer, Disk())
+        disk.latency_s = latency_us / 1e6
+        disk.heard_s = now
+
+    def judge(self, now: float) -> None:
+        """Decide who is slow now (after new figures, and every check: a stalled pass)."""
+        s = self._settings
+        latencies = {
+            n: self._latency_s(n, now)
+            for n, d in self.disks.items()
+            if now - d.heard_s < REPORT_STALE_S or n == self.node_id
+        }
+        for node_id, disk in self.disks.items():
+            others = [latency for n, latency in latencies.items() if n != node_id]
+            slow = (
+                node_id in latencies
+                and bool(others)
+                and latencies[node_id]
+                > max(s.slow_fsync_min_s, s.slow_fsync_factor * statistics.median(others))
+            )
+            if not slow:
+                disk.slow_since_s = None
+                continue
+            if disk.slow_since_s is None:
+                disk.slow_since_s = now
+            if now - disk.slow_since_s < s.slow_fsync_for_s:
+                continue  # a blip (a burst of writes, a start): nothing to act on
+            if now - disk.last_slow_s >= s.slow_fsync_cooldown_s:
+                logger.warning(
+                    "slow_disk",
+                    node_id=self.node_id,
+                    disk_of=node_id,
+                    fsync_ms=round(latencies[node_id] * 1000, 1),
+                )
+            disk.last_slow_s = now
+
+    def _latency_s(self, node_id: int, now: float) -> float:
+        latency = self.disks[node_id].latency_s
+        if node_id == self.node_id and self._pass_started_s is not None:
+            return max(latency, now - self._pass_started_s)
+        return latency
+
+    # ----------------------------------------------------------------------- questions
+
+    def own_latency_us(self) -> int:
+        own = self.disks[self.node_id]
+        return round(own.latency_s * 1e6) if own.heard_s > -math.inf else UNKNOWN_US
+
+    def should_hand_over(self, now: float) -> bool:
+        """This node's disk has been slow for `slow_fsync_for_s` without a break."""
+        since = self.disks[self.node_id].slow_since_s
+        return since is not None and now - since >= self._settings.slow_fsync_for_s
+
+    def avoided(self, node_id: int, now: float) -> bool:
+        """Slow for `slow_fsync_for_s`, now or within the cooldown: no leadership for this
+        node while another can lead."""
+        disk = self.disks.get(node_id)
+        return disk is not None and now - disk.last_slow_s < self._settings.slow_fsync_cooldown_s
+
+    def fastest(self, candidates: list[int], now: float) -> int | None:
+        """The candidate with the fastest disk among those not avoided (unknown counts
+        as fast: a node that has not fsynced lately has nothing against it)."""
+        usable = [c for c in candidates if not self.avoided(c, now)]
+        return min(usable, key=lambda c: (self._latency_or_zero(c), c), default=None)
+
+    def _latency_or_zero(self, node_id: int) -> float:
+        disk = self.disks.get(node_id)
+        return disk.latency_s if disk is not None else 0.0
+
+    def to_json(self, now: float) -> dict:
+        cooldown = self._settings.slow_fsync_cooldown_s
+        return {str(n): d.to_json(now, cooldown) for n, d in sorted(self.disks.items())}
+
+
+async def hand_over_from_slow_disk(node: Node) -> None:
+    """While this node's disk stays slow, give the groups it leads to healthier voters."""
+    health = node.disk_health
+    while True:
+        await trio.sleep(CHECK_INTERVAL_S)
+        now = trio.current_time()
+        health.judge(now)
+        if not health.should_hand_over(now):
+            continue
+        moved = 0
+        for group in list(node.groups.values()):
+            core = group.core
+            if not core.is_leader or core.transfer is not None:
+                continue
+            target = health.fastest(core.live_voters(), now)
+            if target is None:
+                continue
+            if await group.call_core(lambda c, t=target: c.transfer_to_live_voter(t)):
+                logger.info(
+                    "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
+                )
+                moved += 1
+                if moved >= HAND_OVERS_PER_CHECK_MAX:
+                    break
