@@ -23,8 +23,11 @@ $(VENV)/.full: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 run: $(VENV)/.base
 	$(BIN)/quorumlog dev
 
+# The simulations are pure CPU and independent: they run on both cores; the rest (real
+# processes, Spark) one test at a time.
 test: $(VENV)/.full
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 tests/sim
+	$(BIN)/python -m pytest -q --ignore=tests/sim
 
 lint: $(VENV)/.full
 	$(BIN)/ruff check .

@@ -95,23 +95,31 @@ class NodeStorage:
     ) -> GroupStorage:
         """A new replica of a partition: bootstrapped with `config`, or (None) waiting to
         be added by the group's leader. Blocking (files and fsyncs): the node runs it on
-        its storage thread and then `adds` it."""
+        its storage thread and then `adds` it.
+
+        The folder is made whole under another name, then renamed (storage rule 7 for a
+        folder): a crash in between leaves a staging folder that is no partition, never a
+        partition without its metadata (which a restart would take for damage)."""
         directory = partition_dir(self.data_dir, topic, partition)
-        if self.fs.exists(directory):
-            self.fs.remove_tree(directory)  # a replica of an earlier topic of that name
-        self.fs.makedirs(directory)
-        _write_group_file(self.fs, directory, group_id, retention)
-        storage = open_group_storage(
+        staging = os.path.join(os.path.dirname(directory), f".{partition}.new")
+        for earlier in (directory, staging):  # a replica of an earlier topic of that name
+            if self.fs.exists(earlier):
+                self.fs.remove_tree(earlier)
+        self.fs.makedirs(staging)
+        _write_group_file(self.fs, staging, group_id, retention)
+        MetadataStore(self.fs, staging).save(new_metadata(config, rng))
+        self.fs.rename(staging, directory)
+        self.fs.fsync_dir(os.path.dirname(directory))
+        return open_group_storage(
             self.fs,
             directory,
             group_id,
             config=config,
-            create=True,
+            create=False,
             rng=rng,
             log_config=retention.applied_to(self.log_config),
             run_sync=self.run_sync,
         )
-        return storage
 
     def add(self, topic: str, partition: int, storage: GroupStorage) -> None:
         self.partitions[(topic, partition)] = storage
@@ -187,8 +195,7 @@ def open_group_storage(
                 )
             if not create:
                 raise CorruptionError(store.path, 0, "metadata file of a hosted group is missing")
-            wire = config.to_wire() if config is not None else None
-            meta = ConsensusMetadata(incarnation=f"{rng.getrandbits(64):016x}", config=wire)
+            meta = new_metadata(config, rng)
             store.save(meta)
         elif meta.config is not None:
             try:
@@ -201,6 +208,12 @@ def open_group_storage(
         log.close()
         raise
     return GroupStorage(group_id, directory, log, store, meta)
+
+
+def new_metadata(config: Configuration | None, rng: random.Random) -> ConsensusMetadata:
+    """A new replica's: a fresh incarnation (storage rule 9), no term, no vote."""
+    wire = config.to_wire() if config is not None else None
+    return ConsensusMetadata(incarnation=f"{rng.getrandbits(64):016x}", config=wire)
 
 
 def _write_group_file(fs: FileSystem, directory: str, group_id: int, retention: Retention) -> None:

@@ -6,7 +6,13 @@ import random
 
 import pytest
 
-from actors.storage import BootstrapError, group_dirs, open_group_storage, open_storage
+from actors.storage import (
+    BootstrapError,
+    Retention,
+    group_dirs,
+    open_group_storage,
+    open_storage,
+)
 from controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from log.files import CorruptionError
 from log.memdisk import MemoryFileSystem
@@ -71,3 +77,40 @@ def test_a_0_3_directory_moves_to_default_and_its_controller_takes_its_configura
     assert default.meta.incarnation == old.meta.incarnation
     assert Configuration.from_wire(node.controller.meta.config) == config
     assert not fs.exists("/data/consensus.meta") and not fs.exists("/data/log")
+
+
+@pytest.mark.parametrize("crash_after_fsyncs", range(6))
+def test_a_crash_while_a_partition_is_created_leaves_no_half_made_partition(crash_after_fsyncs):
+    """Power lost after any fsync of a partition's creation: on restart the node either
+    hosts the partition whole or not at all (never a folder it takes for damage)."""
+    fs = MemoryFileSystem()
+    node = open_node(fs, peers=PEERS)
+    fsyncs = 0
+    fsync_dir = fs.fsync_dir
+
+    def counted(path):
+        nonlocal fsyncs
+        fsyncs += 1
+        if fsyncs > crash_after_fsyncs:
+            raise PowerLost
+        fsync_dir(path)
+
+    fs.fsync_dir = counted
+    try:
+        node.create_partition(
+            "events", 0, 7, config=None, retention=Retention(), rng=random.Random(2)
+        )
+        created = True
+    except PowerLost:
+        created = False
+    fs.fsync_dir = fsync_dir
+    fs.crash()
+    again = open_node(fs, peers=None)
+    hosted = ("events", 0) in again.partitions
+    assert hosted or not created, "a partition whose creation returned survives a crash"
+    if hosted:
+        assert again.partitions[("events", 0)].meta.incarnation
+
+
+class PowerLost(Exception):
+    pass

@@ -13,8 +13,8 @@ from bench.sim_checks import Violation
 from bench.simulation import run_seed
 from raft.progress import Progress
 
-SEEDS_3 = range(200)
-SEEDS_5 = range(1000, 1100)
+SEEDS_3 = range(120)
+SEEDS_5 = range(1000, 1060)
 # With membership changes and leadership transfers on top of the faults.
 MEMBERSHIP_SEEDS_3 = range(2000, 2030)
 MEMBERSHIP_SEEDS_5 = range(3000, 3030)
