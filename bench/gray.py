@@ -263,7 +263,7 @@ async def _strace_phases(cluster: Cluster, window: int, s: Sizes) -> list[dict]:
     return rows
 
 
-async def _flapping(cluster: Cluster, s: Sizes) -> dict:
+async def _flapping(cluster: Cluster, s: Sizes) -> list[dict]:
     """The leader's disk slow 1 s in every 10: how often leadership moves."""
     node = await cluster.leader()
     moves, last = 0, node
@@ -285,14 +285,16 @@ async def _flapping(cluster: Cluster, s: Sizes) -> dict:
                 await trio.sleep(0.1)
         stop.set()
     minutes = s.flap_s / 60
-    return {
-        "figure": "flapping disk: slow 1 s in every 10 (hook, 1 in flight)",
-        "mode": "hook",
-        "window": 1,
-        "leader_moves": moves,
-        "moves_per_minute": round(moves / minutes, 2),
-        "target": "<= 1 per minute",
-    }
+    return [
+        {
+            "figure": "flapping disk: slow 1 s in every 10 (hook, 1 in flight)",
+            "mode": "hook",
+            "window": 1,
+            "leader_moves": moves,
+            "moves_per_minute": round(moves / minutes, 2),
+            "target": "<= 1 per minute",
+        }
+    ]
 
 
 def _transfer_leader(procs: ProcessCluster, node_id: int) -> None:
@@ -376,39 +378,34 @@ async def _starved(cluster: Cluster, s: Sizes) -> list[dict]:
     return rows
 
 
+async def _on_fresh_cluster(path: str, measure) -> list[dict]:
+    """`measure(cluster)` on a new cluster in `path`, stopped after, on error too."""
+    cluster = Cluster(path)
+    try:
+        await cluster.leader()
+        return await measure(cluster)
+    finally:
+        cluster.stop()
+
+
 async def _measure(root: str, s: Sizes, with_strace: bool) -> list[dict]:
     rows: list[dict] = []
     for window in s.windows:
         # A fresh cluster each time: a node that gave up leadership for its disk is
         # avoided for a minute afterwards (slow_fsync_cooldown_s).
-        cluster = Cluster(os.path.join(root, f"hook-{window}"))
-        try:
-            await cluster.leader()
-            rows += await _hook_phases(cluster, window, s)
-        finally:
-            cluster.stop()
+        path = os.path.join(root, f"hook-{window}")
+        rows += await _on_fresh_cluster(path, lambda c, w=window: _hook_phases(c, w, s))
         if with_strace:
-            cluster = Cluster(os.path.join(root, f"strace-{window}"))
-            try:
-                await cluster.leader()
-                rows += await _strace_phases(cluster, window, s)
-            finally:
-                cluster.stop()
-    cluster = Cluster(os.path.join(root, "pauses"))
-    try:
-        await cluster.leader()
-        rows += await _pauses(cluster, s)
-        if s.flap_s:
-            rows += await _starved(cluster, s)
-    finally:
-        cluster.stop()
+            path = os.path.join(root, f"strace-{window}")
+            rows += await _on_fresh_cluster(path, lambda c, w=window: _strace_phases(c, w, s))
+
+    async def pauses_and_starvation(cluster: Cluster) -> list[dict]:
+        found = await _pauses(cluster, s)
+        return found + (await _starved(cluster, s) if s.flap_s else [])
+
+    rows += await _on_fresh_cluster(os.path.join(root, "pauses"), pauses_and_starvation)
     if s.flap_s:
-        cluster = Cluster(os.path.join(root, "flap"))
-        try:
-            await cluster.leader()
-            rows.append(await _flapping(cluster, s))
-        finally:
-            cluster.stop()
+        rows += await _on_fresh_cluster(os.path.join(root, "flap"), lambda c: _flapping(c, s))
     return rows
 
 

@@ -26,6 +26,7 @@ from actors.group import GroupActor
 from actors.node import Node
 from actors.storage import open_storage
 from bench.sim_checks import check_cluster, committed_log
+from bench.sim_faults import chaos, membership_chaos
 from log.files import StorageError
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch
@@ -251,7 +252,7 @@ class Cluster:
         with trio.move_on_after(timeout_s):
             while True:
                 target = self.leader_hints.get(route) or self.rng.choice(list(self.addresses))
-                reply = await self._request(target, request)
+                reply = await self.request(target, request)
                 if isinstance(reply, AppendReply):
                     self.leader_hints[route] = target
                     return reply.first_offset
@@ -275,7 +276,7 @@ class Cluster:
             )
             target = min(self.nodes)
             while True:
-                reply = await self._request(target, request)
+                reply = await self.request(target, request)
                 if isinstance(reply, AdminReply):
                     break
                 hint = reply.leader_id if isinstance(reply, ErrorReply) else None
@@ -284,7 +285,7 @@ class Cluster:
             self.routes += [(name, p) for p in range(partitions)]
             self.trace.append(f"created {name}")
 
-    async def _request(self, target: int, request: AppendRequest | AdminRequest):
+    async def request(self, target: int, request: AppendRequest | AdminRequest):
         """The reply, or None if the node was unreachable or went away."""
         reply = None
         try:
@@ -305,66 +306,18 @@ class Cluster:
             self.trace.append(f"ack {value!r} {acks.name} {offset}")
             await trio.sleep(rng.uniform(0, 0.03))
 
-    # ---------------------------------------------------------------- faults
-
-    async def chaos(self, nursery: trio.Nursery, duration_s: float) -> None:
-        rng = self.rng
-        size = len(self.nodes)
-        end = trio.current_time() + duration_s
-        while trio.current_time() < end:
-            await trio.sleep(rng.uniform(0.05, 0.6))
-            action = rng.random()
-            down = [i for i in self.nodes if self.nodes[i].node is None]
-            if action < 0.25 and self.running():
-                # Mostly a minority, sometimes a majority or everyone: safety must hold anyway.
-                if len(down) < (size - 1) // 2 or rng.random() < 0.2:
-                    await self.crash(rng.choice(self.running()))
-            elif action < 0.45 and down:
-                await self.start(nursery, rng.choice(down))
-            elif action < 0.58:
-                ids = list(self.nodes)
-                rng.shuffle(ids)
-                cut = rng.randint(1, size - 1)
-                self.network.partition(ids[:cut], ids[cut:], one_way=rng.random() < 0.2)
-                self.trace.append(f"partition {ids[:cut]} {ids[cut:]}")
-            elif action < 0.7:
-                self.network.heal()
-                self.trace.append("heal")
-            elif action < 0.8:
-                faults = LinkFaults(
-                    drop_probability=rng.uniform(0, 0.2),
-                    delay_s_min=0.0,
-                    delay_s_max=rng.uniform(0, 0.05),
-                    duplicate_probability=rng.uniform(0, 0.1),
-                    reorder_probability=rng.uniform(0, 0.2),
-                )
-                self._set_faults(faults)
-                self.trace.append("lossy")
-            elif action < 0.88:
-                self._set_faults(PERFECT_LINK)
-                self.trace.append("perfect")
-            elif action < 0.95:
-                # A slow disk, the leader's as likely as any: commits go on through the
-                # followers that flushed (gray failures, RELIABILITY round 2).
-                slow = rng.choice(list(self.nodes))
-                self.nodes[slow].fsync_s = rng.uniform(0.01, 0.08)
-                self.trace.append(f"slow disk {slow}")
-            else:
-                self._heal_disks()
-                self.trace.append("disks healed")
-
-    def _heal_disks(self) -> None:
+    def heal_disks(self) -> None:
         for sim in self.nodes.values():
             sim.fsync_s = sim.base_fsync_s
 
-    def _set_faults(self, faults: LinkFaults) -> None:
+    def set_link_faults(self, faults: LinkFaults) -> None:
         # Client links too: a duplicated append is a retry, which idempotence must absorb.
         self.network.set_faults(faults)
 
     async def heal_all(self, nursery: trio.Nursery) -> None:
         self.network.heal()
-        self._set_faults(PERFECT_LINK)
-        self._heal_disks()
+        self.set_link_faults(PERFECT_LINK)
+        self.heal_disks()
         for i, sim in self.nodes.items():
             if sim.node is None:
                 await self.start(nursery, i)
@@ -399,54 +352,6 @@ class Cluster:
                 await trio.sleep(0.05)
             return True
         return False
-
-    async def membership_chaos(self, duration_s: float) -> None:
-        """Membership changes and leadership transfers, through the admin calls (sent to the
-        controller's leader: cluster membership is its group's)."""
-        rng = random.Random(self.rng.getrandbits(64))
-        end = trio.current_time() + duration_s
-        while trio.current_time() < end:
-            await trio.sleep(rng.uniform(0.2, 1.0))
-            leader = next(
-                (
-                    s.node
-                    for s in self.nodes.values()
-                    if s.node and s.node.controller.core.is_leader
-                ),
-                None,
-            )
-            if leader is None or leader.controller.core.config is None:
-                continue
-            config = leader.controller.core.config
-            voters = sorted(config.voters)
-            outsiders = sorted(set(self.nodes) - config.members)
-            choice = rng.random()
-            if choice < 0.25 and len(voters) > 2:
-                request = AdminRequest("remove_member", {"node_id": rng.choice(voters)})
-            elif choice < 0.5 and outsiders:
-                node_id = rng.choice(outsiders)
-                request = AdminRequest(
-                    "add_member", {"node_id": node_id, "address": self.addresses[node_id]}
-                )
-            elif choice < 0.65 and outsiders:
-                new = rng.choice(outsiders)
-                request = AdminRequest(
-                    "replace_member",
-                    {"old_id": rng.choice(voters), "new_id": new, "address": self.addresses[new]},
-                )
-            elif choice < 0.8:
-                chosen = rng.sample(sorted(self.nodes), rng.randint(2, len(self.nodes)))
-                request = AdminRequest(
-                    "set_members", {"members": {str(i): self.addresses[i] for i in chosen}}
-                )
-            else:
-                request = AdminRequest("transfer_leader", {"node_id": rng.choice(voters)})
-            self.trace.append(f"admin {request.op} {sorted(request.args.items())}")
-            with trio.move_on_after(3.0):
-                reply = await self._request(
-                    leader.id, AdminRequest(request.op, {**request.args, "timeout_s": 2.5})
-                )
-                self.trace.append(f"admin reply {type(reply).__name__}")
 
     def trace_hash(self) -> str:
         logs = [
@@ -486,9 +391,9 @@ async def _run(
         if topics:
             await cluster.create_topics()
         async with trio.open_nursery() as work:
-            work.start_soon(cluster.chaos, nursery, chaos_s)
+            work.start_soon(chaos, cluster, nursery, chaos_s)
             if membership:
-                work.start_soon(cluster.membership_chaos, chaos_s)
+                work.start_soon(membership_chaos, cluster, chaos_s)
             for c in range(clients):
                 work.start_soon(cluster.client, c, appends)
         await cluster.heal_all(nursery)

@@ -6,13 +6,13 @@ reports the slow one in `status`; nothing acknowledged is lost (gray failures)."
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
 from bench.faults import fsync_delay_path
 from quorumlog.localcluster import ProcessCluster
 from tests.process.test_failover import Producer, check_no_loss
+from tests.process.test_topics import wait_until
 
 SLOW_MS = 150
 WAIT_S = 30.0
@@ -35,46 +35,31 @@ def slow_disk(cluster: ProcessCluster, node_id: int, delay_ms: int | None) -> No
         f.write(str(delay_ms))
 
 
-def wait_for(what: str, check, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {timeout_s} s")
-
-
 def test_a_leader_with_a_slow_disk_hands_over_and_the_slow_disk_is_reported(hooked):
     cluster = hooked
     slow = cluster.wait_for_leader()
     producer = Producer(cluster)
     producer.start()
     try:
-        wait_for("appends flow", lambda: len(producer.acked) > 50)
+        wait_until(lambda: len(producer.acked) > 50, WAIT_S, "appends flow")
         slow_disk(cluster, slow, SLOW_MS)
-        new = wait_for(
-            "leadership leaves the slow disk",
-            lambda: next(
-                (
-                    i
-                    for i in cluster.ids
-                    if i != slow and (cluster.node_status(i) or {}).get("role") == "leader"
-                ),
-                None,
-            ),
-        )
-        status = wait_for(
-            "the new leader reports the slow disk",
-            lambda: (
-                s
-                if (s := cluster.node_status(new)) and s["disks"][str(slow)]["slow_disk"]
-                else None
-            ),
-        )
+
+        def other_leader():
+            leaders = [
+                i for i in cluster.ids if (cluster.node_status(i) or {}).get("role") == "leader"
+            ]
+            return next((i for i in leaders if i != slow), None)
+
+        new = wait_until(other_leader, WAIT_S, "leadership leaves the slow disk")
+
+        def reported():
+            status = cluster.node_status(new)
+            return status if status and status["disks"][str(slow)]["slow_disk"] else None
+
+        status = wait_until(reported, WAIT_S, "the new leader reports the slow disk")
         assert not status["disks"][str(new)]["slow_disk"]
         acked_before = len(producer.acked)
-        wait_for("appends go on", lambda: len(producer.acked) > acked_before + 50)
+        wait_until(lambda: len(producer.acked) > acked_before + 50, WAIT_S, "appends go on")
     finally:
         producer.stop.set()
         producer.join(timeout=30)
