@@ -36,7 +36,7 @@ from actors.mailbox import (
     QuorumWaiter,
     WakeUp,
 )
-from actors.read_index import read_index
+from actors.read_index import read_index, term_committed
 from actors.stats import NodeStats
 from actors.storage import GroupStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
@@ -50,11 +50,13 @@ from transport.messages import (
     AppendReply,
     AppendRequest,
     EndOffsetReply,
+    EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     Heartbeat,
     Message,
     ReadReply,
+    ReadRequest,
 )
 from transport.network import Answer, NodeTransport
 
@@ -434,6 +436,30 @@ class GroupActor:
         """The answer to an acks=none append: received, no offsets yet."""
         flushed, dirty = self.core.majority_offsets()
         return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+
+    async def answer(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> Message:
+        """A client's call on this partition, as the node's handler and the coordinator's
+        calls on a leader (actors/leader_calls.py) both answer it."""
+        match message:
+            case AppendRequest():
+                return await self.append(message)
+            case ReadRequest(offset, max_bytes, leader_only=leader_only):
+                refusal = await self._unsettled() if leader_only else None
+                return refusal or self.read(offset, max_bytes)
+            case EndOffsetRequest(linearizable, leader_only=leader_only):
+                refusal = await self._unsettled() if leader_only else None
+                return refusal or await self.end_offset(linearizable)
+
+    async def _unsettled(self) -> ErrorReply | None:
+        """None once this replica leads with its term's barrier committed: its commit offset
+        then covers every acknowledged append. A follower, or a leader just elected (after a
+        restart its commit offset starts at -1), would answer a reader "nothing there"."""
+        core = self.core
+        if core.is_leader and core.term_at(core.commit_offset) == core.term:
+            return None
+        if core.is_leader and await term_committed(self):
+            return None
+        return self.not_leader(core.leader_id)
 
     def read(self, offset: int, bytes_max: int) -> Message:
         """Committed records only (I5), from any replica, up to the commit offset it knows."""

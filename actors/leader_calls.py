@@ -60,7 +60,7 @@ async def ask_partition_leader(
             replica = node.replica(*tp)
             if replica is not None and replica.core.is_leader:
                 ask = node.id
-                reply = await _on_replica(replica, message)
+                reply = await replica.answer(message)
             else:
                 ask = hint if hint is not None else leader_of(node, tp, replica, turn)
                 reply = await ask_node(node, ask, message)
@@ -109,14 +109,3 @@ async def ask_node(node: Node, node_id: int | None, message: Message) -> Message
         return await node.request(node_id, message)
     except ConnectionClosed:
         return None
-
-
-async def _on_replica(replica: GroupActor, message: PartitionCall) -> Message:
-    """A partition call answered by this node's replica, as the node's handler would."""
-    match message:
-        case ReadRequest(offset, max_bytes):
-            return replica.read(offset, max_bytes)
-        case EndOffsetRequest(linearizable):
-            return await replica.end_offset(linearizable)
-        case AppendRequest():
-            return await replica.append(message)

@@ -315,17 +315,13 @@ class Node:
                 return self._unknown_group(message)
             return await group.deliver(peer.node_id, message)
         match message:
-            case AppendRequest(topic=topic, partition=partition):
+            case (
+                AppendRequest(topic=topic, partition=partition)
+                | ReadRequest(topic=topic, partition=partition)
+                | EndOffsetRequest(topic=topic, partition=partition)
+            ):
                 group = self.replica(topic, partition)
-                return await group.append(message) if group else self._no_replica(message)
-            case ReadRequest(offset, bytes_max, topic, partition):
-                group = self.replica(topic, partition)
-                return group.read(offset, bytes_max) if group else self._no_replica(message)
-            case EndOffsetRequest(linearizable, topic, partition):
-                group = self.replica(topic, partition)
-                if group is None:
-                    return self._no_replica(message)
-                return await group.end_offset(linearizable)
+                return await group.answer(message) if group else self._no_replica(message)
             case LeaderRequest(topic, partition):
                 return self.leader_of(topic, partition)
             case StatusRequest():

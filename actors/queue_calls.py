@@ -162,7 +162,7 @@ async def _read_batches(
     count = 0
     while offset < below and count < max_records:
         reply = await ask_partition_leader(
-            co.node, tp, ReadRequest(offset, READ_BYTES, *tp), ReadReply
+            co.node, tp, ReadRequest(offset, READ_BYTES, *tp, leader_only=True), ReadReply
         )
         if not reply.batches:
             break

@@ -153,7 +153,7 @@ class AsyncClient(ClientBase):
         position = offset
         with self._deadline():
             while True:
-                request = ReadRequest(position, READ_BYTES_MAX, topic, partition)
+                request = ReadRequest(position, READ_BYTES_MAX, topic, partition, self._leader_only)
                 reply = await self._call(request, to_leader=True)
                 assert isinstance(reply, ReadReply)
                 if not reply.batches:
@@ -173,7 +173,7 @@ class AsyncClient(ClientBase):
     async def _end_offsets(self, linearizable: bool, topic: str, partition: int) -> EndOffsetReply:
         with self._deadline():
             reply = await self._call(
-                EndOffsetRequest(linearizable, topic, partition), to_leader=True
+                EndOffsetRequest(linearizable, topic, partition, self._leader_only), to_leader=True
             )
         assert isinstance(reply, EndOffsetReply)
         return reply

@@ -115,7 +115,7 @@ class Client(ClientBase):
         deadline = time.monotonic() + self.timeout
         position = offset
         while True:
-            request = ReadRequest(position, READ_BYTES_MAX, topic, partition)
+            request = ReadRequest(position, READ_BYTES_MAX, topic, partition, self._leader_only)
             reply = self._call(request, deadline, to_leader=True)
             assert isinstance(reply, ReadReply)
             if not reply.batches:
@@ -137,7 +137,7 @@ class Client(ClientBase):
 
     def _end_offsets(self, linearizable: bool, topic: str, partition: int) -> EndOffsetReply:
         deadline = time.monotonic() + self.timeout
-        request = EndOffsetRequest(linearizable, topic, partition)
+        request = EndOffsetRequest(linearizable, topic, partition, self._leader_only)
         reply = self._call(request, deadline, to_leader=True)
         assert isinstance(reply, EndOffsetReply)
         return reply

@@ -316,6 +316,9 @@ class ClientBase:
         self.attempt_s = ATTEMPT_S
         rng = random.Random()
         self._router = Router(self.brokers, direct, rng)
+        # Reads and end offsets come from the partition's leader, unless the client talks
+        # to one node only (direct): then that node answers with what it knows.
+        self._leader_only = not direct
         self._producer = Producer(rng, producer_id)
         self._partition_counts: dict[str, int] = {DEFAULT_TOPIC: 1}
         self._next_unkeyed: dict[str, int] = {}

@@ -226,6 +226,10 @@ class ReadRequest:
     max_bytes: int
     topic: str = "default"
     partition: int = 0
+    # Answered by the leader only, once its term's barrier committed (so its commit offset
+    # covers every acknowledged append); else NOT_LEADER. A direct client sends False: any
+    # replica answers up to the commit offset it knows.
+    leader_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,7 @@ class EndOffsetRequest:
     linearizable: bool  # confirm leadership with a quorum before answering
     topic: str = "default"
     partition: int = 0
+    leader_only: bool = False  # as ReadRequest's
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import signal
 import threading
 import time
 
@@ -93,3 +94,18 @@ def test_leader_kill_loses_no_acknowledged_write(cluster):
         check_no_loss(c, producer.acked)
     digests = {committed_digest(cluster, i) for i in cluster.ids}
     assert len(digests) == 1, "every node holds the same committed log"
+
+
+def test_a_reader_right_after_a_full_restart_sees_every_committed_record(cluster):
+    """After every node restarts, each replica's commit offset starts at -1 until a leader
+    commits its term's barrier. A client read must wait for that leader rather than take
+    a replica's "nothing there yet" for the end of the log, and its end offset too."""
+    cluster.wait_for_leader()
+    with cluster.client() as c:
+        first = c.append([b"one", b"two", b"three"])
+    for node_id in cluster.ids:
+        cluster.kill(node_id, signal.SIGTERM)
+    cluster.start_all()
+    with cluster.client(timeout=20) as c:
+        assert [r.value for r in c.read(first)] == [b"one", b"two", b"three"]
+        assert c.end_offset() >= first + 2
