@@ -40,6 +40,7 @@ from quorumlog.protocol import (
     records_from,
     route_of,
     split,
+    status_rows,
     topic_request,
     topics_of,
 )
@@ -249,28 +250,27 @@ class AsyncClient(ClientBase):
         return count
 
     async def status(self) -> list[dict]:
+        """As `Client.status`: the members are asked together."""
         with self._deadline():
             first = await self._call(StatusRequest(), to_leader=False)
         assert isinstance(first, StatusReply)
-        out = []
-        members = members_of(first.status)
-        members.setdefault(first.status["node_id"], None)  # a node not (yet) in its config
-        for node_id, address in sorted(members.items()):
-            if node_id == first.status["node_id"]:
-                out.append(first.status)
-                continue
-            reply = None
-            with trio.move_on_after(STATUS_TIMEOUT_S):
-                try:
-                    reply = await self._call_once(address, StatusRequest())
-                except (QuorumLogError, ConnectionClosed):
-                    reply = None
-            out.append(
-                reply.status
-                if isinstance(reply, StatusReply)
-                else {"node_id": node_id, "error": "unreachable"}
-            )
-        return out
+        others = members_of(first.status)
+        others.pop(first.status["node_id"], None)
+        answers: dict[int, dict] = {}
+
+        async def ask(node_id: int, address: str) -> None:
+            try:
+                reply = await self._call_once(address, StatusRequest())
+            except (QuorumLogError, ConnectionClosed):
+                return
+            if isinstance(reply, StatusReply):
+                answers[node_id] = reply.status
+
+        with trio.move_on_after(min(STATUS_TIMEOUT_S, self.timeout)):
+            async with trio.open_nursery() as nursery:
+                for node_id, address in others.items():
+                    nursery.start_soon(ask, node_id, address)
+        return status_rows(first.status, answers)
 
     # ------------------------------------------------------------------- plumbing
 

@@ -13,9 +13,35 @@ from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineErrors(click.Group):
+    """Bad usage is one line on stderr naming the flag, exit 2; click's own form is three
+    (`Usage:`, `Try ... --help`, `Error:`), which scripts and humans must then pick apart."""
+
+    def main(self, *args, **kwargs):
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)  # ctx.exit's code, or a command's result
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare `quorumlog`: its help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            message = " ".join(exc.format_message().split())
+            click.echo(f"quorumlog: {message}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("quorumlog: aborted", err=True)
+            sys.exit(1)
+        return code if isinstance(code, int) else 0
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="quorumlog", message="quorumlog %(version)s")
 def main() -> None:
-    """quorumlog: a replicated log service (Raft, trio, msgpack over TCP)."""
+    """quorumlog: a replicated log service (Raft, trio, msgpack over TCP).
+
+    Set QUORUMLOG_BROKERS once instead of -b on every command. Shell completion:
+    eval "$(_QUORUMLOG_COMPLETE=bash_source quorumlog)" (zsh_source, fish_source).
+    """
 
 
 def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -> str | None:

@@ -32,6 +32,7 @@ from quorumlog.protocol import (
     parse_acks,
     records_from,
     route_of,
+    status_rows,
     topic_request,
     topics_of,
 )
@@ -235,26 +236,38 @@ class Client(ClientBase):
         return reply.result
 
     def status(self) -> list[dict]:
-        """One dict per member, as `quorumlog status --json` prints them."""
+        """One dict per member, as `quorumlog status --json` prints them. The members are
+        asked together, each on a connection of its own, so silent ones cost one wait."""
         deadline = time.monotonic() + self.timeout
         first = self._call(StatusRequest(), deadline, to_leader=False)
         assert isinstance(first, StatusReply)
-        out = []
-        members = members_of(first.status)
-        members.setdefault(first.status["node_id"], None)  # a node not (yet) in its config
-        for node_id, address in sorted(members.items()):
-            if node_id == first.status["node_id"]:
-                out.append(first.status)
-                continue
+        others = members_of(first.status)
+        others.pop(first.status["node_id"], None)
+        answers: dict[int, dict] = {}
+        until = min(deadline, time.monotonic() + STATUS_TIMEOUT_S)
+
+        def ask(node_id: int, address: str) -> None:
             try:
-                with self._lock:
-                    reply = self._call_once(
-                        address, StatusRequest(), time.monotonic() + STATUS_TIMEOUT_S
-                    )
-                out.append(reply.status)
+                connection = SyncConnection(address, self.secret, until)
             except (QuorumLogError, ConnectionLost):
-                out.append({"node_id": node_id, "error": "unreachable"})
-        return out
+                return
+            try:
+                reply = connection.request(StatusRequest(), until)
+                if isinstance(reply, StatusReply):
+                    answers[node_id] = reply.status
+            except (QuorumLogError, ConnectionLost):
+                pass
+            finally:
+                connection.close()
+
+        threads = [
+            threading.Thread(target=ask, args=member, daemon=True) for member in others.items()
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(0.0, until - time.monotonic()) + 1.0)
+        return status_rows(first.status, dict(answers))
 
     def _call(
         self,

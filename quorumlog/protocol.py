@@ -79,7 +79,7 @@ class AppendResult:
 # One try at one broker; then the next (idempotent appends make that safe). A node that
 # went silent (paused, cut off) must not hold a whole call.
 ATTEMPT_S = 2.0
-STATUS_TIMEOUT_S = 2.0  # each member's answer to a status call
+STATUS_TIMEOUT_S = 2.0  # the longest `status` waits for the members (asked together)
 
 
 def read_secret_file(path: str) -> bytes:
@@ -256,6 +256,18 @@ def records_at(
 def members_of(status: dict) -> dict[int, str]:
     """node id -> address of every member, from one node's status."""
     return {int(k): v for k, v in status.get("members", {}).items()}
+
+
+def status_rows(first: dict, answers: dict[int, dict]) -> list[dict]:
+    """`status`: one row per member in id order, from the node asked first and the others'
+    `answers`; a member that did not answer in time is unreachable. The node asked first
+    is listed even when its own configuration leaves it out (it is joining)."""
+    ids = sorted({first["node_id"], *members_of(first)})
+    unreachable = {"error": "unreachable"}
+    return [
+        first if i == first["node_id"] else answers.get(i, {"node_id": i, **unreachable})
+        for i in ids
+    ]
 
 
 def error_from(reply: ErrorReply) -> QuorumLogError:

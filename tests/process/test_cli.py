@@ -157,3 +157,18 @@ def test_a_huge_record_and_a_wrong_secret_are_clear_errors(cluster, tmp_path):
     out = ql("status", "-b", cluster.brokers, "--secret-file", str(secret))
     assert out.returncode == 1
     assert b"secret" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_bad_usage_is_one_line_naming_the_flag_and_exits_2():
+    for args, named in [
+        (("status",), "--brokers"),
+        (("status", "-b", "127.0.0.1:1", "--timeout", "soon"), "--timeout"),
+        (("produce", "-b", "127.0.0.1:1", "--acks", "most"), "--acks"),
+        (("consume", "--bogus"), "--bogus"),
+    ]:
+        out = ql(*args)
+        lines = out.stderr.decode().strip().splitlines()
+        assert out.returncode == 2, args
+        assert len(lines) == 1 and named in lines[0], lines
+    out = ql("--version")
+    assert out.returncode == 0 and out.stdout.startswith(b"quorumlog ")
