@@ -35,20 +35,28 @@ from membership.changes import (
     ConfigChangeError,
     add_learner,
     check_can_change,
+    demote,
     enter_joint,
+    make_electable,
+    promote_again,
     remove,
 )
 from membership.config import Configuration, InvalidConfigurationError, check_address, check_node_id
 from membership.driver import (
     AddLearner,
+    Demote,
     EnterJoint,
     LeaveJoint,
+    MakeElectable,
+    PromoteAgain,
     Remove,
     Step,
     TransferLeadership,
     WaitCaughtUp,
     WaitPromoted,
     plan_add,
+    plan_demote,
+    plan_promote,
     plan_remove,
     plan_replace,
     plan_set,
@@ -186,7 +194,8 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
     if args.get("retry") and _made_already(config, op, args):
         # A retry whose first try's answer was lost: the change is there, so it succeeded
         # (without this, "remove 4" retried would be refused: "4 is not a member").
-        if op == "add_member" and args.get("wait") and not config.is_voter(args["node_id"]):
+        waits = op == "promote_member" or (op == "add_member" and args.get("wait"))
+        if waits and not config.is_voter(args["node_id"]):
             return await _execute(group, (WaitPromoted(args["node_id"]),))
         return AdminReply({"config": config.to_json()})
     match op:
@@ -196,9 +205,14 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
                 check_node_id(args["node_id"]),
                 check_address(args["address"]),
                 wait_promoted=bool(args.get("wait", False)),
+                witness=bool(args.get("witness", False)),
             )
         case "remove_member":
             plan = plan_remove(config, check_node_id(args["node_id"]), core.id)
+        case "demote_member":
+            plan = plan_demote(config, check_node_id(args["node_id"]), core.id)
+        case "promote_member":
+            plan = plan_promote(config, check_node_id(args["node_id"]))
         case "replace_member":
             plan = plan_replace(
                 config,
@@ -221,9 +235,18 @@ def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
     """Whether the configuration already is what the call asks for."""
     match op:
         case "add_member":
-            return config.addresses.get(check_node_id(args["node_id"])) == args["address"]
+            node_id = check_node_id(args["node_id"])
+            return (
+                config.addresses.get(node_id) == args["address"]
+                and node_id not in config.log_only
+                and (node_id in config.witnesses) == bool(args.get("witness", False))
+            )
         case "remove_member":
             return check_node_id(args["node_id"]) not in config.members
+        case "demote_member":
+            return check_node_id(args["node_id"]) in config.log_only
+        case "promote_member":
+            return config.can_lead(check_node_id(args["node_id"]))
         case "replace_member":
             old, new = check_node_id(args["old_id"]), check_node_id(args["new_id"])
             return old not in config.members and config.is_voter(new)
@@ -239,13 +262,19 @@ async def _execute(group: GroupActor, plan: tuple[Step, ...]) -> Message:
     start = core.config
     for step in plan:
         match step:
-            case AddLearner(node_id, address, promote):
+            case AddLearner(node_id, address, promote, witness):
                 await _change(
                     group,
-                    lambda c, n=node_id, a=address, p=promote: add_learner(
-                        c.config, n, a, promote=p
+                    lambda c, n=node_id, a=address, p=promote, w=witness: add_learner(
+                        c.config, n, a, promote=p, witness=w
                     ),
                 )
+            case Demote(node_id):
+                await _change(group, lambda c, n=node_id: demote(c.config, n))
+            case PromoteAgain(node_id):
+                await _change(group, lambda c, n=node_id: promote_again(c.config, n))
+            case MakeElectable(node_id):
+                await _change(group, lambda c, n=node_id: make_electable(c.config, n))
             case WaitCaughtUp(node_id):
                 await _wait_caught_up(group, node_id, start, step)
             case WaitPromoted(node_id):
@@ -327,6 +356,8 @@ async def _transfer(group: GroupActor, target: int) -> Message:
         return AdminReply({"leader_id": target})
     if core.config.is_learner(target):
         raise ConfigChangeError(f"node {target} is a learner: it cannot lead until promoted")
+    if target in core.config.witnesses:
+        raise ConfigChangeError(f"node {target} is a witness: it never leads")
     await group.call_core(lambda c: c.transfer_leadership(target))
     while True:
         if core.role is not Role.LEADER and core.leader_id == target:

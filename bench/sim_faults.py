@@ -80,13 +80,23 @@ async def membership_chaos(cluster: Cluster, duration_s: float) -> None:
         voters = sorted(config.voters)
         outsiders = sorted(set(cluster.nodes) - config.members)
         choice = rng.random()
-        if choice < 0.25 and len(voters) > 2:
+        if choice < 0.2 and len(voters) > 2:
             request = AdminRequest("remove_member", {"node_id": rng.choice(voters)})
-        elif choice < 0.5 and outsiders:
+        elif choice < 0.4 and outsiders:
             node_id = rng.choice(outsiders)
             request = AdminRequest(
-                "add_member", {"node_id": node_id, "address": cluster.addresses[node_id]}
+                "add_member",
+                {
+                    "node_id": node_id,
+                    "address": cluster.addresses[node_id],
+                    "witness": rng.random() < 0.5,  # seed 000's witness ("LV")
+                },
             )
+        elif choice < 0.5 and len(voters) > 2:
+            request = AdminRequest("demote_member", {"node_id": rng.choice(voters)})
+        elif choice < 0.55 and (config.witnesses or config.log_only):
+            node_id = rng.choice(sorted(config.witnesses | config.log_only))
+            request = AdminRequest("promote_member", {"node_id": node_id})
         elif choice < 0.65 and outsiders:
             new = rng.choice(outsiders)
             request = AdminRequest(

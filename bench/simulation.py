@@ -175,6 +175,8 @@ class Cluster:
                     core = group.core
                     if core.is_leader:
                         self.leaders.setdefault((gid, core.term), set()).add(i)
+                        if i in core.config.witnesses:
+                            self.failures.append(f"node {i} leads group {gid}, a witness")
                     replica = (gid, group.storage.meta.incarnation)
                     if core.is_leader:
                         sim.led.add(replica)

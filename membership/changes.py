@@ -50,14 +50,16 @@ def check_can_change(current: Configuration, committed: Configuration) -> None:
 
 
 def add_learner(
-    config: Configuration, node_id: NodeId, address: str, *, promote: bool
+    config: Configuration, node_id: NodeId, address: str, *, promote: bool, witness: bool = False
 ) -> Configuration:
     """Add a node that receives the log but does not vote (Kudu's PRE_FOLLOWER).
 
     With `promote` the leader promotes it once it is caught up (`membership.catchup`);
-    without, it is staged for a joint change that will make it a voter.
+    without, it is staged for a joint change that will make it a voter. A `witness` is
+    promoted to a voter that never leads.
     """
     _refuse_while_joint(config, f"adding node {node_id}")
+    assert promote or not witness, "a witness is promoted by the leader"
     if config.is_voter(node_id):
         raise ConfigChangeError(f"node {node_id} is already a voter")
     if config.is_learner(node_id):
@@ -69,8 +71,47 @@ def add_learner(
         config,
         learners=config.learners | {node_id},
         learners_to_promote=config.learners_to_promote | ({node_id} if promote else set()),
+        witnesses=config.witnesses | ({node_id} if witness else set()),
         addresses={**config.addresses, node_id: address},
     )
+
+
+def demote(config: Configuration, node_id: NodeId) -> Configuration:
+    """A voter becomes log-only (Kudu's "L"): it keeps receiving the log but no longer votes
+    or counts, so the majority shrinks by one (seed 000 appendix, t=4). One voter less: the
+    one-by-one step. The actors move leadership away from it first."""
+    _refuse_while_joint(config, f"demoting node {node_id}")
+    if not config.is_voter(node_id):
+        raise ConfigChangeError(f"node {node_id} is not a voter (voters: {_listed(config.voters)})")
+    if not config.electable - {node_id}:
+        raise ConfigChangeError(f"demoting node {node_id} would leave no voter that can lead")
+    return _next(
+        config,
+        voters=config.voters - {node_id},
+        learners=config.learners | {node_id},
+        witnesses=config.witnesses - {node_id},
+        log_only=config.log_only | {node_id},
+    )
+
+
+def promote_again(config: Configuration, node_id: NodeId) -> Configuration:
+    """A log-only member is marked for promotion: the leader makes it a voter once it has
+    caught up (it kept its log, so usually at once), with no new copy of the data."""
+    _refuse_while_joint(config, f"promoting node {node_id}")
+    if node_id not in config.log_only:
+        raise ConfigChangeError(f"node {node_id} is not a log-only member")
+    return _next(
+        config,
+        learners_to_promote=config.learners_to_promote | {node_id},
+        log_only=config.log_only - {node_id},
+    )
+
+
+def make_electable(config: Configuration, node_id: NodeId) -> Configuration:
+    """A witness becomes a full voter: it may campaign and take transfers from now on."""
+    if node_id not in config.witnesses:
+        raise ConfigChangeError(f"node {node_id} is not a witness")
+    return _next(config, witnesses=config.witnesses - {node_id})
 
 
 def promote(config: Configuration, node_id: NodeId) -> Configuration:
@@ -85,6 +126,7 @@ def promote(config: Configuration, node_id: NodeId) -> Configuration:
         voters=config.voters | {node_id},
         learners=config.learners - {node_id},
         learners_to_promote=config.learners_to_promote - {node_id},
+        log_only=config.log_only - {node_id},
     )
 
 
@@ -98,13 +140,15 @@ def remove(config: Configuration, node_id: NodeId) -> Configuration:
         raise ConfigChangeError(
             f"node {node_id} is not a member (members: {_listed(config.members)})"
         )
-    if config.voters == {node_id}:
-        raise ConfigChangeError(f"removing node {node_id} would leave no voter")
+    if not config.electable - {node_id}:
+        raise ConfigChangeError(f"removing node {node_id} would leave no voter that can lead")
     return _next(
         config,
         voters=config.voters - {node_id},
         learners=config.learners - {node_id},
         learners_to_promote=config.learners_to_promote - {node_id},
+        witnesses=config.witnesses - {node_id},
+        log_only=config.log_only - {node_id},
         addresses={n: a for n, a in config.addresses.items() if n != node_id},
     )
 
@@ -130,6 +174,7 @@ def enter_joint(config: Configuration, new_voters: Mapping[NodeId, str]) -> Conf
         voters=config.voters | new,
         learners=config.learners - new,
         learners_to_promote=config.learners_to_promote - new,
+        log_only=config.log_only - new,
         joint=JointVoters(old=config.voters, new=new),
     )
 
@@ -142,6 +187,7 @@ def leave_joint(config: Configuration) -> Configuration:
     return _next(
         config,
         voters=config.joint.new,
+        witnesses=config.witnesses & kept,
         addresses={n: a for n, a in config.addresses.items() if n in kept},
         joint=None,
     )

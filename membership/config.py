@@ -1,5 +1,10 @@
 """The cluster configuration: who votes, who only learns, and where each member listens.
 
+Besides voters and learners, Kudu's roles of its seed (appendix "add a new member before it
+has copied all data"): a witness votes and counts for commit but never stands for election
+(logging and voting, not electable: "LV"); a log-only member is a voter demoted to a learner
+that the leader does not promote by itself ("L"), kept so that it can come back cheaply.
+
 A configuration is a value: it is replaced, never mutated (`membership.changes` builds the
 next one). It lives in config batches in the log and takes effect on append (Raft
 dissertation 4.1, seed 000 "applies the configuration change in-memory"); the actors keep
@@ -28,6 +33,8 @@ PORT_MAX = 65535
 _WIRE_KEYS = frozenset(
     {"version", "voters", "learners", "learners_to_promote", "joint", "addresses"}
 )
+# Keys a configuration written before witnesses existed does not have.
+_WIRE_KEYS_OPTIONAL = frozenset({"witnesses", "log_only"})
 
 
 class InvalidConfigurationError(ValueError):
@@ -60,12 +67,21 @@ class Configuration:
     # Invariant: a subset of learners.
     learners_to_promote: frozenset[NodeId] = frozenset()
     joint: JointVoters | None = None
+    # Vote and count for commit, never campaign nor take a transfer. A learner added with
+    # `--witness` is one already and stays one once promoted. Invariant: a subset of
+    # voters | learners_to_promote, and some voter is not a witness.
+    witnesses: frozenset[NodeId] = frozenset()
+    # Voters demoted to learners (`members demote`); promoted again only when asked.
+    # Invariant: a subset of learners, disjoint from learners_to_promote.
+    log_only: frozenset[NodeId] = frozenset()
 
     def __post_init__(self) -> None:
         # Copy what the caller passed, so that nobody can change a configuration under us.
         object.__setattr__(self, "voters", frozenset(self.voters))
         object.__setattr__(self, "learners", frozenset(self.learners))
         object.__setattr__(self, "learners_to_promote", frozenset(self.learners_to_promote))
+        object.__setattr__(self, "witnesses", frozenset(self.witnesses))
+        object.__setattr__(self, "log_only", frozenset(self.log_only))
         object.__setattr__(self, "addresses", MappingProxyType(dict(self.addresses)))
         if self.joint is not None:
             joint = JointVoters(old=frozenset(self.joint.old), new=frozenset(self.joint.new))
@@ -100,12 +116,22 @@ class Configuration:
     def is_learner(self, node_id: NodeId) -> bool:
         return node_id in self.learners
 
+    @property
+    def electable(self) -> frozenset[NodeId]:
+        """The voters that may campaign and take a transfer: all but the witnesses."""
+        return self.voters - self.witnesses
+
+    def can_lead(self, node_id: NodeId) -> bool:
+        return node_id in self.voters and node_id not in self.witnesses
+
     def to_json(self) -> dict[str, Any]:
         """The `config` object of `quorumlog status --json` (CONTRACT.md)."""
         return {
             "voters": sorted(self.voters),
             "learners": sorted(self.learners),
             "joint": self._joint_lists(),
+            "witnesses": sorted(self.witnesses),
+            "log_only": sorted(self.log_only),
         }
 
     def to_wire(self) -> dict[str, Any]:
@@ -116,6 +142,8 @@ class Configuration:
             "learners": sorted(self.learners),
             "learners_to_promote": sorted(self.learners_to_promote),
             "joint": self._joint_lists(),
+            "witnesses": sorted(self.witnesses),
+            "log_only": sorted(self.log_only),
             "addresses": [[node_id, self.addresses[node_id]] for node_id in sorted(self.addresses)],
         }
 
@@ -129,9 +157,10 @@ class Configuration:
         """The inverse of `to_wire`; raises InvalidConfigurationError on anything malformed."""
         if not isinstance(wire, dict):
             raise InvalidConfigurationError(f"configuration must be a map, got {_kind(wire)}")
-        if set(wire) != _WIRE_KEYS:
+        if not _WIRE_KEYS <= set(wire) <= _WIRE_KEYS | _WIRE_KEYS_OPTIONAL:
             missing = ", ".join(sorted(_WIRE_KEYS - set(wire))) or "none"
-            unexpected = ", ".join(sorted(map(repr, set(wire) - _WIRE_KEYS))) or "none"
+            known = _WIRE_KEYS | _WIRE_KEYS_OPTIONAL
+            unexpected = ", ".join(sorted(map(repr, set(wire) - known))) or "none"
             raise InvalidConfigurationError(
                 f"configuration keys are wrong: missing {missing}; unexpected {unexpected}"
             )
@@ -150,6 +179,8 @@ class Configuration:
             learners_to_promote=_wire_node_ids(wire["learners_to_promote"], "learners_to_promote"),
             addresses=_wire_addresses(wire["addresses"]),
             joint=joint,
+            witnesses=_wire_node_ids(wire.get("witnesses", []), "witnesses"),
+            log_only=_wire_node_ids(wire.get("log_only", []), "log_only"),
         )
 
 
@@ -186,6 +217,16 @@ def _check_invariants(config: Configuration) -> None:
     if stray := config.learners_to_promote - config.learners:
         raise InvalidConfigurationError(
             f"nodes {sorted(stray)} are to be promoted but not learners"
+        )
+    if stray := config.witnesses - config.voters - config.learners_to_promote:
+        raise InvalidConfigurationError(
+            f"nodes {sorted(stray)} are witnesses but neither voters nor learners to promote"
+        )
+    if not config.electable:
+        raise InvalidConfigurationError("a configuration needs a voter that is not a witness")
+    if stray := config.log_only - (config.learners - config.learners_to_promote):
+        raise InvalidConfigurationError(
+            f"nodes {sorted(stray)} are log-only but not learners left unpromoted"
         )
     if len(config.members) > MEMBERS_MAX:
         raise InvalidConfigurationError(f"a configuration has at most {MEMBERS_MAX} members")

@@ -7,8 +7,11 @@ from what the configuration is, not from what a driver remembers doing, so after
 change a driver plans again from the configuration it finds (seed 003: never act on a stale
 belief).
 
-- add: a learner the leader promotes once caught up (seed 000, PRE_FOLLOWER).
+- add: a learner the leader promotes once caught up (seed 000, PRE_FOLLOWER); as a witness,
+  to a voter that never leads; a log-only member added again is promoted again.
 - remove: one voter or learner less; the leader transfers leadership first (seed 000).
+- demote: a voter becomes log-only, one voter less, leadership moved away first; promote:
+  a log-only member or a witness becomes a full voter (seed 000 appendix, t=3..t=5).
 - move: add, then remove (seed 000, "Moving a tablet").
 - replace and set: joint consensus (seed 001): new members join as staged learners, catch
   up, then C(old,new), then C(new). Before the joint entry a failed step rolls back
@@ -23,9 +26,12 @@ from dataclasses import dataclass
 from membership.changes import (
     ConfigChangeError,
     add_learner,
+    demote,
+    make_electable,
     new_voters_for_replace,
     new_voters_for_set,
     promote,
+    promote_again,
     remove,
 )
 from membership.config import Configuration, NodeId
@@ -33,11 +39,34 @@ from membership.config import Configuration, NodeId
 
 @dataclass(frozen=True, slots=True)
 class AddLearner:
-    """Append a configuration with `node_id` as a learner; `promote` as in `add_learner`."""
+    """Append a configuration with `node_id` as a learner; `promote` and `witness` as in
+    `add_learner`."""
 
     node_id: NodeId
     address: str
     promote: bool
+    witness: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Demote:
+    """Append a configuration with voter `node_id` log-only (`membership.changes.demote`)."""
+
+    node_id: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteAgain:
+    """Mark log-only `node_id` for promotion (`membership.changes.promote_again`)."""
+
+    node_id: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class MakeElectable:
+    """Append a configuration where witness `node_id` is a full voter."""
+
+    node_id: NodeId
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +112,36 @@ class Remove:
 
 
 Step = (
-    AddLearner | WaitCaughtUp | WaitPromoted | TransferLeadership | EnterJoint | LeaveJoint | Remove
+    AddLearner
+    | WaitCaughtUp
+    | WaitPromoted
+    | TransferLeadership
+    | EnterJoint
+    | LeaveJoint
+    | Remove
+    | Demote
+    | PromoteAgain
+    | MakeElectable
 )
 
 
 def plan_add(
-    config: Configuration, node_id: NodeId, address: str, *, wait_promoted: bool
+    config: Configuration,
+    node_id: NodeId,
+    address: str,
+    *,
+    wait_promoted: bool,
+    witness: bool = False,
 ) -> tuple[Step, ...]:
-    """`members add [--wait]`: a learner, promoted by the leader once caught up."""
-    add_learner(config, node_id, address, promote=True)  # refuses what can never succeed
-    steps: tuple[Step, ...] = (AddLearner(node_id, address, promote=True),)
+    """`members add [--wait] [--witness]`: a learner, promoted by the leader once caught
+    up. A log-only member added again at its address is promoted again: it kept its log,
+    so no new copy is needed (seed 000 appendix)."""
+    steps: tuple[Step, ...]
+    if node_id in config.log_only and config.addresses[node_id] == address and not witness:
+        steps = (PromoteAgain(node_id),)
+    else:
+        add_learner(config, node_id, address, promote=True, witness=witness)  # or refuses
+        steps = (AddLearner(node_id, address, promote=True, witness=witness),)
     return (*steps, WaitPromoted(node_id)) if wait_promoted else steps
 
 
@@ -101,9 +150,41 @@ def plan_remove(
 ) -> tuple[Step, ...]:
     """`members remove`: removing the leader transfers leadership first (seed 000)."""
     remove(config, node_id)  # refuses an unknown node or the last voter
+    return (*_away_from_leader(config, node_id, leader_id), Remove(node_id))
+
+
+def plan_demote(
+    config: Configuration, node_id: NodeId, leader_id: NodeId | None
+) -> tuple[Step, ...]:
+    """`members demote`: the leader hands leadership over first, as for a removal."""
+    demote(config, node_id)  # refuses a non-voter or the last voter that can lead
+    return (*_away_from_leader(config, node_id, leader_id), Demote(node_id))
+
+
+def plan_promote(config: Configuration, node_id: NodeId) -> tuple[Step, ...]:
+    """`members promote`: a witness becomes a full voter at once; a log-only member is
+    promoted by the leader once caught up, and the call waits for it."""
+    if node_id in config.witnesses and config.is_voter(node_id):
+        make_electable(config, node_id)
+        return (MakeElectable(node_id),)
+    if node_id in config.log_only:
+        promote_again(config, node_id)
+        return (PromoteAgain(node_id), WaitPromoted(node_id))
+    role = "a voter" if config.is_voter(node_id) else "not a member"
+    if config.is_learner(node_id):
+        role = "a learner the leader promotes by itself"
+    raise ConfigChangeError(
+        f"node {node_id} is {role}: only a witness or a log-only member is promoted"
+    )
+
+
+def _away_from_leader(
+    config: Configuration, node_id: NodeId, leader_id: NodeId | None
+) -> tuple[Step, ...]:
+    """A leader about to lose its vote moves leadership to a voter that can lead."""
     if node_id != leader_id:
-        return (Remove(node_id),)
-    return (TransferLeadership(node_id, config.voters - {node_id}), Remove(node_id))
+        return ()
+    return (TransferLeadership(node_id, config.electable - {node_id}),)
 
 
 def plan_move(
@@ -167,7 +248,7 @@ def _joint_steps(
     # A leader outside C(new) would step down once C(new) commits and leave the cluster
     # without a leader for an election timeout; moving leadership first avoids that gap.
     # When no current voter stays, no transfer target is caught up, and step-down it is.
-    stays = config.voters & target.keys()
+    stays = config.electable & target.keys()
     if leader_id is not None and leader_id not in target and stays:
         steps.append(TransferLeadership(leader_id, frozenset(stays)))
     steps += [EnterJoint(tuple(sorted(target.items()))), LeaveJoint()]

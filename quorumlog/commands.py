@@ -384,6 +384,8 @@ def members(
     Examples:
       quorumlog members -b 127.0.0.1:7001 list
       quorumlog members -b 127.0.0.1:7001 add 4 127.0.0.1:7004 --wait
+      quorumlog members -b 127.0.0.1:7001 add 5 127.0.0.1:7005 --witness
+      quorumlog members -b 127.0.0.1:7001 demote 1
     """
     ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
 
@@ -415,7 +417,9 @@ def _change(options: tuple, op: str, **args) -> None:
         result = client.admin(op, **args)
         config = result.get("config")
         if config is not None:
-            click.echo(f"voters {config['voters']} learners {config['learners']}")
+            roles = [f"voters {config['voters']}", f"learners {config['learners']}"]
+            roles += [f"{k} {config[k]}" for k in ("witnesses", "log_only") if config.get(k)]
+            click.echo(" ".join(roles))
 
     run_with_client(*options, body)
 
@@ -424,11 +428,29 @@ def _change(options: tuple, op: str, **args) -> None:
 @click.argument("node_id", type=click.IntRange(min=1))
 @click.argument("address")
 @click.option("--wait", is_flag=True, help="Return once the learner is promoted to voter.")
+@click.option("--witness", is_flag=True, help="A voter that never leads (it votes and logs).")
 @member_options
-def members_add(options: tuple, node_id: int, address: str, wait: bool) -> None:
+def members_add(options: tuple, node_id: int, address: str, wait: bool, witness: bool) -> None:
     """Add a node (started with `serve --join`) as a learner; the leader promotes it to
-    voter once it has caught up."""
-    _change(options, "add_member", node_id=node_id, address=address, wait=wait)
+    voter once it has caught up. A log-only member added again is promoted again."""
+    _change(options, "add_member", node_id=node_id, address=address, wait=wait, witness=witness)
+
+
+@members.command("demote")
+@click.argument("node_id", type=click.IntRange(min=1))
+@member_options
+def members_demote(options: tuple, node_id: int) -> None:
+    """Make a voter log-only: it keeps the log but no longer votes, so the majority
+    shrinks (for a voter that died and may come back)."""
+    _change(options, "demote_member", node_id=node_id)
+
+
+@members.command("promote")
+@click.argument("node_id", type=click.IntRange(min=1))
+@member_options
+def members_promote(options: tuple, node_id: int) -> None:
+    """Make a witness or a log-only member a full voter (once it has caught up)."""
+    _change(options, "promote_member", node_id=node_id)
 
 
 @members.command("remove")

@@ -152,6 +152,11 @@ class RaftCore(
         config = self.config
         return config is not None and config.is_voter(self.id if node_id is None else node_id)
 
+    def _can_lead(self, node_id: int | None = None) -> bool:
+        """A voter that is not a witness (membership/config.py)."""
+        config = self.config
+        return config is not None and config.can_lead(self.id if node_id is None else node_id)
+
     def take_outbox(self) -> list[tuple[int, Message]]:
         out, self.outbox = self.outbox, []
         return out
@@ -230,7 +235,10 @@ class RaftCore(
                 self._maybe_promote()
                 self.pump()
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
-            self._start_pre_vote(now)
+            if self._can_lead():
+                self._start_pre_vote(now)
+            else:
+                self._reset_election_deadline(now)  # a witness votes, never campaigns
 
     def step(self, sender: int, message: Message, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""
@@ -271,7 +279,7 @@ class RaftCore(
             case AppendEntriesReply() | HeartbeatReply():
                 self._on_append_reply(sender, message, now)
             case TimeoutNow():
-                if self._is_voter() and self.role is not Role.LEADER:
+                if self._can_lead() and self.role is not Role.LEADER:
                     self._campaign(now, transfer=True)
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")

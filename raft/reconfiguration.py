@@ -102,12 +102,13 @@ class ReconfigurationRules:
         )
 
     def live_voters(self) -> list[int]:
-        """The other voters this leader heard from within the minimum election timeout."""
+        """The other voters that may lead (no witness) this leader heard from within the
+        minimum election timeout: where leadership may be handed."""
         timeout = self.settings.election_timeout_min_s
         return [
             p.node_id
             for p in self.progress.values()
-            if self.now - p.last_contact_s < timeout and self._is_voter(p.node_id)
+            if self.now - p.last_contact_s < timeout and self._can_lead(p.node_id)
         ]
 
     def transfer_to_live_voter(self, target: int) -> bool:
@@ -127,6 +128,8 @@ class ReconfigurationRules:
             return
         if not self._is_voter(target):
             raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
+        if not self._can_lead(target):
+            raise ConfigChangeError(f"node {target} is a witness: it never leads")
         self.transfer = (target, self.now + self.settings.election_timeout_max_s)
         logger.info(
             "transfer_started", node_id=self.id, group=self.group_id, target=target, term=self.term

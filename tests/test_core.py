@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from log.batch import split_batches
 from log.memdisk import MemoryFileSystem
 from log.metadata import ConsensusMetadata
 from log.wal import Log, LogConfig, run_inline
+from membership.changes import ConfigChangeError
 from membership.config import Configuration
 from raft.core import Proposal, RaftCore
 from raft.election import barrier_batch
@@ -24,6 +27,7 @@ from transport.messages import (
     AppendEntriesReply,
     AppendResult,
     HeartbeatReply,
+    TimeoutNow,
     VoteReply,
     VoteRequest,
 )
@@ -345,3 +349,36 @@ def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
         core.step(1, AppendEntries(0, 1, 1, -1, 0, -1, b"", False), now=1.0)
     assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
     assert slow.election_deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s
+
+
+WITH_WITNESS = Configuration(
+    version=1,
+    voters=frozenset({1, 2, 3}),
+    learners=frozenset(),
+    addresses=PEERS,
+    witnesses=frozenset({3}),
+)
+
+
+def test_a_witness_votes_but_never_campaigns_nor_takes_a_transfer():
+    witness = make_core(node_id=3, config=WITH_WITNESS)
+    for now in (10.0, 20.0, 30.0):  # long past every election deadline
+        witness.tick(now)
+    assert witness.role is Role.FOLLOWER and witness.term == 1 and not witness.take_outbox()
+    witness.step(1, TimeoutNow(0, 1, 1), now=31.0)
+    assert witness.role is Role.FOLLOWER and witness.term == 1, "TimeoutNow is refused"
+    witness.step(2, VoteRequest(0, 2, 2, -1, 0, False, False), now=40.0)
+    (reply,) = [m for _, m in witness.take_outbox()]
+    assert reply.granted, "it votes like any voter"
+
+
+def test_leadership_is_never_handed_to_a_witness():
+    core = make_core(config=WITH_WITNESS)
+    elect(core)
+    with pytest.raises(ConfigChangeError, match="witness"):
+        core.transfer_leadership(3)
+    for peer in (2, 3):  # both answered lately
+        core.step(
+            peer, HeartbeatReply(0, peer, core.term, -1, -1, AppendResult.SUCCESS, -1, -1), 10.1
+        )
+    assert core.live_voters() == [2]

@@ -9,8 +9,11 @@ from membership import changes
 from membership.config import Configuration
 from membership.driver import (
     AddLearner,
+    Demote,
     EnterJoint,
     LeaveJoint,
+    MakeElectable,
+    PromoteAgain,
     Remove,
     Step,
     TransferLeadership,
@@ -23,8 +26,10 @@ def apply_step(config: Configuration, step: Step) -> Configuration:
     """Run one plan step at the configuration level, as the actors will: each
     configuration step is one change; waiting and leadership leave it as it is."""
     match step:
-        case AddLearner(node_id, node_address, promote):
-            return changes.add_learner(config, node_id, node_address, promote=promote)
+        case AddLearner(node_id, node_address, promote, witness):
+            return changes.add_learner(
+                config, node_id, node_address, promote=promote, witness=witness
+            )
         case WaitPromoted(node_id):
             return changes.promote(config, node_id)  # the leader's automatic promotion
         case WaitCaughtUp() | TransferLeadership():
@@ -35,6 +40,12 @@ def apply_step(config: Configuration, step: Step) -> Configuration:
             return changes.leave_joint(config)
         case Remove(node_id):
             return changes.remove(config, node_id)
+        case Demote(node_id):
+            return changes.demote(config, node_id)
+        case PromoteAgain(node_id):
+            return changes.promote_again(config, node_id)
+        case MakeElectable(node_id):
+            return changes.make_electable(config, node_id)
         case _:
             assert_never(step)
 

@@ -49,12 +49,35 @@ def test_to_json_matches_the_status_contract():
         "voters": [1, 2, 3],
         "learners": [4],
         "joint": None,
+        "witnesses": [],
+        "log_only": [],
     }
     assert joint(old=[1, 2, 3], new=[2, 3, 4]).to_json() == {
         "voters": [1, 2, 3, 4],
         "learners": [],
         "joint": {"old": [1, 2, 3], "new": [2, 3, 4]},
+        "witnesses": [],
+        "log_only": [],
     }
+
+
+def test_a_configuration_written_before_witnesses_existed_still_reads():
+    wire = simple([1, 2, 3]).to_wire()
+    del wire["witnesses"], wire["log_only"]
+    assert Configuration.from_wire(wire) == simple([1, 2, 3])
+
+
+def test_witness_and_log_only_invariants():
+    base = simple([1, 2, 3], learners=[4])
+    with pytest.raises(InvalidConfigurationError, match="not a witness"):
+        dataclasses.replace(base, witnesses={1, 2, 3})
+    with pytest.raises(InvalidConfigurationError, match="witnesses but neither"):
+        dataclasses.replace(base, witnesses={4})
+    with pytest.raises(InvalidConfigurationError, match="log-only but not"):
+        dataclasses.replace(base, log_only={1})
+    config = dataclasses.replace(base, witnesses={3}, log_only={4})
+    assert config.electable == {1, 2} and not config.can_lead(3) and config.can_lead(1)
+    assert Configuration.from_wire(config.to_wire()) == config
 
 
 def test_a_configuration_cannot_be_changed_through_what_built_it():
@@ -166,6 +189,8 @@ def test_wire_form_is_plain_data():
         "learners": [4],
         "learners_to_promote": [],
         "joint": {"old": [1, 2], "new": [2, 3]},
+        "witnesses": [],
+        "log_only": [],
         "addresses": [[1, address(1)], [2, address(2)], [3, address(3)], [4, address(4)]],
     }
 

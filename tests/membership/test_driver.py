@@ -11,14 +11,19 @@ from hypothesis import strategies as st
 from membership.changes import ChangeInProgressError, ConfigChangeError, check_safe_transition
 from membership.driver import (
     AddLearner,
+    Demote,
     EnterJoint,
     LeaveJoint,
+    MakeElectable,
+    PromoteAgain,
     Remove,
     TransferLeadership,
     WaitCaughtUp,
     WaitPromoted,
     plan_add,
+    plan_demote,
     plan_move,
+    plan_promote,
     plan_remove,
     plan_replace,
     plan_set,
@@ -204,3 +209,36 @@ def test_a_new_leader_can_replan_a_set_from_where_it_stopped(config, target, lea
         halfway = apply_step(halfway, LeaveJoint())
     final = run_plan(halfway, plan_set(halfway, members, leader_id))[-1]
     assert final.voters == target and final.learners == frozenset()
+
+
+def test_the_seeds_witness_story_restores_a_majority_of_two_without_the_dead_node():
+    """Seed 000 appendix: {1 2 3}, 1 dies; a witness 4 is added (t=3), 1 demoted to log-only
+    (t=4): three voters, majority two, and 4 never leads; 1 returns and is promoted again,
+    the witness becomes a full voter (t=5). Every step is a safe one-voter transition."""
+    path = run_plan(THREE, plan_add(THREE, 4, address(4), wait_promoted=True, witness=True))
+    assert path[-1].voters == {1, 2, 3, 4} and path[-1].witnesses == {4}
+    path += run_plan(path[-1], plan_demote(path[-1], 1, leader_id=2))[1:]
+    t4 = path[-1]
+    assert t4.voters == {2, 3, 4} and t4.log_only == {1} and t4.electable == {2, 3}
+    assert plan_add(t4, 1, address(1), wait_promoted=True) == (PromoteAgain(1), WaitPromoted(1))
+    path += run_plan(t4, plan_promote(t4, 1))[1:]
+    path += run_plan(path[-1], plan_promote(path[-1], 4))[1:]
+    assert path[-1].voters == {1, 2, 3, 4} and not path[-1].witnesses and not path[-1].log_only
+    for old, new in itertools.pairwise(path):
+        check_safe_transition(old, new)
+
+
+def test_demote_and_promote_refuse_what_can_never_succeed():
+    witnessed = run_plan(THREE, plan_add(THREE, 4, address(4), wait_promoted=True, witness=True))
+    config = witnessed[-1]
+    assert plan_demote(config, 1, leader_id=1) == (
+        TransferLeadership(1, frozenset({2, 3})),  # never to the witness
+        Demote(1),
+    )
+    with pytest.raises(ConfigChangeError, match="no voter that can lead"):
+        plan_demote(simple([1]), 1, leader_id=1)
+    with pytest.raises(ConfigChangeError, match="not a voter"):
+        plan_demote(config, 9, leader_id=1)
+    with pytest.raises(ConfigChangeError, match="only a witness or a log-only member"):
+        plan_promote(config, 2)
+    assert plan_promote(config, 4) == (MakeElectable(4),)
