@@ -65,7 +65,13 @@ def test_status_and_members(cluster):
     assert all(keys <= set(s) for s in lines)
     assert [s["role"] for s in lines].count("leader") == 1
     assert "followers" in lines[leader - 1]
-    assert lines[0]["config"] == {"voters": [1, 2, 3], "learners": [], "joint": None}
+    assert lines[0]["config"] == {
+        "voters": [1, 2, 3],
+        "learners": [],
+        "joint": None,
+        "witnesses": [],
+        "log_only": [],
+    }
     out = ql("members", "-b", cluster.brokers, "list")
     assert out.stdout.decode().splitlines() == [
         f"{i} {cluster.address(i)} voter" for i in (1, 2, 3)
