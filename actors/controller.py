@@ -23,6 +23,7 @@ import structlog
 import trio
 
 from actors.replicated import PassBack, append_command, committed_batches, not_leader
+from actors.storage import TopicSettings
 from consumers.state import GROUPS_TOPIC
 from controller.commands import Command, CommandError, CreateTopic, DeleteTopic, from_wire, to_wire
 from controller.leaders import LeaderEntry, LeaderTable
@@ -168,15 +169,15 @@ class ControllerActor:
                 # A replica placed at creation bootstraps the group with its peers; one
                 # placed by a move joins it, added by the group's leader (actors/mover.py).
                 config = None if state.was_moved(placed) else self._bootstrap_config(placed)
-                await node.add_partition(placed, config, self._retention(placed))
+                await node.add_partition(placed, config, self._settings(placed))
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
         addresses = {n: self.state.brokers[n].address for n in placed.replicas}
         return Configuration.bootstrap(addresses)
 
-    def _retention(self, placed: Partition) -> tuple[int | None, int | None]:
+    def _settings(self, placed: Partition) -> TopicSettings:
         topic = self.state.topics[placed.topic]
-        return topic.retention_bytes, topic.retention_ms
+        return TopicSettings(topic.retention_bytes, topic.retention_ms, topic.timestamp_type)
 
     # ------------------------------------------------------------------- leader table
 
@@ -330,16 +331,24 @@ class ControllerActor:
         replicas = args.get("replicas") or min(3, len(self.state.brokers))
         retention_bytes = args.get("retention_bytes")
         retention_ms = args.get("retention_ms")
+        timestamp_type = args.get("timestamp_type", "create")
         existing = self.state.topics.get(name)
         if args.get("retry") and existing and len(existing.partitions) == partitions:
             return await self._created(name, partitions, replicas)  # the first try made it
         internal = args.get("internal") is True and name == GROUPS_TOPIC
         check_create(
-            self.state, name, partitions, replicas, retention_bytes, retention_ms, internal=internal
+            self.state,
+            name,
+            partitions,
+            replicas,
+            retention_bytes,
+            retention_ms,
+            timestamp_type,
+            internal=internal,
         )
         live = await self._wait_live_brokers(replicas)
         placed = place(partitions, replicas, live, self.state.replica_sets())
-        command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms)
+        command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms, timestamp_type)
         why = await self.propose(command)
         if why is not None:
             raise TopicError(why)

@@ -13,6 +13,7 @@ for on trio's clock. A storage error anywhere raises out of `run` (fail-stop).
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from actors.mailbox import (
     WakeUp,
 )
 from actors.read_index import read_index, term_committed
+from actors.stamper import Stamper
 from actors.stats import NodeStats
 from actors.storage import GroupStorage
 from log.batch import BatchError, BatchHeader, BatchType, split_batches
@@ -83,6 +85,7 @@ class GroupActor:
         heartbeats: HeartbeatManager,
         disk_health: DiskHealth,
         on_changed: Callable[[GroupActor], None],
+        wall_clock_ms: Callable[[], int],
     ):
         self.node_id = node_id
         self.group_id = group_id = storage.group_id
@@ -102,8 +105,16 @@ class GroupActor:
         self._led = False  # registered with the heartbeats as this group's leader
         self._flushed_seen = self.log.flushed_offset
         self._waiters: deque[QuorumWaiter] = deque()
-        # Appends that arrived during a leadership transfer: they wait, they do not fail.
+        # Appends that arrived during a leadership transfer, or while a new leader waits
+        # for its clock to pass the last stamp in its log: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
+        log_config = storage.log.config
+        self._stamper = (
+            Stamper(wall_clock_ms, log_config.timestamp_wait_max_ms, group_id)
+            if log_config.timestamp_type == "log_append"
+            else None
+        )
+        self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self._transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
         self._config_seen: Configuration | None = None
@@ -137,7 +148,7 @@ class GroupActor:
         appends: list[ClientAppend] = []
         while True:
             core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
-            with trio.move_on_at(core.next_deadline()):
+            with trio.move_on_at(min(core.next_deadline(), self._hold_release_s())):
                 item = await mailbox.receive()
                 if core.quiet:  # before the input: it must see what the node heard
                     core.wake(
@@ -190,6 +201,11 @@ class GroupActor:
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
+    def _hold_release_s(self) -> float:
+        """When held appends are to go to the log after a commit-wait (inf: none waits)."""
+        waiting = self._held and self._hold_until_s > trio.current_time()
+        return self._hold_until_s if waiting else math.inf
+
     def _append(self, appends: list[ClientAppend], now: float) -> None:
         """Propose a round's client appends; answer or queue a waiter for each."""
         core = self.core
@@ -202,7 +218,14 @@ class GroupActor:
                 if item.reply is not None:
                     item.reply.resolve(answer)
             return
-        results = core.propose([item.proposal for item in appends], now)
+        stamp_ms = None
+        if self._stamper is not None:
+            stamp_ms, wait_s = self._stamper.stamp_or_wait(core.max_stamp_ms)
+            if stamp_ms is None:
+                self._held.extend(appends)
+                self._hold_until_s = now + wait_s
+                return
+        results = core.propose([item.proposal for item in appends], now, stamp_ms)
         commit = core.commit_offset
         majority: tuple[int, int] | None = None  # computed once for all answered now
         for item, result in zip(appends, results, strict=True):
@@ -234,7 +257,7 @@ class GroupActor:
         for to, message in core.take_outbox():
             if type(message) is not Heartbeat:  # the node sends them batched
                 transport.send_nowait(to, message)
-        if self._held and core.transfer is None:
+        if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
         self._answer_waiters()

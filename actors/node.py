@@ -12,6 +12,7 @@ how many partitions this node leads.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
@@ -30,7 +31,7 @@ from actors.heartbeats import HeartbeatManager
 from actors.manager import GroupManager
 from actors.mover import ReplicaMover
 from actors.stats import NodeStats
-from actors.storage import GroupStorage, NodeStorage, Retention
+from actors.storage import GroupStorage, NodeStorage, TopicSettings
 from controller.state import DEFAULT_TOPIC, Partition
 from log.wal import Log, RunSync, run_inline
 from membership.config import Configuration
@@ -106,8 +107,11 @@ class Node:
         rng: random.Random,
         run_sync: RunSync = run_inline,
         fsync_threads: int = 1,
+        wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ):
         self.id = node_id
+        # The clock a leader stamps log-append batches with (the simulation skews it).
+        self.wall_clock_ms = wall_clock_ms
         self.settings = settings
         self.storage = storage
         self.stats = NodeStats()
@@ -144,6 +148,7 @@ class Node:
             heartbeats=self.heartbeats,
             disk_health=self.disk_health,
             on_changed=self._group_changed,
+            wall_clock_ms=self.wall_clock_ms,
         )
 
     @property
@@ -216,7 +221,7 @@ class Node:
         self,
         placed: Partition,
         config: Configuration | None,
-        retention: tuple[int | None, int | None],
+        settings: TopicSettings,
     ) -> None:
         """Start a replica of a partition the controller placed here."""
         assert self._manager is not None
@@ -226,7 +231,7 @@ class Node:
                 *key,
                 placed.group_id,
                 config=config,
-                retention=Retention(*retention),
+                settings=settings,
                 rng=random.Random(self._rng.getrandbits(64)),
             )
         )

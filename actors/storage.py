@@ -4,7 +4,7 @@
     DIR/topics/NAME/PARTITION/    one partition's group
         consensus.meta            term, vote, last committed configuration, incarnation
         log/                      segments and their indexes
-        group                     which group this is (its id) and the topic's retention,
+        group                     which group this is (its id) and the topic's settings,
                                   written when the replica is created
 
 A new directory is bootstrapped from the initial voters (the controller and the topic
@@ -55,18 +55,20 @@ class GroupStorage:
 
 
 @dataclass(frozen=True, slots=True)
-class Retention:
-    """A topic's retention, kept with each of its replicas (None: the node's setting)."""
+class TopicSettings:
+    """A topic's own settings, kept with each of its replicas (None: the node's setting)."""
 
-    bytes: int | None = None
-    ms: int | None = None
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    timestamp_type: str | None = None
 
     def applied_to(self, config: LogConfig) -> LogConfig:
-        return replace(
-            config,
-            retention_bytes=config.retention_bytes if self.bytes is None else self.bytes,
-            retention_ms=config.retention_ms if self.ms is None else self.ms,
-        )
+        changed = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        return replace(config, **changed)
+
+
+# The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
+CONTROLLER_SETTINGS = TopicSettings(timestamp_type="create")
 
 
 @dataclass(slots=True)
@@ -90,7 +92,7 @@ class NodeStorage:
         group_id: int,
         *,
         config: Configuration | None,
-        retention: Retention,
+        settings: TopicSettings,
         rng: random.Random,
     ) -> GroupStorage:
         """A new replica of a partition: bootstrapped with `config`, or (None) waiting to
@@ -106,7 +108,7 @@ class NodeStorage:
             if self.fs.exists(earlier):
                 self.fs.remove_tree(earlier)
         self.fs.makedirs(staging)
-        _write_group_file(self.fs, staging, group_id, retention)
+        _write_group_file(self.fs, staging, group_id, settings)
         MetadataStore(self.fs, staging).save(new_metadata(config, rng))
         self.fs.rename(staging, directory)
         self.fs.fsync_dir(os.path.dirname(directory))
@@ -117,7 +119,7 @@ class NodeStorage:
             config=config,
             create=False,
             rng=rng,
-            log_config=retention.applied_to(self.log_config),
+            log_config=settings.applied_to(self.log_config),
             run_sync=self.run_sync,
         )
 
@@ -127,9 +129,9 @@ class NodeStorage:
     def reopen(self, storage: GroupStorage, rng: random.Random) -> GroupStorage:
         """The same replica, read again from disk (after its task crashed)."""
         storage.log.close()
-        retention = Retention()
+        settings = TopicSettings()
         if storage.group_id != CONTROLLER_GROUP:
-            _, retention = _read_group_file(self.fs, storage.directory)
+            _, settings = _read_group_file(self.fs, storage.directory)
         fresh = open_group_storage(
             self.fs,
             storage.directory,
@@ -137,7 +139,7 @@ class NodeStorage:
             config=None,
             create=False,
             rng=rng,
-            log_config=retention.applied_to(self.log_config),
+            log_config=settings.applied_to(self.log_config),
             run_sync=self.run_sync,
         )
         if storage is self.controller:
@@ -216,28 +218,35 @@ def new_metadata(config: Configuration | None, rng: random.Random) -> ConsensusM
     return ConsensusMetadata(incarnation=f"{rng.getrandbits(64):016x}", config=wire)
 
 
-def _write_group_file(fs: FileSystem, directory: str, group_id: int, retention: Retention) -> None:
+def _write_group_file(
+    fs: FileSystem, directory: str, group_id: int, settings: TopicSettings
+) -> None:
     document = {
         "group_id": group_id,
-        "retention_bytes": retention.bytes,
-        "retention_ms": retention.ms,
+        "retention_bytes": settings.retention_bytes,
+        "retention_ms": settings.retention_ms,
+        "timestamp_type": settings.timestamp_type,
     }
     write_file_atomically(fs, os.path.join(directory, GROUP_FILE), json.dumps(document).encode())
 
 
-def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, Retention]:
+def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, TopicSettings]:
     path = os.path.join(directory, GROUP_FILE)
     if not fs.exists(path):
         raise CorruptionError(path, 0, "the group file of a partition folder is missing")
     try:
         document = json.loads(read_whole_file(fs, path))
         group_id = document["group_id"]
-        retention = Retention(document.get("retention_bytes"), document.get("retention_ms"))
+        settings = TopicSettings(
+            document.get("retention_bytes"),
+            document.get("retention_ms"),
+            document.get("timestamp_type"),
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable group file: {exc}") from None
     if type(group_id) is not int or group_id <= CONTROLLER_GROUP:
         raise CorruptionError(path, 0, f"bad group id {group_id!r}")
-    return group_id, retention
+    return group_id, settings
 
 
 def open_storage(
@@ -275,7 +284,7 @@ def open_storage(
 
     log_config = log_config or LogConfig()
 
-    def open_group(directory: str, group_id: int, retention: Retention) -> GroupStorage:
+    def open_group(directory: str, group_id: int, settings: TopicSettings) -> GroupStorage:
         storage = open_group_storage(
             fs,
             directory,
@@ -283,7 +292,7 @@ def open_storage(
             config=bootstrap,
             create=new,
             rng=rng,
-            log_config=retention.applied_to(log_config),
+            log_config=settings.applied_to(log_config),
             run_sync=run_sync,
             repair=repair,
         )
@@ -291,15 +300,15 @@ def open_storage(
         return storage
 
     try:
-        controller = open_group(controller_dir, CONTROLLER_GROUP, Retention())
+        controller = open_group(controller_dir, CONTROLLER_GROUP, CONTROLLER_SETTINGS)
         node = NodeStorage(fs, data_dir, log_config, run_sync, controller)
         if new and not _hosts_partitions(fs, data_dir):
             default_dir = partition_dir(data_dir, DEFAULT_TOPIC, 0)
             fs.makedirs(default_dir)
-            _write_group_file(fs, default_dir, DEFAULT_GROUP, Retention())
+            _write_group_file(fs, default_dir, DEFAULT_GROUP, TopicSettings())
         for topic, partition, directory in _partition_dirs(fs, data_dir):
-            group_id, retention = _read_group_file(fs, directory)
-            node.partitions[(topic, partition)] = open_group(directory, group_id, retention)
+            group_id, settings = _read_group_file(fs, directory)
+            node.partitions[(topic, partition)] = open_group(directory, group_id, settings)
     except BaseException:
         for storage in opened:
             storage.log.close()
@@ -346,7 +355,7 @@ def _migrate_single_group(fs: FileSystem, data_dir: str) -> None:
     target = partition_dir(data_dir, DEFAULT_TOPIC, 0)
     fs.makedirs(target)
     if not fs.exists(os.path.join(target, GROUP_FILE)):
-        _write_group_file(fs, target, DEFAULT_GROUP, Retention())
+        _write_group_file(fs, target, DEFAULT_GROUP, TopicSettings())
     # The metadata last: its presence at the top is what marks an unfinished move.
     for name in (LOG_DIR, METADATA_FILE):
         source = os.path.join(data_dir, name)

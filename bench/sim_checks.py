@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from log.batch import BatchType, split_batches
+from log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from log.records import batch_records
 from transport.messages import Acks
 
@@ -70,10 +70,20 @@ def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: 
                 f"I2: node {i}'s committed prefix of group {gid} differs from the longest"
             )
     where: dict[bytes, list[int]] = {}
+    stamped = cluster.stamps_log_append(gid)
+    last_stamp = 0
     for base, _term, batch in longest:
         header = split_batches(batch)[0][0]
         if header.batch_type is not BatchType.DATA:
             continue
+        if stamped and not header.flags & LOG_APPEND_TIME:
+            problems.append(f"I8: group {gid} batch at {base} has no leader stamp")
+        elif stamped and header.timestamp_ms < last_stamp:
+            problems.append(
+                f"I8: group {gid} timestamp went back at {base}: "
+                f"{header.timestamp_ms} after {last_stamp}"
+            )
+        last_stamp = max(last_stamp, header.timestamp_ms)
         for k, record in enumerate(batch_records(batch, header)):
             where.setdefault(record.value, []).append(base + k)
     written = {outcome.value for outcome in outcomes}  # unique per client append

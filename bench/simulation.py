@@ -30,6 +30,7 @@ from bench.sim_faults import chaos, membership_chaos
 from log.files import StorageError
 from log.memdisk import MemoryFileSystem
 from log.records import make_data_batch
+from log.wal import LogConfig
 from membership.config import Configuration
 from membership.quorum import has_quorum
 from raft.core import RaftCore
@@ -51,6 +52,13 @@ DATA_DIR = "/data"
 # recover in chunks, as they do in production with much more data.
 SETTINGS = RaftSettings(chunk_bytes_max=1024, steady_bytes_max=4096)
 ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
+# `default` takes its leaders' timestamps, and the nodes' clocks disagree by up to two
+# seconds each way: a new leader sometimes waits out the gap, sometimes stamps past it,
+# and timestamps must still never go back (seed 002; checked in bench/sim_checks.py).
+LOG_CONFIG = LogConfig(timestamp_type="log_append", timestamp_wait_max_ms=1000)
+CLOCK_SKEW_MAX_S = 2.0
+WALL_CLOCK_START_S = 1.8e9
+SKEW_SEED = 0x5EED
 
 
 TOPICS = (("t0", 4), ("t1", 4), ("t2", 4))
@@ -72,6 +80,11 @@ class SimNode:
     # little for every node, much more while the chaos makes its disk slow.
     base_fsync_s: float = 0.0
     fsync_s: float = 0.0
+    # How far its wall clock is off (seconds): leaders stamp `default`'s batches with it.
+    clock_skew_s: float = 0.0
+
+    def wall_clock_ms(self) -> int:
+        return int((WALL_CLOCK_START_S + trio.current_time() + self.clock_skew_s) * 1000)
 
     async def run_sync(self, fn, *args):
         """The in-memory disk's blocking calls, taking as long as this node's disk does:
@@ -111,6 +124,9 @@ class Cluster:
         self.nodes = {i: SimNode(i) for i in self.addresses}
         for sim in self.nodes.values():
             sim.base_fsync_s = sim.fsync_s = self.rng.uniform(0.0, 0.004)
+        skews = random.Random(seed + SKEW_SEED)  # apart: the seeds' schedules stay as they were
+        for sim in self.nodes.values():
+            sim.clock_skew_s = skews.uniform(-CLOCK_SKEW_MAX_S, CLOCK_SKEW_MAX_S)
         self.outcomes: list[Outcome] = []
         self.leaders: dict[tuple[int, int], set[int]] = {}  # (group, term) -> its leaders
         self.trace: list[str] = []
@@ -129,9 +145,16 @@ class Cluster:
         assert sim.node is None
         node_rng = random.Random(self.rng.getrandbits(64))
         storage = open_storage(
-            sim.fs, DATA_DIR, peers=self.addresses, rng=node_rng, run_sync=sim.run_sync
+            sim.fs,
+            DATA_DIR,
+            peers=self.addresses,
+            rng=node_rng,
+            run_sync=sim.run_sync,
+            log_config=LOG_CONFIG,
         )
-        node = Node(node_id, storage, settings=self.settings, rng=node_rng)
+        node = Node(
+            node_id, storage, settings=self.settings, rng=node_rng, wall_clock_ms=sim.wall_clock_ms
+        )
         sim.node, sim.scope, sim.stopped = node, trio.CancelScope(), trio.Event()
         sim.last_commit = {}
         peers = {p: a for p, a in self.addresses.items() if p != node_id}
@@ -326,6 +349,10 @@ class Cluster:
 
     def group_ids(self) -> set[int]:
         return {gid for s in self.nodes.values() if s.node for gid in s.node.groups}
+
+    def stamps_log_append(self, gid: int) -> bool:
+        """Whether group `gid`'s leaders stamp its batches (a log-append topic)."""
+        return any(g.log.config.timestamp_type == "log_append" for g in self.replicas(gid).values())
 
     def replicas(self, gid: int) -> dict[int, GroupActor]:
         """Node id -> its replica of group `gid`, on the running nodes that host one."""

@@ -29,7 +29,7 @@ class CreateTopic:
     replicas: tuple[tuple[int, ...], ...]  # per partition, preferred leader first
     retention_bytes: int | None = None
     retention_ms: int | None = None
-    timestamp_type: str = "create_time"
+    timestamp_type: str = "create"  # whose clock stamps records (log/wal.py)
 
 
 @dataclass(frozen=True, slots=True)

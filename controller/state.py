@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from controller.commands import Command, CreateTopic, DeleteTopic, RegisterBroker, SetReplicas
+from log.wal import TIMESTAMP_TYPES
 
 CONTROLLER_GROUP = 0
 DEFAULT_TOPIC = "default"
 DEFAULT_GROUP = 1  # partition 0 of `default`, bootstrapped with the controller
 TOPIC_NAME_CHARS_MAX = 200
 PARTITIONS_MAX = 10_000  # per topic: each is a Raft group with its own files and timers
-TIMESTAMP_TYPES = ("create_time", "log_append_time")
 _NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -172,7 +172,7 @@ def check_create(
     replicas: int,
     retention_bytes: int | None = None,
     retention_ms: int | None = None,
-    timestamp_type: str = "create_time",
+    timestamp_type: str = "create",
     internal: bool = False,
 ) -> None:
     """Why a topic cannot be created as asked, if it cannot (placement checks the rest).
@@ -192,7 +192,9 @@ def check_create(
         if value is not None and (not isinstance(value, int) or value < 1):
             raise TopicError(f"{label} must be a positive integer, not {value}")
     if timestamp_type not in TIMESTAMP_TYPES:
-        raise TopicError(f"timestamp type is one of {', '.join(TIMESTAMP_TYPES)}")
+        raise TopicError(
+            f"timestamps are one of {', '.join(TIMESTAMP_TYPES)}, not {timestamp_type!r}"
+        )
 
 
 def check_delete(state: ClusterState, name: str) -> None:

@@ -14,10 +14,11 @@ Layout (little-endian):
     24  8    producer_id    idempotent producer id, -1 when none
     32  4    producer_seq   sequence of this batch for its producer, -1 when none
     36  4    record_count   records at offsets [base_offset, base_offset + record_count - 1]
-    40  8    timestamp_ms   producer's wall clock when the batch was made (retention by age)
+    40  8    timestamp_ms   producer's wall clock when the batch was made (retention by age),
+                           or the leader's when it appended it (flag LOG_APPEND_TIME)
     48  1    batch_type     data | config | barrier
     49  1    compression    none | zstd | kafka (a Kafka record batch, log/kafka_batch.py)
-    50  2    flags          reserved, 0
+    50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -43,6 +44,10 @@ _CRC_POS = 4
 _CRC_FROM = 8
 _BASE_OFFSET_TERM = struct.Struct("<qq")
 _BASE_OFFSET_POS = 8
+
+# flags: the leader stamped the batch (log/stamping.py); readers take `timestamp_ms` as every
+# record's timestamp, as Kafka does for its LogAppendTime topics.
+LOG_APPEND_TIME = 0x1
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24
@@ -85,6 +90,7 @@ class BatchHeader(NamedTuple):
     compression: Compression
     payload_bytes: int
     payload_crc: int
+    flags: int = 0
 
     @property
     def last_offset(self) -> int:
@@ -107,7 +113,12 @@ class BatchHeader(NamedTuple):
             self.compression,
             self.payload_bytes,
             self.payload_crc,
+            self.flags,
         )
+
+    def record_timestamp(self, own_ms: int) -> int:
+        """A record's timestamp: its own (`own_ms`), or the leader's stamp of the batch."""
+        return self.timestamp_ms if self.flags & LOG_APPEND_TIME else own_ms
 
 
 def build_batch(
@@ -144,11 +155,11 @@ def build_batch(
             crc32c(payload),
         )
     )
-    _seal_header(header)
+    seal_header(header)
     return bytes(header) + payload
 
 
-def _seal_header(header: bytearray | memoryview) -> None:
+def seal_header(header: bytearray | memoryview) -> None:
     crc = crc32c(header[_CRC_FROM:HEADER_BYTES])
     struct.pack_into("<I", header, _CRC_POS, crc)
 
@@ -183,6 +194,7 @@ def parse_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
         compression,
         payload_bytes,
         fields[12],  # payload_crc
+        fields[10],  # flags
     )
 
 
@@ -220,5 +232,5 @@ def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int)
     """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch)."""
     patched = bytearray(batch)
     _BASE_OFFSET_TERM.pack_into(patched, _BASE_OFFSET_POS, base_offset, term)
-    _seal_header(patched)
+    seal_header(patched)
     return bytes(patched)

@@ -134,6 +134,20 @@ def placed(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> by
     return bytes(out)
 
 
+LOG_APPEND_TIME_TYPE = 0x08  # attributes bit 3: the broker's time, in max_timestamp
+_ATTRIBUTES_POS = 21
+_MAX_TIMESTAMP_POS = 35
+
+
+def stamp_in_place(batch: bytearray | memoryview, stamp_ms: int) -> None:
+    """Make the batch's records carry the broker's time `stamp_ms` (Kafka's LogAppendTime:
+    the type bit set, max_timestamp the time, the CRC computed again)."""
+    attributes = struct.unpack_from(">h", batch, _ATTRIBUTES_POS)[0]
+    struct.pack_into(">h", batch, _ATTRIBUTES_POS, attributes | LOG_APPEND_TIME_TYPE)
+    struct.pack_into(">q", batch, _MAX_TIMESTAMP_POS, stamp_ms)
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[_CRC_FROM:]))
+
+
 # ------------------------------------------------------------------------ records
 
 

@@ -15,7 +15,15 @@ import msgpack
 import zstandard
 
 from log import kafka_batch
-from log.batch import HEADER_BYTES, BatchError, BatchHeader, BatchType, Compression, build_batch
+from log.batch import (
+    HEADER_BYTES,
+    LOG_APPEND_TIME,
+    BatchError,
+    BatchHeader,
+    BatchType,
+    Compression,
+    build_batch,
+)
 
 # Below this size zstd's frame overhead outweighs what it saves.
 COMPRESS_BYTES_MIN = 256
@@ -115,4 +123,6 @@ def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRec
         raise BatchError(
             f"batch claims {header.record_count} records but its payload holds {len(records)}"
         )
+    if header.flags & LOG_APPEND_TIME:  # the leader's stamp is every record's time
+        return [r._replace(timestamp_ms=header.timestamp_ms) for r in records]
     return records

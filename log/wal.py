@@ -46,6 +46,9 @@ class OffsetOutOfRangeError(LookupError):
     """An offset before the log start (or otherwise not held by this log)."""
 
 
+TIMESTAMP_TYPES = ("create", "log_append")
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     segment_bytes_max: int = 128 * 1024 * 1024
@@ -56,6 +59,16 @@ class LogConfig:
     retention_ms: int | None = None
     # Check every batch of every segment on open (about 1 s per GiB), not only the newest.
     verify_on_open: bool = True
+    # Whose clock a record's timestamp is (`default`'s; a topic sets its own): "create",
+    # its producer's, or "log_append", its leader's as it appends (actors/stamper.py).
+    timestamp_type: str = "create"
+    # A new leader whose clock is behind the largest stamp in its log by at most this
+    # waits it out before stamping; further behind, it stamps that stamp plus one.
+    timestamp_wait_max_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"timestamp_type is one of {', '.join(TIMESTAMP_TYPES)}")
 
 
 class Log:
@@ -194,6 +207,10 @@ class Log:
         self._remove_index_file(segment)
 
     # Offsets and terms
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
 
     @property
     def log_start_offset(self) -> int:

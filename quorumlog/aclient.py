@@ -188,6 +188,7 @@ class AsyncClient(ClientBase):
         replicas: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
+        timestamps: str = "create",
     ) -> None:
         await self._topic_call(
             "create_topic",
@@ -196,6 +197,7 @@ class AsyncClient(ClientBase):
             replicas=replicas,
             retention_bytes=retention_bytes,
             retention_ms=retention_ms,
+            timestamp_type=timestamps,
         )
         self._partition_counts[name] = partitions
 

@@ -152,9 +152,11 @@ class Client(ClientBase):
         replicas: int | None = None,
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
+        timestamps: str = "create",
     ) -> None:
         """Create a topic; returns once every partition has a leader. `replicas`: 3, or
-        every node of a smaller cluster."""
+        every node of a smaller cluster. `timestamps`: "create" (the producer's clock) or
+        "log_append" (the leader's, never going back in offset order)."""
         self._topic_call(
             "create_topic",
             name=name,
@@ -162,6 +164,7 @@ class Client(ClientBase):
             replicas=replicas,
             retention_bytes=retention_bytes,
             retention_ms=retention_ms,
+            timestamp_type=timestamps,
         )
         with self._lock:
             self._partition_counts[name] = partitions

@@ -11,7 +11,9 @@ import os
 import random
 import signal
 import sys
+import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -121,7 +123,7 @@ def load_config_file(path: str | None) -> ConfigFile:
             RaftSettings(**document.get("raft", {})),
             LogConfig(**document.get("log", {})),
         )
-    except (TypeError, AssertionError) as exc:
+    except (TypeError, ValueError, AssertionError) as exc:
         raise UsageError(f"{path}: invalid setting: {exc}") from None
 
 
@@ -197,6 +199,14 @@ def serve(options: ServeOptions) -> int:
     return EXIT_OK
 
 
+def _wall_clock_ms() -> Callable[[], int]:
+    """The clock leaders stamp log-append batches with. QUORUMLOG_FAULT_CLOCK_OFFSET_MS
+    shifts it, for the tests of timestamps across leaders whose clocks disagree (as
+    libfaketime does from outside, without it)."""
+    offset_ms = int(os.environ.get("QUORUMLOG_FAULT_CLOCK_OFFSET_MS", "0"))
+    return lambda: time.time_ns() // 1_000_000 + offset_ms
+
+
 async def _run(options: ServeOptions, storage, rng: random.Random, worker: WorkerThread) -> None:
     node = Node(
         options.node_id,
@@ -205,6 +215,7 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
         rng=rng,
         run_sync=worker,
         fsync_threads=FSYNC_THREADS,
+        wall_clock_ms=_wall_clock_ms(),
     )
 
     def open_transport(handler):

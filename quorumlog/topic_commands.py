@@ -22,6 +22,7 @@ def topic(
     \b
     Examples:
       quorumlog topic -b 127.0.0.1:7001 create events --partitions 6 --replicas 3
+      quorumlog topic -b 127.0.0.1:7001 create audit --timestamps log-append
       quorumlog topic -b 127.0.0.1:7001 describe events
     """
     ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
@@ -33,6 +34,13 @@ def topic(
 @click.option("--replicas", type=int, default=None, help="Default: 3, or every node if fewer.")
 @click.option("--retention-bytes", type=int, default=None, help="Per partition.")
 @click.option("--retention-ms", type=int, default=None, help="Age of the records kept.")
+@click.option(
+    "--timestamps",
+    type=click.Choice(["create", "log-append"]),
+    default="create",
+    show_default=True,
+    help="Whose clock stamps records: the producer's, or the leader's as it appends.",
+)
 @member_options
 def topic_create(
     options: tuple,
@@ -41,11 +49,19 @@ def topic_create(
     replicas: int | None,
     retention_bytes: int | None,
     retention_ms: int | None,
+    timestamps: str,
 ) -> None:
     """Create a topic; returns once every partition has a leader."""
 
     def body(client: Client) -> None:
-        client.create_topic(name, partitions, replicas, retention_bytes, retention_ms)
+        client.create_topic(
+            name,
+            partitions,
+            replicas,
+            retention_bytes,
+            retention_ms,
+            timestamps=timestamps.replace("-", "_"),
+        )
         click.echo(f"created {name}: {partitions} partitions")
 
     run_with_client(*options, body)

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from log.batch import BatchHeader, BatchType, split_batches
+from log.batch import LOG_APPEND_TIME, BatchHeader, BatchType, split_batches
 from log.metadata import ConsensusMetadata
+from log.stamping import stamp
 from membership.config import Configuration
 from membership.quorum import committed_offset
 from raft.configs import ConfigTracker, config_of
@@ -105,6 +106,8 @@ class RaftCore(
         # commit offset that leader announced (re-applied when a flush completes, rule 2).
         self.verified_offset = -1
         self.leader_commit = -1
+        # The largest leader stamp in the log (log-append time, actors/stamper.py).
+        self.max_stamp_ms = 0
         self.last_leader_contact_s = -math.inf
         self.election_deadline_s = 0.0
         self.heartbeat_deadline_s = math.inf
@@ -303,17 +306,18 @@ class RaftCore(
             self._send(self.leader_id, self.heartbeat_reply())
 
     def propose(
-        self, proposals: Sequence[Proposal], now: float
+        self, proposals: Sequence[Proposal], now: float, stamp_ms: int | None = None
     ) -> list[tuple[int, int] | StaleSequenceError]:
         """Append a round of client appends on the leader with one log append (they share
-        its write, the next AppendEntries and the next flush). Returns each one's (first,
+        its write, the next AppendEntries and the next flush), each data batch stamped
+        `stamp_ms` if given (log/stamping.py). Returns each one's (first,
         last) offsets; a retried idempotent append gets its earlier offsets and takes none,
         and one too old to tell gets the error that says so. Duplicate detection happens here only: a retry
         within the round is found like one of an earlier round."""
         self.now = now
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
-        placed: list[memoryview] = []
+        placed: list[memoryview | bytes] = []
         headers: list[BatchHeader] = []
         results: list[tuple[int, int] | StaleSequenceError] = []
         next_offset = self.log.dirty_offset + 1
@@ -332,6 +336,9 @@ class RaftCore(
                     continue
             first = next_offset
             for header, batch in batches:
+                if stamp_ms is not None:
+                    header, batch = stamp(header, batch, stamp_ms)
+                    self.max_stamp_ms = max(self.max_stamp_ms, stamp_ms)
                 # Noted as placed, before the write below: a retry later in this round
                 # finds it.
                 self.producers.note_batch(header.placed(next_offset, self.term))
@@ -360,7 +367,9 @@ class RaftCore(
             offset = chunk.last_offset + 1
 
     def _note_batch(self, header: BatchHeader, batch, producers: bool = True) -> None:
-        """Account for a batch now in the log: producer sequences, configurations."""
+        """Account for a batch now in the log: producer sequences, configurations, stamps."""
+        if header.flags & LOG_APPEND_TIME:
+            self.max_stamp_ms = max(self.max_stamp_ms, header.timestamp_ms)
         if header.batch_type is BatchType.CONFIG:
             self.configs.appended(header.base_offset, config_of(batch, header))
         elif producers:

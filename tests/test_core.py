@@ -10,9 +10,10 @@ import random
 
 import pytest
 
-from log.batch import split_batches
+from log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
 from log.memdisk import MemoryFileSystem
 from log.metadata import ConsensusMetadata
+from log.stamping import stamp
 from log.wal import Log, LogConfig, run_inline
 from membership.changes import ConfigChangeError
 from membership.config import Configuration
@@ -382,3 +383,23 @@ def test_leadership_is_never_handed_to_a_witness():
             peer, HeartbeatReply(0, peer, core.term, -1, -1, AppendResult.SUCCESS, -1, -1), 10.1
         )
     assert core.live_voters() == [2]
+
+
+def test_the_largest_stamp_is_learned_from_the_leaders_batches_and_never_undercut():
+    """A follower learns the stamps in what it appends; as the next leader its stamp for
+    a round is what it is given, and its record of the largest stays the largest."""
+    follower = make_core(node_id=2)
+    _, stamped = stamp(parse_batch(batch_of(b"a")), batch_of(b"a"), 9_000)
+    follower.step(1, AppendEntries(0, 1, 1, -1, 0, -1, stamped, False), now=1.0)
+    assert follower.max_stamp_ms == 9_000
+    leader = make_core()
+    elect(leader)
+    leader.propose([Proposal(split_batches(batch_of(b"b")), True)], 10.0, stamp_ms=12_000)
+    leader.propose([Proposal(split_batches(batch_of(b"c")), True)], 10.0)
+    assert leader.max_stamp_ms == 12_000
+    stamps = [
+        (h.timestamp_ms, bool(h.flags & LOG_APPEND_TIME))
+        for h, _ in split_batches(leader.log.read(0, 1 << 20).data)
+        if h.batch_type is BatchType.DATA
+    ]
+    assert stamps[-2][0] == 12_000 and stamps[-2][1] and not stamps[-1][1]

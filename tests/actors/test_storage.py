@@ -8,7 +8,7 @@ import pytest
 
 from actors.storage import (
     BootstrapError,
-    Retention,
+    TopicSettings,
     group_dirs,
     open_group_storage,
     open_storage,
@@ -98,7 +98,7 @@ def test_a_crash_while_a_partition_is_created_leaves_no_half_made_partition(cras
     fs.fsync_dir = counted
     try:
         node.create_partition(
-            "events", 0, 7, config=None, retention=Retention(), rng=random.Random(2)
+            "events", 0, 7, config=None, settings=TopicSettings(), rng=random.Random(2)
         )
         created = True
     except PowerLost:

@@ -124,9 +124,9 @@ def test_retention_and_timestamp_type_are_checked():
     state = cluster()
     with pytest.raises(TopicError, match="retention bytes must be a positive integer"):
         check_create(state, "t", 1, 1, retention_bytes=0)
-    with pytest.raises(TopicError, match="timestamp type"):
+    with pytest.raises(TopicError, match="timestamps are one of create, log_append"):
         check_create(state, "t", 1, 1, timestamp_type="wall")
-    check_create(state, "t", 1, 1, retention_ms=60_000, timestamp_type="log_append_time")
+    check_create(state, "t", 1, 1, retention_ms=60_000, timestamp_type="log_append")
 
 
 def test_default_cannot_be_deleted_and_unknown_topics_are_named():
