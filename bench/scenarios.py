@@ -22,6 +22,7 @@ SCENARIOS = {
     "kafka": "bench.kafka",
     "vs-nats": "bench.vs_nats",
     "gray": "bench.gray",
+    "timestamps": "bench.timestamps",
 }
 
 

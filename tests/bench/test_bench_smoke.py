@@ -349,6 +349,16 @@ def test_vs_nats_smallest(tmp_path):
     _no_serve_left()
 
 
+def test_timestamps_smallest(tmp_path):
+    from bench import timestamps
+
+    rows = _by_figure(_written(tmp_path, "timestamps", timestamps.run(tiny=True)))
+    assert len(rows) == 2
+    for row in rows.values():
+        _positive(row, "median_ms", "max_ms", "ratio_to_baseline", "steady_append_median_ms")
+    _no_serve_left()
+
+
 def test_gray_smallest(tmp_path):
     rows = _by_figure(_written(tmp_path, "gray", gray.run(tiny=True)))
     phases = [r["phase"] for r in rows.values() if "phase" in r]
