@@ -14,6 +14,7 @@ from functools import partial
 import trio
 
 from quorumlog.batcher import Batcher
+from quorumlog.connection import TLS_HINT
 from quorumlog.errors import (
     AuthError,
     CallTimeoutError,
@@ -71,8 +72,13 @@ class AsyncClient(ClientBase):
         secret: bytes | str | None = None,
         timeout: float = 10.0,
         direct: bool = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ):
-        super().__init__(brokers, secret, timeout, direct)
+        super().__init__(
+            brokers, secret, timeout, direct, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
+        )
         self._batcher = Batcher()
         self._connections: dict[str, Connection] = {}
         self._dialing: dict[str, trio.Lock] = {}
@@ -325,13 +331,14 @@ class AsyncClient(ClientBase):
                         role=Role.CLIENT,
                         node_id=None,
                         secret=self.secret,
-                        ssl_context=None,
+                        ssl_context=self._ssl_context,
                         limits=DEFAULT_LIMITS,
                     )
                 except TransportAuthError as exc:
                     raise AuthError(str(exc)) from None
                 except ConnectionClosed as exc:
-                    raise UnreachableError(str(exc)) from None
+                    hint = TLS_HINT if self._ssl_context else ""
+                    raise UnreachableError(f"{exc}{hint}") from None
                 assert self._nursery is not None, "use AsyncClient in `async with`"
                 self._nursery.start_soon(self._run_connection, address, connection)
                 self._connections[address] = connection

@@ -118,6 +118,19 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     help="HOST:PORT to serve Kafka clients on (Kafka's wire protocol).",
 )
 @click.option(
+    "--tls-cert",
+    envvar="QUORUMLOG_TLS_CERT",
+    default=None,
+    help="PEM certificate of this node (with --tls-key and --tls-ca: TLS for everyone).",
+)
+@click.option("--tls-key", envvar="QUORUMLOG_TLS_KEY", default=None, help="Its private key.")
+@click.option(
+    "--tls-ca",
+    envvar="QUORUMLOG_TLS_CA",
+    default=None,
+    help="PEM CA that signed the nodes' and clients' certificates (both are required).",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["console", "json"]),
     envvar="QUORUMLOG_LOG_FORMAT",
@@ -138,6 +151,9 @@ def serve(
     secret_file,
     metrics,
     kafka_listen,
+    tls_cert,
+    tls_key,
+    tls_ca,
     log_format,
     repair,
 ):
@@ -152,6 +168,9 @@ def serve(
     """
     configure_logging(log_format)
     config = ctx.meta["quorumlog.config"]
+    tls_files = (tls_cert, tls_key, tls_ca)
+    if any(tls_files) and not all(tls_files):
+        raise click.UsageError("--tls-cert, --tls-key and --tls-ca go together: give all three")
     try:
         options = server.ServeOptions(
             node_id=node_id,
@@ -165,6 +184,7 @@ def serve(
             metrics=metrics,
             join=join,
             kafka_listen=kafka_listen,
+            tls=tls_files if all(tls_files) else None,
         )
         code = server.serve(options)
     except (server.UsageError, ValueError) as exc:

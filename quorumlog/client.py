@@ -62,8 +62,11 @@ class Client(ClientBase):
         timeout: float = 10.0,
         direct: bool = False,
         producer_id: int | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ):
-        super().__init__(brokers, secret, timeout, direct, producer_id)
+        super().__init__(brokers, secret, timeout, direct, producer_id, tls_ca, tls_cert, tls_key)
         self._lock = threading.Lock()
         self._connections: dict[str, SyncConnection] = {}
         self._terms = Terms()  # for the leader watch (quorumlog/leader_watch.py)
@@ -251,7 +254,7 @@ class Client(ClientBase):
 
         def ask(node_id: int, address: str) -> None:
             try:
-                connection = SyncConnection(address, self.secret, until)
+                connection = SyncConnection(address, self.secret, until, self._ssl_context)
             except (QuorumLogError, ConnectionLost):
                 return
             try:
@@ -336,7 +339,9 @@ class Client(ClientBase):
     ) -> Message:
         connection = self._connections.get(address)
         if connection is None:
-            connection = self._connections[address] = SyncConnection(address, self.secret, deadline)
+            connection = self._connections[address] = SyncConnection(
+                address, self.secret, deadline, self._ssl_context
+            )
         try:
             return connection.request(message, deadline, still_waiting)
         except BaseException:

@@ -25,6 +25,7 @@ from quorumlog.client import Client
 from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.partitioner import partition_of_key
 from quorumlog.protocol import DEFAULT_TOPIC, Record, read_secret_file
+from transport.tls import TlsSetupError
 
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
@@ -43,10 +44,39 @@ def read_secret(path: str | None) -> bytes | None:
         raise click.UsageError(str(exc)) from None
 
 
+def _remember_tls(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    # Kept in the context's meta, which a group and its subcommand share, so that the TLS
+    # files given at either level reach the client (`tls_options`).
+    if value is not None:
+        ctx.meta[f"quorumlog.{param.name}"] = value
+
+
+def tls_options() -> dict[str, str | None]:
+    """The --tls-ca/--tls-cert/--tls-key of the command running, as client arguments."""
+    meta = click.get_current_context().meta
+    return {k: meta.get(f"quorumlog.{k}") for k in ("tls_ca", "tls_cert", "tls_key")}
+
+
 def client_option_decorators(command: Callable, required: bool = True) -> Callable:
-    """-b/--brokers, --timeout and --secret-file (CONTRACT.md)."""
+    """-b/--brokers, --timeout, --secret-file (CONTRACT.md) and the TLS files."""
+    tls = [
+        click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            envvar=f"QUORUMLOG_{name.upper()}",
+            expose_value=False,
+            callback=_remember_tls,
+            help=text,
+        )
+        for name, text in (
+            ("tls_ca", "PEM CA to check the nodes against: TLS (nodes started with --tls-ca)."),
+            ("tls_cert", "PEM certificate of this client, signed by that CA."),
+            ("tls_key", "Its private key."),
+        )
+    ]
     for option in reversed(
         (
+            *tls,
             click.option(
                 "-b",
                 "--brokers",
@@ -98,8 +128,11 @@ def run_with_client(
 ) -> None:
     """Run `body` with a client; an expected failure is one line on stderr and exit 1."""
     try:
-        with Client(brokers, secret=read_secret(secret_file), timeout=timeout) as client:
+        secret = read_secret(secret_file)
+        with Client(brokers, secret=secret, timeout=timeout, **tls_options()) as client:
             body(client)
+    except TlsSetupError as exc:
+        raise click.UsageError(str(exc)) from None
     except QuorumLogError as exc:
         click.echo(f"quorumlog: {exc}", err=True)
         sys.exit(EXIT_OPERATIONAL)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import socket
+import ssl
 import time
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from transport.errors import ConnectionClosed, ProtocolError
 from transport.framing import FrameDecoder
 from transport.handshake import DiallerHandshake
 from transport.messages import Message, Role
+from transport.tls import tls_reason
 
 RECEIVE_BYTES = 256 * 1024
 
@@ -31,8 +33,19 @@ class ConnectionLost(Exception):
     """The connection broke; whether the last request arrived is unknown."""
 
 
+# A node that refuses a client's certificate closes the connection once TLS is up, often
+# before its alert saying why reaches the client.
+TLS_HINT = " during the handshake: does the node accept this client's certificate (--tls-cert)?"
+
+
 class SyncConnection:
-    def __init__(self, address: str, secret: bytes | None, deadline: float):
+    def __init__(
+        self,
+        address: str,
+        secret: bytes | None,
+        deadline: float,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         self.address = address
         host, port = parse_address(address)
         try:
@@ -42,6 +55,16 @@ class SyncConnection:
         except OSError as exc:
             raise UnreachableError(f"cannot connect to {address}: {exc}") from None
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._tls = ssl_context is not None
+        if ssl_context is not None:
+            try:
+                self._sock = ssl_context.wrap_socket(self._sock, server_hostname=host)
+            except ssl.SSLError as exc:
+                self._sock.close()
+                raise AuthError(f"{address}: TLS refused: {tls_reason(exc)}") from None
+            except OSError as exc:
+                self._sock.close()
+                raise UnreachableError(f"{address}: TLS handshake failed: {exc}") from None
         self._decoder = FrameDecoder()
         self._ids = itertools.count(1)
         try:
@@ -65,6 +88,8 @@ class SyncConnection:
             raise AuthError(str(exc)) from None
         except (ProtocolError, ConnectionClosed) as exc:
             raise UnreachableError(f"{self.address}: {exc}") from None
+        except ConnectionLost as exc:
+            raise UnreachableError(f"{exc}{TLS_HINT if self._tls else ''}") from None
 
     def request(
         self,
@@ -96,6 +121,8 @@ class SyncConnection:
             self._sock.sendall(data)
         except TimeoutError:
             raise CallTimeoutError(f"{self.address}: no answer before the deadline") from None
+        except ssl.SSLError as exc:  # the node refused this client's certificate
+            raise AuthError(f"{self.address}: TLS refused: {tls_reason(exc)}") from None
         except OSError as exc:
             raise ConnectionLost(f"{self.address}: {exc}") from None
 
@@ -112,6 +139,8 @@ class SyncConnection:
                 data = self._sock.recv(RECEIVE_BYTES)
             except TimeoutError:
                 raise CallTimeoutError(f"{self.address}: no answer before the deadline") from None
+            except ssl.SSLError as exc:
+                raise AuthError(f"{self.address}: TLS refused: {tls_reason(exc)}") from None
             except OSError as exc:
                 raise ConnectionLost(f"{self.address}: {exc}") from None
             if not data:

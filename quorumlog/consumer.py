@@ -60,6 +60,9 @@ class AsyncConsumer:
         max_deliveries: int = 5,
         timeout: float = 10.0,
         secret: bytes | str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ):
         if start not in STARTS:
             raise ValueError(f"start is one of {', '.join(STARTS)}, not {start!r}")
@@ -72,7 +75,14 @@ class AsyncConsumer:
         self.session_timeout = session_timeout
         self.member = uuid.uuid4().hex
         self.lease_timeout = lease_timeout
-        self._client = AsyncClient(brokers, secret=secret, timeout=timeout)
+        self._client = AsyncClient(
+            brokers,
+            secret=secret,
+            timeout=timeout,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._leases = Leases(
             self._client, group, self.member, start, lease_timeout, max_deliveries
         )  # queue mode

@@ -10,7 +10,12 @@ import sys
 import click
 
 from quorumlog.client import Client
-from quorumlog.commands import client_option_decorators, member_options, run_with_client
+from quorumlog.commands import (
+    client_option_decorators,
+    member_options,
+    run_with_client,
+    tls_options,
+)
 from quorumlog.consumer import Consumer
 
 GROUP_POLL_RECORDS = 1000
@@ -123,6 +128,7 @@ def consume_in_group(
         mode=mode,
         secret=client.secret,
         timeout=client.timeout,
+        **tls_options(),
     )
     with consumer:
         try:

@@ -42,6 +42,7 @@ from transport.messages import (
     ReadReply,
     ReadRequest,
 )
+from transport.tls import TlsSetupError, client_context
 
 DEFAULT_TOPIC = "default"
 ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
@@ -321,8 +322,15 @@ class ClientBase:
         timeout: float = 10.0,
         direct: bool = False,
         producer_id: int | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ):
         self.brokers = parse_brokers(brokers)
+        if tls_cert is not None and tls_ca is None:
+            raise TlsSetupError("a TLS client certificate needs tls_ca, the CA to check nodes")
+        # TLS with the nodes (transport/tls.py): they require a certificate the CA signed.
+        self._ssl_context = client_context(tls_ca, tls_cert, tls_key) if tls_ca else None
         self.secret = secret.encode() if isinstance(secret, str) else secret
         self.timeout = timeout
         self.attempt_s = ATTEMPT_S

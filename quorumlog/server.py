@@ -35,6 +35,7 @@ from quorumlog.metrics import serve_metrics
 from raft.settings import RaftSettings
 from transport.addresses import is_loopback, parse_address
 from transport.tcp import open_tcp_transport
+from transport.tls import TlsSetupError, client_context, server_context
 
 logger = structlog.get_logger("quorumlog.serve")
 
@@ -63,6 +64,9 @@ class ServeOptions:
     metrics: str | None = None
     join: bool = False
     kafka_listen: str | None = None
+    # (certificate, key, CA) in PEM files: TLS with mutual authentication for peers and
+    # clients (transport/tls.py); None: plain TCP.
+    tls: tuple[str, str, str] | None = None
 
 
 # The [node] table of a --config file: TOML key -> serve's parameter.
@@ -75,6 +79,9 @@ NODE_KEYS = {
     "metrics": "metrics",
     "kafka_listen": "kafka_listen",
     "log_format": "log_format",
+    "tls_cert": "tls_cert",
+    "tls_key": "tls_key",
+    "tls_ca": "tls_ca",
 }
 
 
@@ -167,6 +174,11 @@ def serve(options: ServeOptions) -> int:
         raise UsageError("--join and --peers exclude each other: a joining node is added later")
     if options.kafka_listen is not None:
         parse_address(options.kafka_listen)
+    if options.tls is not None:
+        try:  # a file that cannot be used stops the node now, with one line
+            server_context(*options.tls)
+        except TlsSetupError as exc:
+            raise UsageError(str(exc)) from None
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
     rng = random.Random()
@@ -221,7 +233,15 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
     def open_transport(handler):
         # The node sets the peers from its configuration once it runs.
         return open_tcp_transport(
-            options.node_id, options.listen, handler, rng=rng, secret=options.secret
+            options.node_id,
+            options.listen,
+            handler,
+            rng=rng,
+            secret=options.secret,
+            ssl_context=server_context(*options.tls) if options.tls else None,
+            peer_ssl_context=client_context(options.tls[2], *options.tls[:2])
+            if options.tls
+            else None,
         )
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

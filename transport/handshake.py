@@ -14,13 +14,14 @@ Bytes read past the last handshake frame stay in the decoder for the connection.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from typing import NoReturn
 
 import trio
 
 from transport import auth
 from transport.codec import encode_frame
-from transport.errors import AuthError, ConnectionClosed, ProtocolError
+from transport.errors import AuthError, ConnectionClosed, ProtocolError, TransportError
 from transport.framing import FrameDecoder
 from transport.messages import (
     Accepted,
@@ -33,6 +34,7 @@ from transport.messages import (
     Role,
 )
 from transport.network import ConnectionInfo
+from transport.tls import tls_reason
 
 PROTOCOL_VERSION = 1
 
@@ -166,7 +168,7 @@ async def _send(stream: trio.abc.Stream, message: Message) -> None:
     try:
         await stream.send_all(encode_frame(0, message))
     except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-        raise ConnectionClosed(f"closed during the handshake: {_why(exc)}") from None
+        raise _closed(exc) from None
 
 
 async def _send_quietly(stream: trio.abc.Stream, message: Message) -> None:
@@ -180,11 +182,19 @@ async def _receive(stream: trio.abc.Stream, decoder: FrameDecoder) -> Message:
         try:
             data = await stream.receive_some()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise ConnectionClosed(f"closed during the handshake: {_why(exc)}") from None
+            raise _closed(exc) from None
         if not data:
             raise ConnectionClosed("closed during the handshake")
         decoder.feed(data)
     return frame.message
+
+
+def _closed(exc: BaseException) -> TransportError:
+    """A TLS handshake that failed (a certificate refused, on either side) is an
+    authentication fault, not a connection to retry."""
+    if isinstance(exc.__cause__, ssl.SSLError):
+        return AuthError(f"TLS refused: {tls_reason(exc.__cause__)}")
+    return ConnectionClosed(f"closed during the handshake: {_why(exc)}")
 
 
 def _why(exc: BaseException) -> str:

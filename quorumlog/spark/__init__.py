@@ -26,6 +26,8 @@ column, offsets per partition). Options (values are strings, as Spark passes the
 - `failOnDataLoss` true | false (default true): what to do when records were removed by
   retention before they were read: fail, or skip to the log start (Spark's Kafka source).
 - `secretFile` PATH, `timeout` SECONDS (default 30, per call to the cluster).
+- `tlsCa`, `tlsCert`, `tlsKey` PATH: TLS with nodes started with `--tls-ca` (the files at the
+  same paths on the driver and every worker).
 
 Reads. Only committed records are read, so a range read twice gives the same rows (Spark
 replays a micro-batch after a restart). Each partition of the topic is its own Raft group:

@@ -44,6 +44,10 @@ class Options:
     max_records_per_trigger: int | None = None
     records_per_partition: int = RECORDS_PER_PARTITION
     fail_on_data_loss: bool = True
+    # PEM files for TLS (transport/tls.py), at the same paths on the driver and every worker.
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @classmethod
     def parse(cls, options) -> Options:
@@ -64,7 +68,14 @@ class Options:
                 options, "recordsPerPartition", RECORDS_PER_PARTITION, int
             ),
             fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
+            tls_ca=options.get("tlsCa"),
+            tls_cert=options.get("tlsCert"),
+            tls_key=options.get("tlsKey"),
         )
+
+    @property
+    def tls(self) -> dict[str, str | None]:
+        return {"tls_ca": self.tls_ca, "tls_cert": self.tls_cert, "tls_key": self.tls_key}
 
     @property
     def topic_name(self) -> str:
@@ -93,13 +104,17 @@ class Options:
     def client(self, producer_id: int | None = None) -> Client:
         """A client that finds the leader through any of the brokers."""
         return Client(
-            self.brokers, secret=self.secret, timeout=self.timeout_s, producer_id=producer_id
+            self.brokers,
+            secret=self.secret,
+            timeout=self.timeout_s,
+            producer_id=producer_id,
+            **self.tls,
         )
 
     def replica_client(self, address: str) -> Client:
         """A client of one node only: it reads up to the commit offset that node knows."""
         timeout = min(self.timeout_s, REPLICA_TIMEOUT_S_MAX)
-        return Client(address, secret=self.secret, timeout=timeout, direct=True)
+        return Client(address, secret=self.secret, timeout=timeout, direct=True, **self.tls)
 
 
 @contextmanager

@@ -1,0 +1,120 @@
+"""Real processes over TLS with mutual authentication: nodes and clients show certificates
+one CA signed; a client without that CA, or without a certificate, is refused in one line
+and the nodes serve everyone else."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from quorumlog import AsyncClient, Client
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from tests.process.test_membership import ql
+
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+
+LEAF_EXTENSIONS = """\
+basicConstraints = CA:FALSE
+keyUsage = digitalSignature
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = IP:127.0.0.1
+"""
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_ca(folder: Path, name: str) -> tuple[Path, Path]:
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    openssl(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={name}",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+    )  # fmt: skip
+    return cert, key
+
+
+def make_leaf(folder: Path, name: str, ca: tuple[Path, Path]) -> tuple[Path, Path]:
+    cert, key, request = folder / f"{name}.pem", folder / f"{name}.key", folder / f"{name}.csr"
+    extensions = folder / "leaf.ext"
+    extensions.write_text(LEAF_EXTENSIONS)
+    openssl(
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", str(key), "-out", str(request), "-subj", f"/CN={name}",
+    )  # fmt: skip
+    openssl(
+        "x509", "-req", "-in", str(request), "-CA", str(ca[0]), "-CAkey", str(ca[1]),
+        "-CAcreateserial", "-out", str(cert), "-days", "2", "-extfile", str(extensions),
+    )  # fmt: skip
+    return cert, key
+
+
+def test_a_cluster_over_mutual_tls_refuses_clients_the_ca_did_not_sign(tmp_path):
+    ca = make_ca(tmp_path, "ca")
+    node_cert, node_key = make_leaf(tmp_path, "node", ca)
+    client_cert, client_key = make_leaf(tmp_path, "client", ca)
+    stranger_ca = make_ca(tmp_path, "stranger-ca")
+    stranger_cert, stranger_key = make_leaf(tmp_path, "stranger", stranger_ca)
+    tls = {"tls_ca": str(ca[0]), "tls_cert": str(client_cert), "tls_key": str(client_key)}
+    flags = ["--tls-ca", str(ca[0]), "--tls-cert", str(client_cert), "--tls-key", str(client_key)]
+
+    (tmp_path / "cluster").mkdir()
+    cluster = ProcessCluster(str(tmp_path / "cluster"), size=3)
+    node_flags = ["--tls-cert", str(node_cert), "--tls-key", str(node_key), "--tls-ca", str(ca[0])]
+    for node_id in cluster.ids:
+        cluster.start(node_id, extra=node_flags)
+    try:
+        with Client(cluster.brokers, timeout=30, **tls) as c:
+            first = c.append([b"over tls"])  # the peers elected a leader over TLS too
+        out = subprocess.run(
+            [*QUORUMLOG, "produce", "-b", cluster.brokers, *flags],
+            input=b"from the command line\n",
+            capture_output=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        out = ql("consume", "-b", cluster.brokers, *flags, "--from", "earliest")
+        assert out.stdout.splitlines() == [b"over tls", b"from the command line"]
+
+        refused = {  # who: (flags, what the one line says)
+            "a client that trusts another CA": (
+                [
+                    "--tls-ca", str(stranger_ca[0]),
+                    "--tls-cert", str(stranger_cert), "--tls-key", str(stranger_key),
+                ],
+                "TLS refused: certificate verify failed",
+            ),
+            "a client without a certificate": (["--tls-ca", str(ca[0])], "--tls-cert"),
+            "a client without TLS": ([], "closed"),
+        }  # fmt: skip
+        for who, (args, says) in refused.items():
+            out = ql("status", "-b", cluster.address(1), *args, "--timeout", "3")
+            lines = out.stderr.decode().strip().splitlines()
+            assert out.returncode == 1 and len(lines) == 1, (who, lines)
+            assert says in lines[0] and "Traceback" not in lines[0], (who, lines)
+
+        async def async_read() -> list[bytes]:
+            async with AsyncClient(cluster.brokers, timeout=30, **tls) as c:
+                return [r.value for r in await c.read(first)]
+
+        assert trio.run(async_read) == [b"over tls", b"from the command line"]
+    finally:
+        cluster.stop_all()
+
+
+def test_serve_refuses_tls_files_it_cannot_use_in_one_line(tmp_path):
+    base = ["serve", "--id", "1", "--data", str(tmp_path / "n1"), "--listen", "127.0.0.1:1"]
+    base += ["--peers", "1=127.0.0.1:1"]
+    for flags, says in (
+        (["--tls-cert", "c.pem"], "go together"),
+        (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"], "cannot load"),
+    ):
+        out = ql(*base, *flags)
+        lines = out.stderr.decode().strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and says in lines[0], lines
