@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CONSTRAINTS := constraints.txt
+# setuptools warns that a folder named like the package sits in the working directory: here
+# that folder is the package (quorumlog/, with log/, raft/, ... mapped under it).
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation:UserWarning" $(BIN)/python -m pip install
 
 .PHONY: run test lint bench clean
 
@@ -12,12 +15,12 @@ $(BIN)/python:
 
 # Runtime only (what `make run` needs).
 $(VENV)/.base: $(BIN)/python pyproject.toml $(CONSTRAINTS)
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e .
+	$(PIP_INSTALL) -q -c $(CONSTRAINTS) -e .
 	touch $@
 
 # Everything, extras included (what `make test` needs).
 $(VENV)/.full: $(BIN)/python pyproject.toml $(CONSTRAINTS)
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev,spark]'
+	$(PIP_INSTALL) -q -c $(CONSTRAINTS) -e '.[dev,spark]'
 	touch $@ $(VENV)/.base
 
 run: $(VENV)/.base

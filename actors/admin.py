@@ -28,9 +28,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
-
-from actors.controller import TOPIC_OPS
-from membership.changes import (
+from quorumlog.actors.controller import TOPIC_OPS
+from quorumlog.membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
     add_learner,
@@ -41,8 +40,13 @@ from membership.changes import (
     promote_again,
     remove,
 )
-from membership.config import Configuration, InvalidConfigurationError, check_address, check_node_id
-from membership.driver import (
+from quorumlog.membership.config import (
+    Configuration,
+    InvalidConfigurationError,
+    check_address,
+    check_node_id,
+)
+from quorumlog.membership.driver import (
     AddLearner,
     Demote,
     EnterJoint,
@@ -62,14 +66,14 @@ from membership.driver import (
     plan_set,
     rollback_steps,
 )
-from raft.core import RaftCore
-from raft.roles import NotLeaderError, Role
-from transport.errors import ConnectionClosed
-from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
+from quorumlog.raft.core import RaftCore
+from quorumlog.raft.roles import NotLeaderError, Role
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from actors.node import Node
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.node import Node
 
 ADMIN_WAIT_S_DEFAULT = 30.0
 ADMIN_WAIT_S_MAX = 600.0

@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import trio
-
-from controller.state import DEFAULT_TOPIC, TopicError
+from quorumlog.controller.state import DEFAULT_TOPIC, TopicError
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 BALANCE_INTERVAL_S = 5.0
 TRANSFERS_PER_PASS_MAX = 32  # leadership moves a little at a time, not in one storm

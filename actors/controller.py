@@ -21,14 +21,20 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import structlog
 import trio
-
-from actors.replicated import PassBack, append_command, committed_batches, not_leader
-from actors.storage import TopicSettings
-from consumers.state import GROUPS_TOPIC
-from controller.commands import Command, CommandError, CreateTopic, DeleteTopic, from_wire, to_wire
-from controller.leaders import LeaderEntry, LeaderTable
-from controller.placement import PlacementError, place
-from controller.state import (
+from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
+from quorumlog.actors.storage import TopicSettings
+from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.controller.commands import (
+    Command,
+    CommandError,
+    CreateTopic,
+    DeleteTopic,
+    from_wire,
+    to_wire,
+)
+from quorumlog.controller.leaders import LeaderEntry, LeaderTable
+from quorumlog.controller.placement import PlacementError, place
+from quorumlog.controller.state import (
     DEFAULT_TOPIC,
     ClusterState,
     Partition,
@@ -37,12 +43,12 @@ from controller.state import (
     check_delete,
     check_topic_name,
 )
-from log.batch import BatchType
-from log.records import batch_records
-from membership.config import Configuration
-from raft.configs import config_of
-from transport.errors import ConnectionClosed
-from transport.messages import (
+from quorumlog.log.batch import BatchType
+from quorumlog.log.records import batch_records
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.configs import config_of
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
     ErrorCode,
@@ -54,8 +60,8 @@ from transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from actors.node import Node
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.controller")
 

@@ -24,13 +24,18 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import structlog
 import trio
-
-from actors.admin import forward_to_leader
-from actors.leader_calls import ASK_S, UnknownTopic, ask_node, ask_partition_leader, leader_of
-from actors.read_index import term_committed
-from actors.replicated import PassBack, append_command, committed_batches, not_leader
-from consumers.assignment import TopicPartition, assign
-from consumers.state import (
+from quorumlog.actors.admin import forward_to_leader
+from quorumlog.actors.leader_calls import (
+    ASK_S,
+    UnknownTopic,
+    ask_node,
+    ask_partition_leader,
+    leader_of,
+)
+from quorumlog.actors.read_index import term_committed
+from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
+from quorumlog.consumers.assignment import TopicPartition, assign
+from quorumlog.consumers.state import (
     GROUPS_PARTITIONS,
     GROUPS_TOPIC,
     Command,
@@ -44,9 +49,9 @@ from consumers.state import (
     groups_partition,
     to_wire,
 )
-from log.batch import BatchType
-from log.records import batch_records
-from transport.messages import (
+from quorumlog.log.batch import BatchType
+from quorumlog.log.records import batch_records
+from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
     EndOffsetReply,
@@ -58,9 +63,9 @@ from transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from actors.node import Node
-    from controller.state import Topic
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.node import Node
+    from quorumlog.controller.state import Topic
 
 logger = structlog.get_logger("quorumlog.coordinator")
 

@@ -30,11 +30,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
-
-from raft.settings import RaftSettings
+from quorumlog.raft.settings import RaftSettings
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.disk_health")
 

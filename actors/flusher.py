@@ -19,14 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import trio
-
-from actors.disk_health import DiskHealth
-from actors.stats import NodeStats
-from log.flushjob import FlushJob
-from log.wal import RunSync
+from quorumlog.actors.disk_health import DiskHealth
+from quorumlog.actors.stats import NodeStats
+from quorumlog.log.flushjob import FlushJob
+from quorumlog.log.wal import RunSync
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
+    from quorumlog.actors.group import GroupActor
 
 
 class Flushed:

@@ -23,11 +23,10 @@ from typing import Any
 
 import structlog
 import trio
-
-from actors.disk_health import DiskHealth
-from actors.flusher import FLUSHED, Flushed, Flusher
-from actors.heartbeats import HeartbeatManager
-from actors.mailbox import (
+from quorumlog.actors.disk_health import DiskHealth
+from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
+from quorumlog.actors.heartbeats import HeartbeatManager
+from quorumlog.actors.mailbox import (
     WAKE_UP,
     Answered,
     ClientAppend,
@@ -37,17 +36,17 @@ from actors.mailbox import (
     QuorumWaiter,
     WakeUp,
 )
-from actors.read_index import read_index, term_committed
-from actors.stamper import Stamper
-from actors.stats import NodeStats
-from actors.storage import GroupStorage
-from log.batch import BatchError, BatchHeader, BatchType, split_batches
-from log.wal import OffsetOutOfRangeError, RunSync
-from membership.config import Configuration
-from raft.core import Proposal, RaftCore
-from raft.producers import StaleSequenceError
-from raft.settings import RaftSettings
-from transport.messages import (
+from quorumlog.actors.read_index import read_index, term_committed
+from quorumlog.actors.stamper import Stamper
+from quorumlog.actors.stats import NodeStats
+from quorumlog.actors.storage import GroupStorage
+from quorumlog.log.batch import BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.log.wal import OffsetOutOfRangeError, RunSync
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.core import Proposal, RaftCore
+from quorumlog.raft.producers import StaleSequenceError
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.messages import (
     Acks,
     AppendReply,
     AppendRequest,
@@ -60,7 +59,7 @@ from transport.messages import (
     ReadReply,
     ReadRequest,
 )
-from transport.network import Answer, NodeTransport
+from quorumlog.transport.network import Answer, NodeTransport
 
 logger = structlog.get_logger("quorumlog.group")
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-
-from actors import queue_calls
-from actors.coordinator import (
+from quorumlog.actors import queue_calls
+from quorumlog.actors.coordinator import (
     Calls,
     Coordination,
     Coordinator,
@@ -20,9 +19,9 @@ from actors.coordinator import (
     member_id,
     membership,
 )
-from actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
-from consumers.assignment import TopicPartition
-from consumers.state import (
+from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.state import (
     GROUPS_TOPIC,
     Commit,
     Group,
@@ -30,7 +29,7 @@ from consumers.state import (
     ResetOffsets,
     check_member_settings,
 )
-from transport.messages import EndOffsetReply, ErrorCode, ErrorReply, GroupRequest
+from quorumlog.transport.messages import EndOffsetReply, ErrorCode, ErrorReply, GroupRequest
 
 Result = dict[str, Any]
 

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING
 import msgpack
 import structlog
 import trio
-
-from transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
+from quorumlog.transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
 
 if TYPE_CHECKING:
-    from actors.disk_health import DiskHealth
-    from actors.group import GroupActor
-    from actors.stats import NodeStats
-    from raft.settings import RaftSettings
+    from quorumlog.actors.disk_health import DiskHealth
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.stats import NodeStats
+    from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.heartbeats")
 

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 import trio
-
-from actors.replicated import PassBack
-from consumers.assignment import TopicPartition
-from transport.errors import ConnectionClosed
-from transport.messages import (
+from quorumlog.actors.replicated import PassBack
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import (
     AppendRequest,
     EndOffsetRequest,
     ErrorCode,
@@ -29,8 +28,8 @@ from transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from actors.node import Node
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.coordinator")
 

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
-
-from actors.stats import NodeStats
-from raft.core import Proposal, RaftCore
-from transport.messages import Acks, AppendReply, Message
-from transport.network import Answer
+from quorumlog.actors.stats import NodeStats
+from quorumlog.raft.core import Proposal, RaftCore
+from quorumlog.transport.messages import Acks, AppendReply, Message
+from quorumlog.transport.network import Answer
 
 
 class Pending:

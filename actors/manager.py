@@ -11,10 +11,9 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 import trio
-
-from actors.group import GroupActor
-from log.files import StorageError
-from transport.network import NodeTransport
+from quorumlog.actors.group import GroupActor
+from quorumlog.log.files import StorageError
+from quorumlog.transport.network import NodeTransport
 
 logger = structlog.get_logger("quorumlog.manager")
 

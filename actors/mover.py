@@ -27,18 +27,17 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
-
-from actors.admin import RETRY_LATER, handle_admin
-from actors.replicated import PassBack
-from controller.commands import SetReplicas
-from controller.placement import replace_departed
-from controller.state import DEFAULT_TOPIC, ClusterState, Partition, TopicError
-from transport.errors import ConnectionClosed
-from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
+from quorumlog.actors.admin import RETRY_LATER, handle_admin
+from quorumlog.actors.replicated import PassBack
+from quorumlog.controller.commands import SetReplicas
+from quorumlog.controller.placement import replace_departed
+from quorumlog.controller.state import DEFAULT_TOPIC, ClusterState, Partition, TopicError
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
-    from actors.controller import ControllerActor
-    from actors.node import Node
+    from quorumlog.actors.controller import ControllerActor
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.mover")
 

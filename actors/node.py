@@ -18,26 +18,25 @@ from contextlib import AbstractAsyncContextManager
 
 import structlog
 import trio
-
-from actors.admin import handle_admin
-from actors.balancer import balance_leaders
-from actors.controller import ControllerActor
-from actors.coordinator import Coordinator
-from actors.disk_health import DiskHealth, hand_over_from_slow_disk
-from actors.flusher import Flusher
-from actors.group import GroupActor
-from actors.group_calls import CALLS
-from actors.heartbeats import HeartbeatManager
-from actors.manager import GroupManager
-from actors.mover import ReplicaMover
-from actors.stats import NodeStats
-from actors.storage import GroupStorage, NodeStorage, TopicSettings
-from controller.state import DEFAULT_TOPIC, Partition
-from log.wal import Log, RunSync, run_inline
-from membership.config import Configuration
-from raft.core import RaftCore
-from raft.settings import RaftSettings
-from transport.messages import (
+from quorumlog.actors.admin import handle_admin
+from quorumlog.actors.balancer import balance_leaders
+from quorumlog.actors.controller import ControllerActor
+from quorumlog.actors.coordinator import Coordinator
+from quorumlog.actors.disk_health import DiskHealth, hand_over_from_slow_disk
+from quorumlog.actors.flusher import Flusher
+from quorumlog.actors.group import GroupActor
+from quorumlog.actors.group_calls import CALLS
+from quorumlog.actors.heartbeats import HeartbeatManager
+from quorumlog.actors.manager import GroupManager
+from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.stats import NodeStats
+from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
+from quorumlog.controller.state import DEFAULT_TOPIC, Partition
+from quorumlog.log.wal import Log, RunSync, run_inline
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.core import RaftCore
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.messages import (
     AdminRequest,
     AppendEntries,
     AppendEntriesReply,
@@ -63,10 +62,10 @@ from transport.messages import (
     VoteReply,
     VoteRequest,
 )
-from transport.messages import (
+from quorumlog.transport.messages import (
     Role as ConnectionRole,
 )
-from transport.network import Answer, ConnectionInfo, Handler, NodeTransport
+from quorumlog.transport.network import Answer, ConnectionInfo, Handler, NodeTransport
 
 logger = structlog.get_logger("quorumlog.node")
 

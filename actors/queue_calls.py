@@ -14,21 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-
-from actors.coordinator import (
+from quorumlog.actors.coordinator import (
     LEASE_S_DEFAULT,
     Coordination,
     Coordinator,
     member_id,
     membership,
 )
-from actors.leader_calls import ask_partition_leader
-from consumers.assignment import TopicPartition
-from consumers.queue import Lease, RecordState, Settle, SharePartition
-from consumers.state import Commit, Group, GroupError
-from log.batch import BatchType, parse_header, split_batches
-from log.records import RawRecord, batch_records, make_data_batch
-from transport.messages import (
+from quorumlog.actors.leader_calls import ask_partition_leader
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.queue import Lease, RecordState, Settle, SharePartition
+from quorumlog.consumers.state import Commit, Group, GroupError
+from quorumlog.log.batch import BatchType, parse_header, split_batches
+from quorumlog.log.records import RawRecord, batch_records, make_data_batch
+from quorumlog.transport.messages import (
     Acks,
     AppendReply,
     AppendRequest,

@@ -6,14 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import trio
-
-from membership.quorum import has_quorum
-from transport.errors import ConnectionClosed
-from transport.messages import HeartbeatReply
+from quorumlog.membership.quorum import has_quorum
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import HeartbeatReply
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from transport.network import NodeTransport
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.transport.network import NodeTransport
 
 
 async def term_committed(group: GroupActor) -> bool:

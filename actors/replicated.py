@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from log.batch import BatchHeader, split_batches
-from log.records import make_data_batch
-from transport.messages import Acks, AppendReply, AppendRequest, Message
+from quorumlog.log.batch import BatchHeader, split_batches
+from quorumlog.log.records import make_data_batch
+from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, Message
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
+    from quorumlog.actors.group import GroupActor
 
 READ_BYTES_MAX = 1024 * 1024
 

@@ -26,12 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import structlog
-
-from controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
-from log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
-from log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
-from log.wal import Log, LogConfig, RunSync
-from membership.config import Configuration, InvalidConfigurationError
+from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
+from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
+from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
+from quorumlog.log.wal import Log, LogConfig, RunSync
+from quorumlog.membership.config import Configuration, InvalidConfigurationError
 
 logger = structlog.get_logger("quorumlog.storage")
 

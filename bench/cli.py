@@ -8,8 +8,8 @@ import os
 import time
 
 import click
+from quorumlog.bench.scenarios import SCENARIOS
 
-from bench.scenarios import SCENARIOS
 from quorumlog.logs import configure_logging
 
 
@@ -57,8 +57,8 @@ def bench(
       quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
     """
     # Only the names above at import time: the scenarios load what they drive when run.
-    from bench.report import print_table, write_jsonl
-    from bench.scenarios import scenario
+    from quorumlog.bench.report import print_table, write_jsonl
+    from quorumlog.bench.scenarios import scenario
 
     configure_logging(level=logging.WARNING)  # simulations log thousands of elections
     names = list(SCENARIOS) if name == "all" else [name]
@@ -75,7 +75,7 @@ def bench(
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
         options: dict = {"seeds": seeds} if each == "sim" and seeds else {}
         if each == "nemesis":
-            from bench.nemesis import parse_faults
+            from quorumlog.bench.nemesis import parse_faults
 
             try:
                 chosen = parse_faults(faults)
@@ -89,7 +89,7 @@ def bench(
         results[each] = rows
     click.echo(f"figures written to {out}", err=True)
     if plot:
-        from bench.plots import plot as draw
+        from quorumlog.bench.plots import plot as draw
 
         try:
             for path in draw(results, out.removesuffix(".jsonl")):

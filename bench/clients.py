@@ -15,8 +15,8 @@ import threading
 import time
 
 import trio
+from quorumlog.bench.workload import AppendRun, latency_fields
 
-from bench.workload import AppendRun, latency_fields
 from quorumlog import AsyncClient, Client, QuorumLogError
 
 RECORD_BYTES = 1024

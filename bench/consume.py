@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from statistics import median
 
 import trio
+from quorumlog.bench.consume_queue import queue_rows
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import IncompressibleRecords, running_cluster
 
-from bench.consume_queue import queue_rows
-from bench.report import print_table
-from bench.workload import IncompressibleRecords, running_cluster
 from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.localcluster import ProcessCluster
 

@@ -9,8 +9,8 @@ import struct
 from statistics import median
 
 import trio
+from quorumlog.bench.workload import percentile
 
-from bench.workload import percentile
 from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.localcluster import ProcessCluster
 
@@ -89,7 +89,7 @@ async def _latencies(brokers: str, group: str, seconds: float) -> list[float]:
 
 
 def queue_rows(cluster: ProcessCluster, records: int, rounds: int, latency_s: float) -> list[dict]:
-    from bench.consume import fill, stream_group  # the scenario's own helpers
+    from quorumlog.bench.consume import fill, stream_group  # the scenario's own helpers
 
     trio.run(fill, cluster.brokers, TOPIC, 1, records)
     stream = [

@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import random
 
-from actors.storage import partition_dir
-from controller.state import DEFAULT_TOPIC
-from log.files import FSYNC_DELAY_FILE
-from log.metadata import METADATA_FILE
-from log.segment import SEGMENT_SUFFIX
+from quorumlog.actors.storage import partition_dir
+from quorumlog.controller.state import DEFAULT_TOPIC
+from quorumlog.log.files import FSYNC_DELAY_FILE
+from quorumlog.log.metadata import METADATA_FILE
+from quorumlog.log.segment import SEGMENT_SUFFIX
 
 TAIL = ("cut-tail", "flip-last-batch")  # torn tails: the node starts
 MIDDLE = "flip-middle"  # corruption: the node refuses to start; --repair cuts the log there

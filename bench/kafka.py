@@ -17,9 +17,9 @@ import sys
 import time
 
 import trio
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import IncompressibleRecords, latency_fields, running_cluster
 
-from bench.report import print_table
-from bench.workload import IncompressibleRecords, latency_fields, running_cluster
 from quorumlog import AsyncClient
 
 RECORD_BYTES = 1024

@@ -18,8 +18,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from bench.report import print_table
-from bench.workload import IncompressibleRecords, peak_rss_row, running_cluster
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import IncompressibleRecords, peak_rss_row, running_cluster
+
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster

@@ -37,8 +37,7 @@ import time
 from dataclasses import dataclass
 
 import trio
-
-from bench.history import (
+from quorumlog.bench.history import (
     DEFAULT_PART,
     History,
     Log,
@@ -47,10 +46,11 @@ from bench.history import (
     throughput_ratio,
     unavailable_s,
 )
-from bench.nemesis_consumers import Consumers
-from bench.nemesis_faults import ACTIONS, SPARE_NODES
-from bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
-from bench.proxy import Links, serve_front
+from quorumlog.bench.nemesis_consumers import Consumers
+from quorumlog.bench.nemesis_faults import ACTIONS, SPARE_NODES
+from quorumlog.bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
+from quorumlog.bench.proxy import Links, serve_front
+
 from quorumlog.aclient import AsyncClient
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster, free_ports

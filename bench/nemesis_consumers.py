@@ -22,8 +22,8 @@ from quorumlog import AsyncClient, AsyncConsumer, QuorumLogError
 from quorumlog.protocol import Record
 
 if TYPE_CHECKING:
-    from bench.history import History
-    from bench.nemesis import Nemesis
+    from quorumlog.bench.history import History
+    from quorumlog.bench.nemesis import Nemesis
 
 GROUPS = {"stream": "nemesis-stream", "queue": "nemesis-queue"}
 SESSION_TIMEOUT_S = 3.0

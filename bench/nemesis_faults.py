@@ -11,15 +11,15 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
+from quorumlog.bench import faults as disk
+from quorumlog.bench.history import Append, Part
 
-from bench import faults as disk
-from bench.history import Append, Part
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 
 if TYPE_CHECKING:
-    from bench.nemesis import Nemesis
+    from quorumlog.bench.nemesis import Nemesis
 
 SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
 # A slow disk's fsync delay (the others' is bench.nemesis.FSYNC_DELAY_MS) and how long.

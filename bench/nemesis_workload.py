@@ -9,16 +9,16 @@ import random
 from typing import TYPE_CHECKING
 
 import trio
+from quorumlog.bench.history import DEFAULT_PART, Append, Log, Part
+from quorumlog.bench.workload import statuses_of
+from quorumlog.transport.messages import PartitionsRequest, StatusRequest
 
-from bench.history import DEFAULT_PART, Append, Log, Part
-from bench.workload import statuses_of
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
-from transport.messages import PartitionsRequest, StatusRequest
 
 if TYPE_CHECKING:
-    from bench.nemesis import Nemesis
+    from quorumlog.bench.nemesis import Nemesis
 
 ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
 WATCH_S = 0.15  # the watcher asks every node this often: three requests on one connection

@@ -40,10 +40,9 @@ import time
 from dataclasses import dataclass
 
 import trio
-
-from bench.clients import client_rows
-from bench.report import median, print_table
-from bench.workload import (
+from quorumlog.bench.clients import client_rows
+from quorumlog.bench.report import median, print_table
+from quorumlog.bench.workload import (
     ACKS,
     KIB,
     AppendRun,
@@ -61,6 +60,7 @@ from bench.workload import (
     running_cluster,
     with_leader,
 )
+
 from quorumlog.localcluster import ProcessCluster
 
 BATCH_RECORDS = 64
@@ -355,7 +355,7 @@ def single_record(runs: int = 5, duration_s: float = 2.0, acks: str = "quorum") 
 if __name__ == "__main__":
     start = time.perf_counter()
     if "--single" in sys.argv:
-        # python -m bench.produce --single [RUNS]: the single-record case alone.
+        # python -m quorumlog.bench.produce --single [RUNS]: the single-record case alone.
         runs = [int(a) for a in sys.argv[1:] if a.isdigit()]
         print_table("bench produce, single-record", single_record(runs[0] if runs else 5))
     else:

@@ -21,11 +21,10 @@ import random
 from dataclasses import dataclass, field
 
 import trio
-
-from transport.codec import LENGTH_PREFIX
-from transport.errors import ProtocolError
-from transport.framing import decode_frame
-from transport.messages import Hello
+from quorumlog.transport.codec import LENGTH_PREFIX
+from quorumlog.transport.errors import ProtocolError
+from quorumlog.transport.framing import decode_frame
+from quorumlog.transport.messages import Hello
 
 _PREFIX = LENGTH_PREFIX.size
 FRAMES_QUEUED_MAX = 256  # per direction of a connection, while a delay holds them

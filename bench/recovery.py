@@ -37,9 +37,8 @@ import time
 from dataclasses import dataclass
 
 import trio
-
-from bench.report import print_table
-from bench.workload import (
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import (
     ACKS,
     KIB,
     MB,
@@ -50,10 +49,11 @@ from bench.workload import (
     status_of,
     with_leader,
 )
+from quorumlog.transport.errors import TransportError
+from quorumlog.transport.messages import StatusReply, StatusRequest
+from quorumlog.transport.tcp import open_connection
+
 from quorumlog.localcluster import ProcessCluster
-from transport.errors import TransportError
-from transport.messages import StatusReply, StatusRequest
-from transport.tcp import open_connection
 
 BATCH_RECORDS = 15
 FILL_WINDOW = 16

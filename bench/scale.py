@@ -13,8 +13,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from bench.report import print_table
-from bench.workload import IncompressibleRecords, closed_loop_row, running_cluster
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import IncompressibleRecords, closed_loop_row, running_cluster
+
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

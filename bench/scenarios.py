@@ -7,22 +7,22 @@ from collections.abc import Callable
 
 # name -> module with `run(quick: bool) -> list[dict]`
 SCENARIOS = {
-    "storage": "bench.storage",
-    "transport": "bench.transport",
-    "produce": "bench.produce",
-    "recovery": "bench.recovery",
-    "failover": "bench.failover",
-    "membership": "bench.membership",
-    "scale": "bench.scale",
-    "partitions": "bench.partitions",
-    "sim": "bench.sim",
-    "nemesis": "bench.nemesis",
-    "spark": "bench.spark",
-    "consume": "bench.consume",
-    "kafka": "bench.kafka",
-    "vs-nats": "bench.vs_nats",
-    "gray": "bench.gray",
-    "timestamps": "bench.timestamps",
+    "storage": "quorumlog.bench.storage",
+    "transport": "quorumlog.bench.transport",
+    "produce": "quorumlog.bench.produce",
+    "recovery": "quorumlog.bench.recovery",
+    "failover": "quorumlog.bench.failover",
+    "membership": "quorumlog.bench.membership",
+    "scale": "quorumlog.bench.scale",
+    "partitions": "quorumlog.bench.partitions",
+    "sim": "quorumlog.bench.sim",
+    "nemesis": "quorumlog.bench.nemesis",
+    "spark": "quorumlog.bench.spark",
+    "consume": "quorumlog.bench.consume",
+    "kafka": "quorumlog.bench.kafka",
+    "vs-nats": "quorumlog.bench.vs_nats",
+    "gray": "quorumlog.bench.gray",
+    "timestamps": "quorumlog.bench.timestamps",
 }
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 import time
 
-from bench.report import print_table
-from bench.sim_checks import Violation
-from bench.simulation import run_seed
+from quorumlog.bench.report import print_table
+from quorumlog.bench.sim_checks import Violation
+from quorumlog.bench.simulation import run_seed
 
 # (cluster size, with membership changes, with three topics of four partitions)
 KINDS = (
@@ -48,7 +48,7 @@ def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000)
                 "failed": len(failed),
                 "seeds_s": per_kind / elapsed,
                 "replay": (
-                    f"python -c 'from bench.simulation import run_seed; "
+                    f"python -c 'from quorumlog.bench.simulation import run_seed; "
                     f"run_seed(SEED, size={size}, membership={membership}, topics={topics})'"
                 ),
             }

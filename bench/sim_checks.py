@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from log.batch import LOG_APPEND_TIME, BatchType, split_batches
-from log.records import batch_records
-from transport.messages import Acks
+from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
+from quorumlog.log.records import batch_records
+from quorumlog.transport.messages import Acks
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from bench.simulation import Cluster, Outcome, Route
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.bench.simulation import Cluster, Outcome, Route
 
 
 class Violation(AssertionError):

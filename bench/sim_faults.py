@@ -7,12 +7,11 @@ import random
 from typing import TYPE_CHECKING
 
 import trio
-
-from transport.memory import PERFECT_LINK, LinkFaults
-from transport.messages import AdminRequest
+from quorumlog.transport.memory import PERFECT_LINK, LinkFaults
+from quorumlog.transport.messages import AdminRequest
 
 if TYPE_CHECKING:
-    from bench.simulation import Cluster
+    from quorumlog.bench.simulation import Cluster
 
 
 async def chaos(cluster: Cluster, nursery: trio.Nursery, duration_s: float) -> None:

@@ -21,23 +21,22 @@ from dataclasses import dataclass, field
 
 import trio
 import trio.testing
-
-from actors.group import GroupActor
-from actors.node import Node
-from actors.storage import open_storage
-from bench.sim_checks import check_cluster, committed_log
-from bench.sim_faults import chaos, membership_chaos
-from log.files import StorageError
-from log.memdisk import MemoryFileSystem
-from log.records import make_data_batch
-from log.wal import LogConfig
-from membership.config import Configuration
-from membership.quorum import has_quorum
-from raft.core import RaftCore
-from raft.settings import RaftSettings
-from transport.errors import ConnectionClosed
-from transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
-from transport.messages import (
+from quorumlog.actors.group import GroupActor
+from quorumlog.actors.node import Node
+from quorumlog.actors.storage import open_storage
+from quorumlog.bench.sim_checks import check_cluster, committed_log
+from quorumlog.bench.sim_faults import chaos, membership_chaos
+from quorumlog.log.files import StorageError
+from quorumlog.log.memdisk import MemoryFileSystem
+from quorumlog.log.records import make_data_batch
+from quorumlog.log.wal import LogConfig
+from quorumlog.membership.config import Configuration
+from quorumlog.membership.quorum import has_quorum
+from quorumlog.raft.core import RaftCore
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
+from quorumlog.transport.messages import (
     Acks,
     AdminReply,
     AdminRequest,

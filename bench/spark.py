@@ -26,9 +26,8 @@ import time
 from dataclasses import dataclass
 
 import trio
-
-from bench.report import print_table
-from bench.workload import (
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import (
     ACKS,
     MB,
     RECORD_BYTES,
@@ -37,6 +36,7 @@ from bench.workload import (
     running_cluster,
     with_leader,
 )
+
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

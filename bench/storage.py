@@ -26,12 +26,11 @@ import tempfile
 import time
 
 import trio
-
-from actors.worker import WorkerThread
-from bench.report import median
-from log.files import OsFileSystem
-from log.records import make_data_batch
-from log.wal import Log, LogConfig, run_inline
+from quorumlog.actors.worker import WorkerThread
+from quorumlog.bench.report import median
+from quorumlog.log.files import OsFileSystem
+from quorumlog.log.records import make_data_batch
+from quorumlog.log.wal import Log, LogConfig, run_inline
 
 RECORD_BYTES = 1024
 BATCH_RECORDS = 64
@@ -255,7 +254,7 @@ def run(quick: bool = False, work_dir: str | None = None) -> list[dict]:
             [
                 sys.executable,
                 "-m",
-                "bench.storage",
+                "quorumlog.bench.storage",
                 work_dir,
                 str(per_batch_mib),
                 str(group_mib),

@@ -20,8 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from bench.report import print_table
-from bench.workload import write_config
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import write_config
+
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

@@ -23,13 +23,12 @@ from functools import partial
 
 import structlog
 import trio
-
-from bench.report import median, print_table
-from log.batch import build_batch, with_offset_and_term
-from transport.codec import encode_frame, encode_frame_parts
-from transport.framing import FrameDecoder
-from transport.messages import AppendEntries
-from transport.tcp import open_connection, open_tcp_transport
+from quorumlog.bench.report import median, print_table
+from quorumlog.log.batch import build_batch, with_offset_and_term
+from quorumlog.transport.codec import encode_frame, encode_frame_parts
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.messages import AppendEntries
+from quorumlog.transport.tcp import open_connection, open_tcp_transport
 
 KIB = 1024
 MB = 1_000_000

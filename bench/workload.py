@@ -20,12 +20,10 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 import trio
-
-from bench.storage import _raw_append
-from log.records import make_data_batch
-from quorumlog.localcluster import ProcessCluster, free_ports
-from transport.errors import TransportError
-from transport.messages import (
+from quorumlog.bench.storage import _raw_append
+from quorumlog.log.records import make_data_batch
+from quorumlog.transport.errors import TransportError
+from quorumlog.transport.messages import (
     Acks,
     AppendReply,
     AppendRequest,
@@ -35,7 +33,9 @@ from transport.messages import (
     StatusReply,
     StatusRequest,
 )
-from transport.tcp import open_connection
+from quorumlog.transport.tcp import open_connection
+
+from quorumlog.localcluster import ProcessCluster, free_ports
 
 KIB = 1024
 MB = 1_000_000

@@ -19,8 +19,8 @@ import zlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from consumers.assignment import TopicPartition
-from consumers.queue import Lease, Settle, SharePartition
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.queue import Lease, Settle, SharePartition
 
 GROUPS_TOPIC = "__groups"
 GROUPS_PARTITIONS = 8  # coordinators spread over the nodes; fixed once the topic exists

@@ -15,8 +15,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from controller.commands import Command, CreateTopic, DeleteTopic, RegisterBroker, SetReplicas
-from log.wal import TIMESTAMP_TYPES
+from quorumlog.controller.commands import (
+    Command,
+    CreateTopic,
+    DeleteTopic,
+    RegisterBroker,
+    SetReplicas,
+)
+from quorumlog.log.wal import TIMESTAMP_TYPES
 
 CONTROLLER_GROUP = 0
 DEFAULT_TOPIC = "default"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from log.files import File, FileSystem, write_file_atomically
+from quorumlog.log.files import File, FileSystem, write_file_atomically
 
 
 @dataclass(slots=True)

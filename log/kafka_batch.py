@@ -36,8 +36,7 @@ from typing import NamedTuple
 
 import zstandard
 from crc32c import crc32c
-
-from log.batch import BatchError
+from quorumlog.log.batch import BatchError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = HEADER.size

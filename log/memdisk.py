@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random
 
-from log.files import StorageError
+from quorumlog.log.files import StorageError
 
 SECTOR_BYTES = 512
 

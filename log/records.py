@@ -13,9 +13,8 @@ from typing import NamedTuple
 
 import msgpack
 import zstandard
-
-from log import kafka_batch
-from log.batch import (
+from quorumlog.log import kafka_batch
+from quorumlog.log.batch import (
     HEADER_BYTES,
     LOG_APPEND_TIME,
     BatchError,

@@ -15,9 +15,15 @@ from array import array
 from dataclasses import dataclass
 
 from crc32c import crc32c
-
-from log.batch import HEADER_BYTES, MAGIC, BatchError, BatchHeader, parse_batch, parse_header
-from log.files import CorruptionError, File, FileSystem
+from quorumlog.log.batch import (
+    HEADER_BYTES,
+    MAGIC,
+    BatchError,
+    BatchHeader,
+    parse_batch,
+    parse_header,
+)
+from quorumlog.log.files import CorruptionError, File, FileSystem
 
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

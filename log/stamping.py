@@ -13,9 +13,8 @@ from __future__ import annotations
 import struct
 
 from crc32c import crc32c
-
-from log import kafka_batch
-from log.batch import HEADER_BYTES, LOG_APPEND_TIME, BatchHeader, Compression, seal_header
+from quorumlog.log import kafka_batch
+from quorumlog.log.batch import HEADER_BYTES, LOG_APPEND_TIME, BatchHeader, Compression, seal_header
 
 _TIMESTAMP = struct.Struct("<q")
 _TIMESTAMP_POS = 40

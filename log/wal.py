@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-
-from log.batch import BatchHeader, parse_header, with_offset_and_term
-from log.files import CorruptionError, File, FileSystem, read_whole_file
-from log.flushjob import FlushJob
-from log.segment import Segment, parse_segment_file_name, segment_file_name
-from log.tailcache import LogChunk, TailCache
+from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
+from quorumlog.log.files import CorruptionError, File, FileSystem, read_whole_file
+from quorumlog.log.flushjob import FlushJob
+from quorumlog.log.segment import Segment, parse_segment_file_name, segment_file_name
+from quorumlog.log.tailcache import LogChunk, TailCache
 
 logger = structlog.get_logger("quorumlog.log")
 

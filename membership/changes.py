@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
-from membership.config import (
+from quorumlog.membership.config import (
     Configuration,
     InvalidConfigurationError,
     JointVoters,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from membership.changes import (
+from quorumlog.membership.changes import (
     ConfigChangeError,
     add_learner,
     demote,
@@ -34,7 +34,7 @@ from membership.changes import (
     promote_again,
     remove,
 )
-from membership.config import Configuration, NodeId
+from quorumlog.membership.config import Configuration, NodeId
 
 
 @dataclass(frozen=True, slots=True)

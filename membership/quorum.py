@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Set
 
-from membership.config import Configuration, NodeId
+from quorumlog.membership.config import Configuration, NodeId
 
 NO_OFFSET = -1  # what a voter that acknowledged nothing counts as
 

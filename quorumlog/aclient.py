@@ -45,10 +45,10 @@ from quorumlog.protocol import (
     topic_request,
     topics_of,
 )
-from transport.connection import Connection
-from transport.errors import AuthError as TransportAuthError
-from transport.errors import ConnectionClosed
-from transport.messages import (
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import AuthError as TransportAuthError
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import (
     AdminReply,
     AppendReply,
     EndOffsetReply,
@@ -61,8 +61,8 @@ from transport.messages import (
     StatusReply,
     StatusRequest,
 )
-from transport.network import DEFAULT_LIMITS
-from transport.tcp import dial
+from quorumlog.transport.network import DEFAULT_LIMITS
+from quorumlog.transport.tcp import dial
 
 
 class AsyncClient(ClientBase):

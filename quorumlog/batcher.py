@@ -20,7 +20,7 @@ import trio
 
 from quorumlog.errors import OutcomeUnknownError
 from quorumlog.protocol import BATCH_BYTES_MAX, Prepared
-from transport.messages import AppendReply
+from quorumlog.transport.messages import AppendReply
 
 # Requests per partition under way before appends start to ride together: 2 did best on
 # this 2-core machine (1 KiB records, 64 calls in flight: 1 record per call x1.7 the rate

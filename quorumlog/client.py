@@ -36,7 +36,7 @@ from quorumlog.protocol import (
     topic_request,
     topics_of,
 )
-from transport.messages import (
+from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
     AppendReply,

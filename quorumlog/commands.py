@@ -25,7 +25,7 @@ from quorumlog.client import Client
 from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.partitioner import partition_of_key
 from quorumlog.protocol import DEFAULT_TOPIC, Record, read_secret_file
-from transport.tls import TlsSetupError
+from quorumlog.transport.tls import TlsSetupError
 
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000

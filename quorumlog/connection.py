@@ -17,14 +17,14 @@ from collections.abc import Callable
 
 from quorumlog.errors import AuthError, CallTimeoutError, UnreachableError
 from quorumlog.leader_watch import WATCH_AFTER_S, WATCH_EVERY_S
-from transport.addresses import parse_address
-from transport.codec import encode_frame
-from transport.errors import AuthError as TransportAuthError
-from transport.errors import ConnectionClosed, ProtocolError
-from transport.framing import FrameDecoder
-from transport.handshake import DiallerHandshake
-from transport.messages import Message, Role
-from transport.tls import tls_reason
+from quorumlog.transport.addresses import parse_address
+from quorumlog.transport.codec import encode_frame
+from quorumlog.transport.errors import AuthError as TransportAuthError
+from quorumlog.transport.errors import ConnectionClosed, ProtocolError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.handshake import DiallerHandshake
+from quorumlog.transport.messages import Message, Role
+from quorumlog.transport.tls import tls_reason
 
 RECEIVE_BYTES = 256 * 1024
 

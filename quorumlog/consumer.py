@@ -29,9 +29,9 @@ from collections.abc import Sequence
 
 import trio
 
-from consumers.assignment import TopicPartition
-from consumers.state import MODES
 from quorumlog.aclient import AsyncClient
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.state import MODES
 from quorumlog.errors import (
     CallTimeoutError,
     NotMemberError,

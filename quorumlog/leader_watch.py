@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import trio
 
 from quorumlog.errors import QuorumLogError
-from transport.errors import ConnectionClosed
-from transport.messages import LeaderReply, LeaderRequest, Message
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import LeaderReply, LeaderRequest, Message
 
 # Nobody can have replaced a leader before the minimum election timeout (300 ms).
 WATCH_AFTER_S = 0.3

@@ -12,9 +12,9 @@ import trio
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from actors.node import Node
-from actors.stats import Histogram
-from transport.addresses import parse_address
+from quorumlog.actors.node import Node
+from quorumlog.actors.stats import Histogram
+from quorumlog.transport.addresses import parse_address
 
 REFRESH_S = 1.0
 ROLES = ("leader", "follower", "candidate", "learner")

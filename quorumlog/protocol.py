@@ -14,8 +14,6 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from log.batch import BatchError, BatchType, split_batches
-from log.records import batch_records, make_data_batch
 from quorumlog.errors import (
     CallTimeoutError,
     NotLeaderError,
@@ -27,8 +25,10 @@ from quorumlog.errors import (
     UnknownTopicError,
     UnreachableError,
 )
+from quorumlog.log.batch import BatchError, BatchType, split_batches
+from quorumlog.log.records import batch_records, make_data_batch
 from quorumlog.partitioner import partition_of_key
-from transport.messages import (
+from quorumlog.transport.messages import (
     Acks,
     AdminReply,
     AdminRequest,
@@ -42,7 +42,7 @@ from transport.messages import (
     ReadReply,
     ReadRequest,
 )
-from transport.tls import TlsSetupError, client_context
+from quorumlog.transport.tls import TlsSetupError, client_context
 
 DEFAULT_TOPIC = "default"
 ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}

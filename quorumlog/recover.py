@@ -16,14 +16,14 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from actors.storage import LOG_DIR, group_dirs, partition_dir
-from controller.state import DEFAULT_TOPIC
-from log.batch import BatchType, split_batches
-from log.files import OsFileSystem
-from log.metadata import MetadataStore
-from log.wal import Log, run_inline
-from membership.config import Configuration
-from raft.configs import config_batch, config_of
+from quorumlog.actors.storage import LOG_DIR, group_dirs, partition_dir
+from quorumlog.controller.state import DEFAULT_TOPIC
+from quorumlog.log.batch import BatchType, split_batches
+from quorumlog.log.files import OsFileSystem
+from quorumlog.log.metadata import MetadataStore
+from quorumlog.log.wal import Log, run_inline
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.configs import config_batch, config_of
 
 
 @dataclass(frozen=True)

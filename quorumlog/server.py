@@ -20,22 +20,22 @@ from typing import Any
 import structlog
 import trio
 
-from actors.node import Node
-from actors.storage import BootstrapError, open_storage
-from actors.worker import WorkerThread
-from log.files import (
+from quorumlog.actors.node import Node
+from quorumlog.actors.storage import BootstrapError, open_storage
+from quorumlog.actors.worker import WorkerThread
+from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
     CorruptionError,
     OsFileSystem,
     StorageError,
     SyncJournal,
 )
-from log.wal import LogConfig
+from quorumlog.log.wal import LogConfig
 from quorumlog.metrics import serve_metrics
-from raft.settings import RaftSettings
-from transport.addresses import is_loopback, parse_address
-from transport.tcp import open_tcp_transport
-from transport.tls import TlsSetupError, client_context, server_context
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.addresses import is_loopback, parse_address
+from quorumlog.transport.tcp import open_tcp_transport
+from quorumlog.transport.tls import TlsSetupError, client_context, server_context
 
 logger = structlog.get_logger("quorumlog.serve")
 
@@ -251,7 +251,7 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
                 nursery.start_soon(serve_metrics, node, options.metrics)
             if options.kafka_listen:
                 # Imported here: Kafka's schemas cost a node without a listener 0.25 s to load.
-                from actors.kafka.listener import serve_kafka
+                from quorumlog.actors.kafka.listener import serve_kafka
 
                 node.kafka_address = options.kafka_listen
                 await nursery.start(serve_kafka, node, options.kafka_listen, rng, options.secret)

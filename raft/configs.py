@@ -9,9 +9,8 @@ the consensus metadata, so that a restart does not depend on scanning the whole 
 from __future__ import annotations
 
 import msgpack
-
-from log.batch import HEADER_BYTES, BatchHeader, BatchType, build_batch
-from membership.config import Configuration, InvalidConfigurationError
+from quorumlog.log.batch import HEADER_BYTES, BatchHeader, BatchType, build_batch
+from quorumlog.membership.config import Configuration, InvalidConfigurationError
 
 
 def config_batch(config: Configuration) -> bytes:

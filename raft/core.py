@@ -32,24 +32,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
-
-from log.batch import LOG_APPEND_TIME, BatchHeader, BatchType, split_batches
-from log.metadata import ConsensusMetadata
-from log.stamping import stamp
-from membership.config import Configuration
-from membership.quorum import committed_offset
-from raft.configs import ConfigTracker, config_of
-from raft.election import ElectionRules
-from raft.follower import FollowerRules
-from raft.producers import ProducerTable, StaleSequenceError
-from raft.progress import Progress
-from raft.quiescence import QuiescenceRules
-from raft.reconfiguration import ReconfigurationRules
-from raft.replication import ReplicationRules
-from raft.roles import NotLeaderError, Role
-from raft.settings import RaftSettings
-from raft.storage import RaftLog
-from transport.messages import (
+from quorumlog.log.batch import LOG_APPEND_TIME, BatchHeader, BatchType, split_batches
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.stamping import stamp
+from quorumlog.membership.config import Configuration
+from quorumlog.membership.quorum import committed_offset
+from quorumlog.raft.configs import ConfigTracker, config_of
+from quorumlog.raft.election import ElectionRules
+from quorumlog.raft.follower import FollowerRules
+from quorumlog.raft.producers import ProducerTable, StaleSequenceError
+from quorumlog.raft.progress import Progress
+from quorumlog.raft.quiescence import QuiescenceRules
+from quorumlog.raft.reconfiguration import ReconfigurationRules
+from quorumlog.raft.replication import ReplicationRules
+from quorumlog.raft.roles import NotLeaderError, Role
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.raft.storage import RaftLog
+from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,

@@ -4,11 +4,10 @@ that lost touch with its majority stepping down (Raft 5.2, dissertation 9.6; see
 from __future__ import annotations
 
 import structlog
-
-from log.batch import BatchType, build_batch
-from membership.quorum import VoteResult, has_quorum, vote_result
-from raft.roles import Role
-from transport.messages import VoteReply, VoteRequest
+from quorumlog.log.batch import BatchType, build_batch
+from quorumlog.membership.quorum import VoteResult, has_quorum, vote_result
+from quorumlog.raft.roles import Role
+from quorumlog.transport.messages import VoteReply, VoteRequest
 
 logger = structlog.get_logger("quorumlog.raft")
 

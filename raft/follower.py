@@ -6,12 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import structlog
-
-from log.batch import BatchError, BatchType, split_batches
-from raft.configs import ConfigTracker, config_of
-from raft.replication import UNKNOWN_TERM
-from raft.roles import Role
-from transport.messages import (
+from quorumlog.log.batch import BatchError, BatchType, split_batches
+from quorumlog.raft.configs import ConfigTracker, config_of
+from quorumlog.raft.replication import UNKNOWN_TERM
+from quorumlog.raft.roles import Role
+from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,

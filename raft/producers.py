@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from log.batch import BatchHeader
+from quorumlog.log.batch import BatchHeader
 
 PRODUCERS_MAX = 100_000  # the least recently used are forgotten beyond this
 # Appends remembered per producer: more than a client keeps in flight, since those may

@@ -6,7 +6,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from membership.catchup import ReplicationRate
+from quorumlog.membership.catchup import ReplicationRate
 
 
 @dataclass(slots=True)

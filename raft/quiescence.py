@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from membership.quorum import has_quorum
-from raft.roles import Role
+from quorumlog.membership.quorum import has_quorum
+from quorumlog.raft.roles import Role
 
 
 class QuiescenceRules:

@@ -4,14 +4,18 @@ once caught up, joint consensus left at once, leadership transfer (seeds 000, 00
 from __future__ import annotations
 
 import structlog
-
-from membership.catchup import is_caught_up
-from membership.changes import ConfigChangeError, check_safe_transition, leave_joint, promote
-from membership.config import Configuration
-from raft.configs import config_batch
-from raft.progress import Progress
-from raft.roles import NotLeaderError, Role
-from transport.messages import TimeoutNow
+from quorumlog.membership.catchup import is_caught_up
+from quorumlog.membership.changes import (
+    ConfigChangeError,
+    check_safe_transition,
+    leave_joint,
+    promote,
+)
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.configs import config_batch
+from quorumlog.raft.progress import Progress
+from quorumlog.raft.roles import NotLeaderError, Role
+from quorumlog.transport.messages import TimeoutNow
 
 logger = structlog.get_logger("quorumlog.raft")
 

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import structlog
-
-from log.wal import LogChunk
-from membership.quorum import committed_offset
-from raft.configs import config_batch
-from raft.progress import Progress
-from raft.roles import Role
-from transport.messages import (
+from quorumlog.log.wal import LogChunk
+from quorumlog.membership.quorum import committed_offset
+from quorumlog.raft.configs import config_batch
+from quorumlog.raft.progress import Progress
+from quorumlog.raft.roles import Role
+from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,

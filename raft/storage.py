@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from log.batch import BatchHeader
-from log.wal import LogChunk
+from quorumlog.log.batch import BatchHeader
+from quorumlog.log.wal import LogChunk
 
 
 class RaftLog(Protocol):

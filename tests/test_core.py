@@ -9,21 +9,19 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
-from log.memdisk import MemoryFileSystem
-from log.metadata import ConsensusMetadata
-from log.stamping import stamp
-from log.wal import Log, LogConfig, run_inline
-from membership.changes import ConfigChangeError
-from membership.config import Configuration
-from raft.core import Proposal, RaftCore
-from raft.election import barrier_batch
-from raft.replication import UNKNOWN_TERM
-from raft.roles import Role
-from raft.settings import RaftSettings
-from tests.log.helpers import batch_of
-from transport.messages import (
+from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
+from quorumlog.log.memdisk import MemoryFileSystem
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.stamping import stamp
+from quorumlog.log.wal import Log, LogConfig, run_inline
+from quorumlog.membership.changes import ConfigChangeError
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.core import Proposal, RaftCore
+from quorumlog.raft.election import barrier_batch
+from quorumlog.raft.replication import UNKNOWN_TERM
+from quorumlog.raft.roles import Role
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,
@@ -32,6 +30,8 @@ from transport.messages import (
     VoteReply,
     VoteRequest,
 )
+
+from tests.log.helpers import batch_of
 
 SETTINGS = RaftSettings()
 PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}

@@ -14,9 +14,8 @@ import zstandard
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from log.batch import BatchError, Compression, build_batch, parse_batch
-from log.kafka_batch import (
+from quorumlog.log.batch import BatchError, Compression, build_batch, parse_batch
+from quorumlog.log.kafka_batch import (
     CONTROL,
     GZIP,
     HEADER,
@@ -36,8 +35,14 @@ from log.kafka_batch import (
     records_of,
     split_batches,
 )
-from log.records import RawRecord, batch_records
-from transport.kafka import SUPPORTED, FrameError, Request, parse_request, unsupported_response
+from quorumlog.log.records import RawRecord, batch_records
+from quorumlog.transport.kafka import (
+    SUPPORTED,
+    FrameError,
+    Request,
+    parse_request,
+    unsupported_response,
+)
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -6,17 +6,16 @@ from __future__ import annotations
 import random
 
 import trio
-
-from actors.node import Node
-from actors.storage import open_storage
-from log.batch import split_batches
-from log.memdisk import MemoryFileSystem
-from log.records import make_data_batch
-from log.wal import run_inline
-from raft.settings import RaftSettings
-from transport.memory import MemoryNetwork
-from transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Role
-from transport.network import ConnectionInfo
+from quorumlog.actors.node import Node
+from quorumlog.actors.storage import open_storage
+from quorumlog.log.batch import split_batches
+from quorumlog.log.memdisk import MemoryFileSystem
+from quorumlog.log.records import make_data_batch
+from quorumlog.log.wal import run_inline
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.memory import MemoryNetwork
+from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Role
+from quorumlog.transport.network import ConnectionInfo
 
 CLIENT = ConnectionInfo(role=Role.CLIENT, node_id=None, remote="test:client")
 

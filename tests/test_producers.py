@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import pytest
-
-from log.batch import parse_header
-from log.records import make_data_batch
-from raft.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError
+from quorumlog.log.batch import parse_header
+from quorumlog.log.records import make_data_batch
+from quorumlog.raft.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError
 
 
 def header(producer_id: int, seq: int, base_offset: int, records: int = 1):
     batch = make_data_batch(
         [(None, b"v", 0, None)] * records, timestamp_ms=0, producer_id=producer_id, producer_seq=seq
     )
-    from log.batch import with_offset_and_term
+    from quorumlog.log.batch import with_offset_and_term
 
     return parse_header(with_offset_and_term(batch, base_offset, 1))
 

@@ -12,8 +12,7 @@ import hmac
 import secrets
 
 import msgpack
-
-from transport.messages import Challenge, Hello
+from quorumlog.transport.messages import Challenge, Hello
 
 NONCE_BYTES = 32
 _SERVER_LABEL = "quorumlog-listener-v1"

@@ -24,9 +24,8 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgpack
-
-from transport.errors import ProtocolError
-from transport.messages import MESSAGE_TYPES, Message
+from quorumlog.transport.errors import ProtocolError
+from quorumlog.transport.messages import MESSAGE_TYPES, Message
 
 LENGTH_PREFIX = struct.Struct(">I")
 FRAME_BYTES_MAX = 16 * 1024 * 1024

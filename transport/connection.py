@@ -15,12 +15,17 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
-
-from transport.codec import Frame, encode_frame_parts
-from transport.errors import ConnectionClosed, ProtocolError, TransportError
-from transport.framing import FrameDecoder
-from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message
-from transport.network import ConnectionInfo, Handler, Limits, request_taker
+from quorumlog.transport.codec import Frame, encode_frame_parts
+from quorumlog.transport.errors import ConnectionClosed, ProtocolError, TransportError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.messages import (
+    HANDSHAKE_TYPES,
+    REPLY_TYPES,
+    ErrorCode,
+    ErrorReply,
+    Message,
+)
+from quorumlog.transport.network import ConnectionInfo, Handler, Limits, request_taker
 
 # Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024), and
 # passed to one sendmsg call: each call takes what the socket has room for, and handing it

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from transport.codec import FRAME_BYTES_MAX, LENGTH_PREFIX, Frame, decode_body
-from transport.errors import ProtocolError
+from quorumlog.transport.codec import FRAME_BYTES_MAX, LENGTH_PREFIX, Frame, decode_body
+from quorumlog.transport.errors import ProtocolError
 
 _PREFIX_BYTES = LENGTH_PREFIX.size
 # Room offered per read when no large frame is under way: it starts small, so that idle

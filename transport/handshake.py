@@ -18,12 +18,11 @@ import ssl
 from typing import NoReturn
 
 import trio
-
-from transport import auth
-from transport.codec import encode_frame
-from transport.errors import AuthError, ConnectionClosed, ProtocolError, TransportError
-from transport.framing import FrameDecoder
-from transport.messages import (
+from quorumlog.transport import auth
+from quorumlog.transport.codec import encode_frame
+from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError, TransportError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.messages import (
     Accepted,
     Challenge,
     ErrorCode,
@@ -33,8 +32,8 @@ from transport.messages import (
     Proof,
     Role,
 )
-from transport.network import ConnectionInfo
-from transport.tls import tls_reason
+from quorumlog.transport.network import ConnectionInfo
+from quorumlog.transport.tls import tls_reason
 
 PROTOCOL_VERSION = 1
 

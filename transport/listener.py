@@ -12,13 +12,12 @@ import ssl
 
 import structlog
 import trio
-
-from transport.addresses import format_address, is_loopback
-from transport.connection import Connection
-from transport.errors import AuthError, ProtocolError, TransportError
-from transport.framing import FrameDecoder
-from transport.handshake import listen_handshake, refuse
-from transport.network import Handler, Limits
+from quorumlog.transport.addresses import format_address, is_loopback
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import AuthError, ProtocolError, TransportError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.handshake import listen_handshake, refuse
+from quorumlog.transport.network import Handler, Limits
 
 logger = structlog.get_logger(__name__)
 

@@ -30,12 +30,24 @@ from dataclasses import dataclass
 from functools import partial
 
 import trio
-
-from transport.codec import Frame, encode_frame
-from transport.errors import ConnectionClosed
-from transport.framing import decode_frame
-from transport.messages import HANDSHAKE_TYPES, REPLY_TYPES, ErrorCode, ErrorReply, Message, Role
-from transport.network import DEFAULT_LIMITS, ConnectionInfo, Handler, Limits, request_taker
+from quorumlog.transport.codec import Frame, encode_frame
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.framing import decode_frame
+from quorumlog.transport.messages import (
+    HANDSHAKE_TYPES,
+    REPLY_TYPES,
+    ErrorCode,
+    ErrorReply,
+    Message,
+    Role,
+)
+from quorumlog.transport.network import (
+    DEFAULT_LIMITS,
+    ConnectionInfo,
+    Handler,
+    Limits,
+    request_taker,
+)
 
 EndpointId = int | str  # node ids are ints; clients are "client-<n>"
 

@@ -62,8 +62,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from transport.codec import FRAME_BYTES_MAX
-from transport.messages import Message, Role
+from quorumlog.transport.codec import FRAME_BYTES_MAX
+from quorumlog.transport.messages import Message, Role
 
 
 @dataclass(frozen=True, slots=True)

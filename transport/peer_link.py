@@ -14,11 +14,10 @@ from typing import NoReturn
 
 import structlog
 import trio
-
-from transport.backoff import Backoff
-from transport.connection import Connection
-from transport.errors import AuthError, ConnectionClosed, ProtocolError
-from transport.messages import Message
+from quorumlog.transport.backoff import Backoff
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError
+from quorumlog.transport.messages import Message
 
 logger = structlog.get_logger(__name__)
 

@@ -9,17 +9,16 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 import trio
-
-from transport.addresses import parse_address
-from transport.backoff import DEFAULT_BACKOFF, Backoff
-from transport.connection import Connection
-from transport.errors import ConnectionClosed
-from transport.framing import FrameDecoder
-from transport.handshake import dial_handshake
-from transport.listener import Listener
-from transport.messages import Message, Role
-from transport.network import DEFAULT_LIMITS, Handler, Limits
-from transport.peer_link import PeerLink
+from quorumlog.transport.addresses import parse_address
+from quorumlog.transport.backoff import DEFAULT_BACKOFF, Backoff
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.handshake import dial_handshake
+from quorumlog.transport.listener import Listener
+from quorumlog.transport.messages import Message, Role
+from quorumlog.transport.network import DEFAULT_LIMITS, Handler, Limits
+from quorumlog.transport.peer_link import PeerLink
 
 
 async def dial(

@@ -6,16 +6,16 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from actors.kafka.cluster import Cluster, KafkaBrokers
-from actors.kafka.fetch import Fetch
-from actors.kafka.groups import KafkaGroups
-from actors.kafka.produce import Produce
-from actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
-from transport import kafka
-from transport.kafka import Request
+from quorumlog.actors.kafka.cluster import Cluster, KafkaBrokers
+from quorumlog.actors.kafka.fetch import Fetch
+from quorumlog.actors.kafka.groups import KafkaGroups
+from quorumlog.actors.kafka.produce import Produce
+from quorumlog.actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
+from quorumlog.transport import kafka
+from quorumlog.transport.kafka import Request
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 PRODUCE = 0
 SASL = {HANDSHAKE: lambda s: s.handshake, AUTHENTICATE: lambda s: s.authenticate}

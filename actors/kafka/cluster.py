@@ -9,11 +9,10 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
-
-from actors.admin import forward_to_leader
-from consumers.state import GROUPS_TOPIC
-from transport.errors import ConnectionClosed
-from transport.messages import (
+from quorumlog.actors.admin import forward_to_leader
+from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
     ErrorCode,
@@ -23,7 +22,7 @@ from transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

@@ -13,16 +13,15 @@ from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode as K
-
-from actors.kafka.cluster import kafka_error
-from log import kafka_batch
-from log.batch import BatchHeader, BatchType, Compression, split_batches
-from log.records import batch_records
-from transport.messages import ErrorReply
+from quorumlog.actors.kafka.cluster import kafka_error
+from quorumlog.log import kafka_batch
+from quorumlog.log.batch import BatchHeader, BatchType, Compression, split_batches
+from quorumlog.log.records import batch_records
+from quorumlog.transport.messages import ErrorReply
 
 if TYPE_CHECKING:
-    from actors.group import GroupActor
-    from actors.node import Node
+    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.node import Node
 
 LATEST, EARLIEST = -1, -2
 SCAN_BYTES = 1024 * 1024

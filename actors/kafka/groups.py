@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
-
-from actors.coordinator import Coordination, PassBack
-from actors.kafka.cluster import KafkaBrokers, host_port
-from actors.mailbox import Pending
-from consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
-from transport.messages import EndOffsetReply
+from quorumlog.actors.coordinator import Coordination, PassBack
+from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
+from quorumlog.actors.mailbox import Pending
+from quorumlog.consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
+from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
-
-from actors.kafka.api import Answer, KafkaApi
-from actors.kafka.cluster import KafkaBrokers, host_port
-from actors.kafka.sasl import SaslRefused, SaslSession
-from actors.mailbox import Pending
-from transport import kafka
+from quorumlog.actors.kafka.api import Answer, KafkaApi
+from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
+from quorumlog.actors.kafka.sasl import SaslRefused, SaslSession
+from quorumlog.actors.mailbox import Pending
+from quorumlog.transport import kafka
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

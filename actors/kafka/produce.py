@@ -16,15 +16,14 @@ from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode as K
-
-from actors.kafka.cluster import kafka_error
-from actors.mailbox import Pending
-from log import kafka_batch
-from log.batch import BatchError, Compression, build_batch
-from transport.messages import Acks, AppendReply, AppendRequest, ErrorReply
+from quorumlog.actors.kafka.cluster import kafka_error
+from quorumlog.actors.mailbox import Pending
+from quorumlog.log import kafka_batch
+from quorumlog.log.batch import BatchError, Compression, build_batch
+from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply
 
 if TYPE_CHECKING:
-    from actors.node import Node
+    from quorumlog.actors.node import Node
 
 ACKS = {0: Acks.NONE, 1: Acks.LEADER, -1: Acks.QUORUM}
 PRODUCER_ID_BITS = 46  # Kafka's id, then 16 bits of epoch, make a quorumlog producer id

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from actors.disk_health import UNKNOWN_US, DiskHealth
-from raft.settings import RaftSettings
+from quorumlog.actors.disk_health import UNKNOWN_US, DiskHealth
+from quorumlog.raft.settings import RaftSettings
 
 SETTINGS = RaftSettings(
     slow_fsync_factor=4.0, slow_fsync_min_s=0.01, slow_fsync_for_s=2.0, slow_fsync_cooldown_s=60.0

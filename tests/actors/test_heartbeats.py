@@ -3,7 +3,7 @@ costs its id once the peer confirmed its term and commit, and a lost batch costs
 
 from __future__ import annotations
 
-from actors.heartbeats import BeatBatcher, BeatReceiver, Led, pack_ids, unpack_ids
+from quorumlog.actors.heartbeats import BeatBatcher, BeatReceiver, Led, pack_ids, unpack_ids
 
 
 def led(**groups: tuple[int, int, tuple[int, ...]]) -> dict[int, Led]:

@@ -5,20 +5,19 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from actors.storage import (
+from quorumlog.actors.storage import (
     BootstrapError,
     TopicSettings,
     group_dirs,
     open_group_storage,
     open_storage,
 )
-from controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
-from log.files import CorruptionError
-from log.memdisk import MemoryFileSystem
-from log.records import make_data_batch
-from log.wal import run_inline
-from membership.config import Configuration
+from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
+from quorumlog.log.files import CorruptionError
+from quorumlog.log.memdisk import MemoryFileSystem
+from quorumlog.log.records import make_data_batch
+from quorumlog.log.wal import run_inline
+from quorumlog.membership.config import Configuration
 
 PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
 

@@ -10,11 +10,10 @@ import math
 import os
 
 import pytest
-
-from bench import failover, gray, produce, recovery, storage
-from bench.report import print_table, write_jsonl
-from bench.scenarios import SCENARIOS, scenario
-from bench.workload import LeaderMoved, percentile, with_leader
+from quorumlog.bench import failover, gray, produce, recovery, storage
+from quorumlog.bench.report import print_table, write_jsonl
+from quorumlog.bench.scenarios import SCENARIOS, scenario
+from quorumlog.bench.workload import LeaderMoved, percentile, with_leader
 
 LATENCY = {"records_s", "mb_s", "p50_ms", "p99_ms", "samples"}
 RATIOS = {"ratio_disk_div3", "ratio_disk1m_div3", "ratio_loopback"}
@@ -78,8 +77,8 @@ def test_percentile_is_nearest_rank_on_the_exact_sample():
 
 
 def test_with_leader_starts_over_when_leadership_moves(monkeypatch):
-    monkeypatch.setattr("bench.workload.leader_address", lambda cluster: "127.0.0.1:1")
-    monkeypatch.setattr("bench.workload.time.sleep", lambda s: None)
+    monkeypatch.setattr("quorumlog.bench.workload.leader_address", lambda cluster: "127.0.0.1:1")
+    monkeypatch.setattr("quorumlog.bench.workload.time.sleep", lambda s: None)
     calls = []
 
     def measure(address: str) -> str:
@@ -109,7 +108,7 @@ def test_storage(tmp_path):
 
 
 def test_partitions_smallest(tmp_path):
-    from bench import partitions
+    from quorumlog.bench import partitions
 
     rows = _by_figure(_written(tmp_path, "partitions", partitions.run(tiny=True)))
     for n in (1, 3, 6, 12):
@@ -223,7 +222,7 @@ def test_failover(tmp_path):
 
 
 def test_membership_smallest(tmp_path):
-    from bench import membership
+    from quorumlog.bench import membership
 
     rows = _by_figure(_written(tmp_path, "membership", membership.run(tiny=True)))
     baseline = rows["longest gap, no change (baseline)"]
@@ -236,7 +235,7 @@ def test_membership_smallest(tmp_path):
 
 
 def test_sim_smallest(tmp_path):
-    from bench import sim
+    from quorumlog.bench import sim
 
     rows = _written(tmp_path, "sim", sim.run(seeds=1))
     assert [r["failed"] for r in rows] == [0] * 6
@@ -244,7 +243,7 @@ def test_sim_smallest(tmp_path):
 
 
 def test_scale_smallest(tmp_path):
-    from bench import scale
+    from quorumlog.bench import scale
 
     rows = _by_figure(_written(tmp_path, "scale", scale.run(tiny=True)))
     assert {"record 100 B", "window 1", "window 64", "log grown", "5 nodes"} <= set(rows)
@@ -255,7 +254,7 @@ def test_scale_smallest(tmp_path):
 
 
 def test_plots_from_rows(tmp_path):
-    from bench.plots import plot
+    from quorumlog.bench.plots import plot
 
     results = {
         "scale": [
@@ -303,7 +302,7 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
 
 
 def test_consume_smallest(tmp_path):
-    from bench import consume
+    from quorumlog.bench import consume
 
     rows = _by_figure(_written(tmp_path, "consume", consume.run(tiny=True)))
     _positive(rows["6 plain readers (read loops), 6 partitions"], "records_s")
@@ -319,7 +318,7 @@ def test_consume_smallest(tmp_path):
 
 
 def test_kafka_smallest(tmp_path):
-    from bench import kafka
+    from quorumlog.bench import kafka
 
     rows = _by_figure(_written(tmp_path, "kafka", kafka.run(tiny=True)))
     for figure, row in rows.items():
@@ -335,7 +334,7 @@ def test_vs_nats_smallest(tmp_path):
     may; the suite does not, to stay off the network)."""
     import shutil
 
-    from bench import vs_nats
+    from quorumlog.bench import vs_nats
 
     if shutil.which("nats-server") is None:
         pytest.skip("nats-server is not installed (quorumlog bench vs-nats installs it)")
@@ -350,7 +349,7 @@ def test_vs_nats_smallest(tmp_path):
 
 
 def test_timestamps_smallest(tmp_path):
-    from bench import timestamps
+    from quorumlog.bench import timestamps
 
     rows = _by_figure(_written(tmp_path, "timestamps", timestamps.run(tiny=True)))
     assert len(rows) == 2

@@ -10,8 +10,8 @@ pytest.importorskip("pyspark")
 
 
 def test_spark_smallest(tmp_path):
-    from bench import spark
-    from bench.scenarios import SCENARIOS, scenario
+    from quorumlog.bench import spark
+    from quorumlog.bench.scenarios import SCENARIOS, scenario
 
     assert scenario("spark") is spark.run and "spark" in SCENARIOS
     rows = _by_figure(_written(tmp_path, "spark", spark.run(tiny=True)))

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from consumers.assignment import assign
+from quorumlog.consumers.assignment import assign
 
 
 def tps(n: int, topic: str = "t") -> list[tuple[str, int]]:

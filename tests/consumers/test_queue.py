@@ -6,9 +6,8 @@ from __future__ import annotations
 import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
-
-from consumers.queue import WINDOW_MAX, Lease, RecordState, Settle, SharePartition
-from consumers.state import GroupsState, SetMembers, from_wire, to_wire
+from quorumlog.consumers.queue import WINDOW_MAX, Lease, RecordState, Settle, SharePartition
+from quorumlog.consumers.state import GroupsState, SetMembers, from_wire, to_wire
 
 MAX_DELIVERIES = 3
 

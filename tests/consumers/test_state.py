@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-
-from consumers.state import (
+from quorumlog.consumers.state import (
     CommandError,
     Commit,
     GroupError,

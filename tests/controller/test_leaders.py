@@ -6,8 +6,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.leaders import LeaderEntry, LeaderTable
+from quorumlog.controller.leaders import LeaderEntry, LeaderTable
 
 
 def entry(leader: int | None, term: int, revision: int = 5, partition: int = 0) -> LeaderEntry:

@@ -7,8 +7,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.placement import PlacementError, place, replace_departed
+from quorumlog.controller.placement import PlacementError, place, replace_departed
 
 
 def spread(counts: Counter, nodes: list[int]) -> int:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-
-from controller.commands import (
+from quorumlog.controller.commands import (
     CommandError,
     CreateTopic,
     DeleteTopic,
@@ -15,7 +14,7 @@ from controller.commands import (
     from_wire,
     to_wire,
 )
-from controller.state import (
+from quorumlog.controller.state import (
     CONTROLLER_GROUP,
     ClusterState,
     TopicError,

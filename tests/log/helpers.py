@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from log.batch import split_batches
-from log.records import batch_records, make_data_batch
-from log.wal import Log, LogConfig, run_inline
+from quorumlog.log.batch import split_batches
+from quorumlog.log.records import batch_records, make_data_batch
+from quorumlog.log.wal import Log, LogConfig, run_inline
 
 SMALL = LogConfig(segment_bytes_max=2_000, index_interval_bytes=300)
 

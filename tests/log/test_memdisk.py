@@ -5,9 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
-from log.files import StorageError, write_file_atomically
-from log.memdisk import MemoryFileSystem
+from quorumlog.log.files import StorageError, write_file_atomically
+from quorumlog.log.memdisk import MemoryFileSystem
 
 
 @pytest.fixture

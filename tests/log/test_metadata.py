@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from log.files import CorruptionError, OsFileSystem
-from log.memdisk import MemoryFileSystem
-from log.metadata import ConsensusMetadata, MetadataStore
+from quorumlog.log.files import CorruptionError, OsFileSystem
+from quorumlog.log.memdisk import MemoryFileSystem
+from quorumlog.log.metadata import ConsensusMetadata, MetadataStore
 
 
 def test_round_trip_and_missing(tmp_path):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from log import kafka_batch
-from log.batch import LOG_APPEND_TIME, Compression, build_batch, parse_batch
-from log.records import RawRecord, batch_records, make_data_batch
-from log.stamping import stamp
+from quorumlog.log import kafka_batch
+from quorumlog.log.batch import LOG_APPEND_TIME, Compression, build_batch, parse_batch
+from quorumlog.log.records import RawRecord, batch_records, make_data_batch
+from quorumlog.log.stamping import stamp
 
 RECORDS = [RawRecord(b"k", b"one", 1_000), RawRecord(None, b"two", 5_000, [("h", b"v")])]
 STAMP = 1_800_000_000_123

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hypothesis import strategies as st
-
-from membership.config import Configuration, JointVoters, NodeId
+from quorumlog.membership.config import Configuration, JointVoters, NodeId
 
 
 def address(node_id: NodeId) -> str:

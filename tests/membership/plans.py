@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import assert_never
 
-from membership import changes
-from membership.config import Configuration
-from membership.driver import (
+from quorumlog.membership import changes
+from quorumlog.membership.config import Configuration
+from quorumlog.membership.driver import (
     AddLearner,
     Demote,
     EnterJoint,

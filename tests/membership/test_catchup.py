@@ -7,8 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from membership.catchup import (
+from quorumlog.membership.catchup import (
     RATE_SAMPLES_MAX,
     ReplicationRate,
     catch_up_time_s,

@@ -8,9 +8,8 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from membership import changes
-from membership.changes import (
+from quorumlog.membership import changes
+from quorumlog.membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
     UnsafeTransitionError,
@@ -24,7 +23,8 @@ from membership.changes import (
     promote,
     remove,
 )
-from membership.quorum import has_quorum
+from quorumlog.membership.quorum import has_quorum
+
 from tests.membership.helpers import NODE_IDS, address, configurations, joint, simple
 
 THREE = simple([1, 2, 3])

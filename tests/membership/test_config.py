@@ -7,14 +7,14 @@ import dataclasses
 import msgpack
 import pytest
 from hypothesis import given
-
-from membership.config import (
+from quorumlog.membership.config import (
     MEMBERS_MAX,
     Configuration,
     InvalidConfigurationError,
     JointVoters,
     check_address,
 )
+
 from tests.membership.helpers import address, configurations, joint, simple
 
 

@@ -7,9 +7,12 @@ import itertools
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-
-from membership.changes import ChangeInProgressError, ConfigChangeError, check_safe_transition
-from membership.driver import (
+from quorumlog.membership.changes import (
+    ChangeInProgressError,
+    ConfigChangeError,
+    check_safe_transition,
+)
+from quorumlog.membership.driver import (
     AddLearner,
     Demote,
     EnterJoint,
@@ -29,6 +32,7 @@ from membership.driver import (
     plan_set,
     rollback_steps,
 )
+
 from tests.membership.helpers import NODE_IDS, VOTER_SETS, address, joint, simple
 from tests.membership.plans import apply_step, run_plan
 

@@ -9,10 +9,11 @@ a majority of {A B C} and of {B C D}, and one zone holds at most one node of eac
 
 from __future__ import annotations
 
-from membership.changes import add_learner, promote, remove
-from membership.config import Configuration
-from membership.driver import plan_move, plan_replace
-from membership.quorum import has_quorum
+from quorumlog.membership.changes import add_learner, promote, remove
+from quorumlog.membership.config import Configuration
+from quorumlog.membership.driver import plan_move, plan_replace
+from quorumlog.membership.quorum import has_quorum
+
 from tests.membership.plans import run_plan
 
 A, B, C, D = 1, 2, 3, 4

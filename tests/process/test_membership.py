@@ -11,12 +11,12 @@ import subprocess
 import time
 
 import trio
+from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
+from quorumlog.transport.tcp import open_connection
 
 from quorumlog import Client
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from tests.process.test_failover import Producer, check_no_loss
-from transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
-from transport.tcp import open_connection
 
 
 def ql(*args: str) -> subprocess.CompletedProcess:

@@ -8,8 +8,7 @@ its schedule."""
 from __future__ import annotations
 
 import pytest
-
-from bench.nemesis import FAULTS, Plan, run_plan
+from quorumlog.bench.nemesis import FAULTS, Plan, run_plan
 
 FAMILIES = {
     "kills and pauses": (

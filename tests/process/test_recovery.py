@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from bench.workload import IncompressibleRecords
+from quorumlog.bench.workload import IncompressibleRecords
+
 from tests.process.test_failover import Producer, committed_digest
 
 RECORD_BYTES = 16 * 1024

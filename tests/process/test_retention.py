@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from bench.workload import IncompressibleRecords
+from quorumlog.bench.workload import IncompressibleRecords
+
 from quorumlog.localcluster import ProcessCluster
 
 SETTINGS = """

@@ -8,8 +8,8 @@ import subprocess
 import time
 
 import pytest
+from quorumlog.bench.workload import IncompressibleRecords
 
-from bench.workload import IncompressibleRecords
 from quorumlog import Client, NotLeaderError, Record, UnknownTopicError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.partitioner import partition_of_key

@@ -1,17 +1,16 @@
 """Seeded simulations of whole clusters; a seed run twice must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T)"
+  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T)"
 More seeds: quorumlog bench sim --seeds N
 """
 
 from __future__ import annotations
 
 import pytest
-
-from bench.sim_checks import Violation
-from bench.simulation import run_seed
-from raft.progress import Progress
+from quorumlog.bench.sim_checks import Violation
+from quorumlog.bench.simulation import run_seed
+from quorumlog.raft.progress import Progress
 
 SEEDS_3 = range(120)
 SEEDS_5 = range(1000, 1060)

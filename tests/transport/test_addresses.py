@@ -1,6 +1,5 @@
 import pytest
-
-from transport.addresses import format_address, is_loopback, parse_address
+from quorumlog.transport.addresses import format_address, is_loopback, parse_address
 
 
 @pytest.mark.parametrize(

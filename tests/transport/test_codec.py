@@ -2,15 +2,13 @@ import dataclasses
 
 import msgpack
 import pytest
+import quorumlog.transport.messages as messages
 from hypothesis import given
 from hypothesis import strategies as st
-
-import transport.messages as messages
-from log.batch import build_batch, split_batches, with_offset_and_term
-from tests.transport.strategies import correlation_ids, message_of, wire_values
-from transport.codec import _SPECS_BY_TAG, LENGTH_PREFIX, decode_body, encode_frame
-from transport.errors import ProtocolError
-from transport.messages import (
+from quorumlog.log.batch import build_batch, split_batches, with_offset_and_term
+from quorumlog.transport.codec import _SPECS_BY_TAG, LENGTH_PREFIX, decode_body, encode_frame
+from quorumlog.transport.errors import ProtocolError
+from quorumlog.transport.messages import (
     MESSAGE_TYPES,
     Acks,
     AdminReply,
@@ -25,6 +23,8 @@ from transport.messages import (
     StatusReply,
     VoteRequest,
 )
+
+from tests.transport.strategies import correlation_ids, message_of, wire_values
 
 
 def body_of(frame: bytes) -> bytes:

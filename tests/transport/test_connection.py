@@ -5,12 +5,11 @@ import random
 import pytest
 import trio
 import trio.testing
-
-from transport.codec import LENGTH_PREFIX, encode_frame
-from transport.connection import Connection
-from transport.errors import ConnectionClosed, ProtocolError
-from transport.framing import FrameDecoder
-from transport.messages import (
+from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import ConnectionClosed, ProtocolError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.messages import (
     ErrorCode,
     ErrorReply,
     Heartbeat,
@@ -21,7 +20,7 @@ from transport.messages import (
     StatusRequest,
     VoteReply,
 )
-from transport.network import DEFAULT_LIMITS, ConnectionInfo, Limits
+from quorumlog.transport.network import DEFAULT_LIMITS, ConnectionInfo, Limits
 
 CLIENT = ConnectionInfo(role=Role.CLIENT, node_id=None, remote="test:client")
 SERVER = ConnectionInfo(role=Role.PEER, node_id=1, remote="test:server")
@@ -184,7 +183,7 @@ async def test_bad_input_ends_the_connection_with_its_reason(autojump_clock, raw
 
 
 async def test_handshake_messages_after_the_handshake_are_protocol_errors(autojump_clock):
-    from transport.messages import Accepted
+    from quorumlog.transport.messages import Accepted
 
     reason = await run_server_against(encode_frame(0, Accepted()))
     assert isinstance(reason, ProtocolError)

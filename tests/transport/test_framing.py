@@ -5,18 +5,18 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tests.transport.strategies import any_message, correlation_ids
-from transport.codec import LENGTH_PREFIX, encode_frame
-from transport.errors import ProtocolError
-from transport.framing import (
+from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
+from quorumlog.transport.errors import ProtocolError
+from quorumlog.transport.framing import (
     READ_BYTES_MAX,
     READ_BYTES_MIN,
     RETAINED_BYTES_MAX,
     FrameDecoder,
     decode_frame,
 )
-from transport.messages import AppendEntries, Heartbeat, StatusRequest
+from quorumlog.transport.messages import AppendEntries, Heartbeat, StatusRequest
+
+from tests.transport.strategies import any_message, correlation_ids
 
 frames_of_messages = st.lists(st.tuples(correlation_ids, any_message), min_size=1, max_size=6)
 

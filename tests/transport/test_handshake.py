@@ -3,14 +3,13 @@
 import pytest
 import trio
 import trio.testing
-
-from transport import auth
-from transport.codec import encode_frame
-from transport.errors import AuthError, ConnectionClosed, ProtocolError
-from transport.framing import FrameDecoder
-from transport.handshake import PROTOCOL_VERSION, dial_handshake, listen_handshake
-from transport.messages import Challenge, ErrorCode, ErrorReply, Hello, Proof, Role
-from transport.network import ConnectionInfo
+from quorumlog.transport import auth
+from quorumlog.transport.codec import encode_frame
+from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.handshake import PROTOCOL_VERSION, dial_handshake, listen_handshake
+from quorumlog.transport.messages import Challenge, ErrorCode, ErrorReply, Hello, Proof, Role
+from quorumlog.transport.network import ConnectionInfo
 
 
 async def shake(dialler_secret, listener_secret, *, role=Role.PEER, node_id=2):

@@ -5,10 +5,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
-
-from transport.errors import ConnectionClosed
-from transport.memory import MemoryNetwork
-from transport.messages import (
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.memory import MemoryNetwork
+from quorumlog.transport.messages import (
     ErrorCode,
     ErrorReply,
     Heartbeat,
@@ -17,8 +16,8 @@ from transport.messages import (
     VoteReply,
     VoteRequest,
 )
-from transport.network import ClientConnection, NodeTransport
-from transport.tcp import open_connection, open_tcp_transport
+from quorumlog.transport.network import ClientConnection, NodeTransport
+from quorumlog.transport.tcp import open_connection, open_tcp_transport
 
 SECRET = b"s"
 

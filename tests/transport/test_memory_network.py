@@ -4,11 +4,17 @@ import random
 
 import pytest
 import trio
-
-from transport.errors import ConnectionClosed
-from transport.memory import LinkFaults, MemoryNetwork
-from transport.messages import Heartbeat, ReadReply, ReadRequest, Role, StatusReply, StatusRequest
-from transport.network import ConnectionInfo, Limits
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.memory import LinkFaults, MemoryNetwork
+from quorumlog.transport.messages import (
+    Heartbeat,
+    ReadReply,
+    ReadRequest,
+    Role,
+    StatusReply,
+    StatusRequest,
+)
+from quorumlog.transport.network import ConnectionInfo, Limits
 
 PEERS = {1: "n1", 2: "n2", 3: "n3"}
 

@@ -6,15 +6,14 @@ import socket
 import pytest
 import trio
 import trio.testing
-
-from transport.backoff import Backoff
-from transport.connection import Connection
-from transport.errors import ConnectionClosed
-from transport.framing import FrameDecoder
-from transport.messages import AppendEntries, Heartbeat, Role, StatusReply, StatusRequest
-from transport.network import ConnectionInfo, Limits
-from transport.peer_link import PeerLink
-from transport.tcp import open_tcp_transport
+from quorumlog.transport.backoff import Backoff
+from quorumlog.transport.connection import Connection
+from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.messages import AppendEntries, Heartbeat, Role, StatusReply, StatusRequest
+from quorumlog.transport.network import ConnectionInfo, Limits
+from quorumlog.transport.peer_link import PeerLink
+from quorumlog.transport.tcp import open_tcp_transport
 
 BACKOFF = Backoff(initial_s=0.1, max_s=1.0, multiplier=2.0, jitter=0.5)
 

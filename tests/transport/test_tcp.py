@@ -8,13 +8,12 @@ import subprocess
 import pytest
 import structlog
 import trio
-
-from transport.addresses import parse_address
-from transport.codec import LENGTH_PREFIX, encode_frame
-from transport.errors import AuthError, ConnectionClosed
-from transport.framing import FrameDecoder, decode_frame
-from transport.handshake import dial_handshake
-from transport.messages import (
+from quorumlog.transport.addresses import parse_address
+from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
+from quorumlog.transport.errors import AuthError, ConnectionClosed
+from quorumlog.transport.framing import FrameDecoder, decode_frame
+from quorumlog.transport.handshake import dial_handshake
+from quorumlog.transport.messages import (
     ErrorCode,
     ErrorReply,
     Hello,
@@ -24,8 +23,8 @@ from transport.messages import (
     StatusReply,
     StatusRequest,
 )
-from transport.network import Limits
-from transport.tcp import open_connection, open_tcp_transport
+from quorumlog.transport.network import Limits
+from quorumlog.transport.tcp import open_connection, open_tcp_transport
 
 SECRET = b"correct horse battery staple"
 IDLE_CONNECTIONS = 200
