@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, assert_never
 
 import trio
+
 from quorumlog.actors.controller import TOPIC_OPS
 from quorumlog.membership.changes import (
     ChangeInProgressError,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import trio
+
 from quorumlog.controller.state import DEFAULT_TOPIC, TopicError
 
 if TYPE_CHECKING:

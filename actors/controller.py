@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import structlog
 import trio
+
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.actors.storage import TopicSettings
 from quorumlog.consumers.state import GROUPS_TOPIC

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 import structlog
 import trio
+
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.actors.leader_calls import (
     ASK_S,

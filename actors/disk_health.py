@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
+
 from quorumlog.raft.settings import RaftSettings
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import trio
+
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.stats import NodeStats
 from quorumlog.log.flushjob import FlushJob

@@ -23,6 +23,7 @@ from typing import Any
 
 import structlog
 import trio
+
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
 from quorumlog.actors.heartbeats import HeartbeatManager
@@ -40,6 +41,7 @@ from quorumlog.actors.read_index import read_index, term_committed
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
+from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.batch import BatchError, BatchHeader, BatchType, split_batches
 from quorumlog.log.wal import OffsetOutOfRangeError, RunSync
 from quorumlog.membership.config import Configuration
@@ -95,7 +97,14 @@ class GroupActor:
         self._on_changed = on_changed
         self.log = storage.log
         self.core = RaftCore(
-            node_id, group_id, storage.log, storage.meta, settings, rng, trio.current_time()
+            node_id,
+            group_id,
+            storage.log,
+            storage.meta,
+            settings,
+            rng,
+            trio.current_time(),
+            witnesses_from_commit=group_id != CONTROLLER_GROUP,
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+
 from quorumlog.actors import queue_calls
 from quorumlog.actors.coordinator import (
     Calls,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import msgpack
 import structlog
 import trio
+
 from quorumlog.transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
 
 if TYPE_CHECKING:

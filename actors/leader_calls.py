@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 import trio
+
 from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.transport.errors import ConnectionClosed

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+
 from quorumlog.actors.stats import NodeStats
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.transport.messages import Acks, AppendReply, Message

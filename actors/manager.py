@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 import trio
+
 from quorumlog.actors.group import GroupActor
 from quorumlog.log.files import StorageError
 from quorumlog.transport.network import NodeTransport

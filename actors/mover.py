@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
+
 from quorumlog.actors.admin import RETRY_LATER, handle_admin
 from quorumlog.actors.replicated import PassBack
 from quorumlog.controller.commands import SetReplicas

@@ -18,6 +18,7 @@ from contextlib import AbstractAsyncContextManager
 
 import structlog
 import trio
+
 from quorumlog.actors.admin import handle_admin
 from quorumlog.actors.balancer import balance_leaders
 from quorumlog.actors.controller import ControllerActor

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+
 from quorumlog.actors.coordinator import (
     LEASE_S_DEFAULT,
     Coordination,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import trio
+
 from quorumlog.membership.quorum import has_quorum
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import HeartbeatReply

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import structlog
+
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore

@@ -8,8 +8,8 @@ import os
 import time
 
 import click
-from quorumlog.bench.scenarios import SCENARIOS
 
+from quorumlog.bench.scenarios import SCENARIOS
 from quorumlog.logs import configure_logging
 
 

@@ -15,9 +15,9 @@ import threading
 import time
 
 import trio
-from quorumlog.bench.workload import AppendRun, latency_fields
 
 from quorumlog import AsyncClient, Client, QuorumLogError
+from quorumlog.bench.workload import AppendRun, latency_fields
 
 RECORD_BYTES = 1024
 POOL_RECORDS = 4096  # distinct records cycled through

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from statistics import median
 
 import trio
+
+from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.consume_queue import queue_rows
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, running_cluster
-
-from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.localcluster import ProcessCluster
 
 TOPIC = "bench-consume"

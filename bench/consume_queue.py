@@ -9,9 +9,9 @@ import struct
 from statistics import median
 
 import trio
-from quorumlog.bench.workload import percentile
 
 from quorumlog import AsyncClient, AsyncConsumer, Record
+from quorumlog.bench.workload import percentile
 from quorumlog.localcluster import ProcessCluster
 
 TOPIC = "bench-queue"

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 
 import trio
+
 from quorumlog.bench.report import median, print_table
 from quorumlog.bench.workload import (
     make_batches,
@@ -35,13 +36,12 @@ from quorumlog.bench.workload import (
     running_cluster,
     status_of,
 )
-from quorumlog.transport.errors import TransportError
-from quorumlog.transport.messages import Acks, AppendReply, AppendRequest
-from quorumlog.transport.tcp import open_connection
-
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster
+from quorumlog.transport.errors import TransportError
+from quorumlog.transport.messages import Acks, AppendReply, AppendRequest
+from quorumlog.transport.tcp import open_connection
 
 ELECTION_TIMEOUT_MAX_S = 0.6  # RaftSettings' default; the cluster runs with defaults
 VALUE = b"x" * 100

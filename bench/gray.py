@@ -38,11 +38,11 @@ import tempfile
 from dataclasses import dataclass, field
 
 import trio
+
+from quorumlog.aclient import AsyncClient
 from quorumlog.bench.faults import fsync_delay_path
 from quorumlog.bench.report import median, print_table
 from quorumlog.bench.workload import status_of
-
-from quorumlog.aclient import AsyncClient
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster
 

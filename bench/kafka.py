@@ -17,10 +17,10 @@ import sys
 import time
 
 import trio
-from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import IncompressibleRecords, latency_fields, running_cluster
 
 from quorumlog import AsyncClient
+from quorumlog.bench.report import print_table
+from quorumlog.bench.workload import IncompressibleRecords, latency_fields, running_cluster
 
 RECORD_BYTES = 1024
 NATIVE_BATCH = 64

@@ -19,14 +19,12 @@ import time
 from dataclasses import dataclass
 
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import IncompressibleRecords, peak_rss_row, running_cluster
-
+from quorumlog.bench.workload import fill_log, peak_rss_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 
 ELECTION_TIMEOUT_MAX_S = 0.6
-FILL_RECORD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -118,7 +116,7 @@ def _measure(cluster: ProcessCluster, sizes: Sizes, rows: list[dict]) -> None:
     rows[-1]["failed_appends"] = producer.failures
 
     # A learner far behind: fill the log, then add it and time the promotion.
-    fill_s = _fill(brokers, sizes.behind_mb)
+    fill_s = fill_log(brokers, sizes.behind_mb)
     address = cluster.start_joiner(5)
     with Client(brokers, timeout=10) as c:
         end = c.end_offset()
@@ -157,15 +155,6 @@ def _gap_row(figure: str, gap: float, baseline: float, change_s: float) -> dict:
         "ratio_to_election_max": gap / ELECTION_TIMEOUT_MAX_S,
         "ratio_to_baseline": gap / baseline if baseline else None,
     }
-
-
-def _fill(brokers: str, megabytes: int) -> float:
-    records = IncompressibleRecords(FILL_RECORD_BYTES)
-    start = time.monotonic()
-    with Client(brokers, timeout=60) as c:
-        for _ in range(megabytes * 1_000_000 // (64 * FILL_RECORD_BYTES) + 1):
-            c.append(records.take(64))
-    return time.monotonic() - start
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ import time
 from dataclasses import dataclass
 
 import trio
+
+from quorumlog.aclient import AsyncClient
 from quorumlog.bench.history import (
     DEFAULT_PART,
     History,
@@ -50,8 +52,6 @@ from quorumlog.bench.nemesis_consumers import Consumers
 from quorumlog.bench.nemesis_faults import ACTIONS, SPARE_NODES
 from quorumlog.bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
 from quorumlog.bench.proxy import Links, serve_front
-
-from quorumlog.aclient import AsyncClient
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster, free_ports
 from quorumlog.protocol import DEFAULT_TOPIC

@@ -11,10 +11,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
-from quorumlog.bench import faults as disk
-from quorumlog.bench.history import Append, Part
 
 from quorumlog.aclient import AsyncClient
+from quorumlog.bench import faults as disk
+from quorumlog.bench.history import Append, Part
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 

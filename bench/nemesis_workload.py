@@ -9,13 +9,13 @@ import random
 from typing import TYPE_CHECKING
 
 import trio
-from quorumlog.bench.history import DEFAULT_PART, Append, Log, Part
-from quorumlog.bench.workload import statuses_of
-from quorumlog.transport.messages import PartitionsRequest, StatusRequest
 
 from quorumlog.aclient import AsyncClient
+from quorumlog.bench.history import DEFAULT_PART, Append, Log, Part
+from quorumlog.bench.workload import statuses_of
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
+from quorumlog.transport.messages import PartitionsRequest, StatusRequest
 
 if TYPE_CHECKING:
     from quorumlog.bench.nemesis import Nemesis

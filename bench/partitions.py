@@ -23,15 +23,15 @@ import time
 from dataclasses import dataclass
 
 import trio
-from quorumlog.bench.report import median, print_table
-from quorumlog.bench.workload import IncompressibleRecords, cpu_s, running_cluster, statuses_of
-from quorumlog.raft.settings import RaftSettings
-from quorumlog.transport.messages import PartitionsRequest
 
 from quorumlog.aclient import AsyncClient
+from quorumlog.bench.report import median, print_table
+from quorumlog.bench.workload import IncompressibleRecords, cpu_s, running_cluster, statuses_of
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.raft.settings import RaftSettings
+from quorumlog.transport.messages import PartitionsRequest
 
 RECORD_BYTES = 1024
 RECORDS_PER_APPEND = 64

@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass
 
 import trio
+
 from quorumlog.bench.clients import client_rows
 from quorumlog.bench.report import median, print_table
 from quorumlog.bench.workload import (
@@ -60,7 +61,6 @@ from quorumlog.bench.workload import (
     running_cluster,
     with_leader,
 )
-
 from quorumlog.localcluster import ProcessCluster
 
 BATCH_RECORDS = 64

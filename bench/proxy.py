@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass, field
 
 import trio
+
 from quorumlog.transport.codec import LENGTH_PREFIX
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.framing import decode_frame

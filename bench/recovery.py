@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 
 import trio
+
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import (
     ACKS,
@@ -49,11 +50,10 @@ from quorumlog.bench.workload import (
     status_of,
     with_leader,
 )
+from quorumlog.localcluster import ProcessCluster
 from quorumlog.transport.errors import TransportError
 from quorumlog.transport.messages import StatusReply, StatusRequest
 from quorumlog.transport.tcp import open_connection
-
-from quorumlog.localcluster import ProcessCluster
 
 BATCH_RECORDS = 15
 FILL_WINDOW = 16

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, closed_loop_row, running_cluster
-
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

@@ -23,6 +23,7 @@ SCENARIOS = {
     "vs-nats": "quorumlog.bench.vs_nats",
     "gray": "quorumlog.bench.gray",
     "timestamps": "quorumlog.bench.timestamps",
+    "witness": "quorumlog.bench.witness",
 }
 
 

@@ -62,13 +62,21 @@ def _routes_of_groups(cluster: Cluster) -> dict[int, Route]:
 
 
 def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: list[str]) -> None:
-    logs = {i: committed_log(g) for i, g in cluster.replicas(gid).items()}
-    longest = max(logs.values(), key=len, default=[])
-    for i, entries in logs.items():
-        if entries != longest[: len(entries)]:
-            problems.append(
-                f"I2: node {i}'s committed prefix of group {gid} differs from the longest"
-            )
+    # The replicas' committed logs, as one: where two hold a batch at the same offset it is
+    # the same batch. (A witness's log starts at the commit offset of its join.)
+    merged: dict[int, tuple[int, bytes]] = {}
+    for i, replica in cluster.replicas(gid).items():
+        for base, term, batch in committed_log(replica):
+            if merged.setdefault(base, (term, batch)) != (term, batch):
+                problems.append(f"I2: node {i}'s committed batch of group {gid} at {base} differs")
+                break
+    longest = [(base, *merged[base]) for base in sorted(merged)]
+    next_base = longest[0][0] if longest else 0
+    for base, _term, batch in longest:
+        if base != next_base:
+            problems.append(f"I2: group {gid}'s committed batches overlap or leave a gap at {base}")
+            break
+        next_base = split_batches(batch)[0][0].last_offset + 1
     where: dict[bytes, list[int]] = {}
     stamped = cluster.stamps_log_append(gid)
     last_stamp = 0

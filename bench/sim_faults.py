@@ -7,6 +7,7 @@ import random
 from typing import TYPE_CHECKING
 
 import trio
+
 from quorumlog.transport.memory import PERFECT_LINK, LinkFaults
 from quorumlog.transport.messages import AdminRequest
 
@@ -79,9 +80,7 @@ async def membership_chaos(cluster: Cluster, duration_s: float) -> None:
         voters = sorted(config.voters)
         outsiders = sorted(set(cluster.nodes) - config.members)
         choice = rng.random()
-        if choice < 0.2 and len(voters) > 2:
-            request = AdminRequest("remove_member", {"node_id": rng.choice(voters)})
-        elif choice < 0.4 and outsiders:
+        if choice < 0.4 and outsiders:  # a node left out comes back, often as a witness
             node_id = rng.choice(outsiders)
             request = AdminRequest(
                 "add_member",
@@ -91,6 +90,8 @@ async def membership_chaos(cluster: Cluster, duration_s: float) -> None:
                     "witness": rng.random() < 0.5,  # seed 000's witness ("LV")
                 },
             )
+        elif choice < 0.4 and len(voters) > 2:
+            request = AdminRequest("remove_member", {"node_id": rng.choice(voters)})
         elif choice < 0.5 and len(voters) > 2:
             request = AdminRequest("demote_member", {"node_id": rng.choice(voters)})
         elif choice < 0.55 and (config.witnesses or config.log_only):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import trio
 import trio.testing
+
 from quorumlog.actors.group import GroupActor
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage

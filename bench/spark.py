@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import trio
+
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import (
     ACKS,
@@ -36,7 +37,6 @@ from quorumlog.bench.workload import (
     running_cluster,
     with_leader,
 )
-
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

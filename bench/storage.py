@@ -26,6 +26,7 @@ import tempfile
 import time
 
 import trio
+
 from quorumlog.actors.worker import WorkerThread
 from quorumlog.bench.report import median
 from quorumlog.log.files import OsFileSystem

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import write_config
-
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

@@ -23,6 +23,7 @@ from functools import partial
 
 import structlog
 import trio
+
 from quorumlog.bench.report import median, print_table
 from quorumlog.log.batch import build_batch, with_offset_and_term
 from quorumlog.transport.codec import encode_frame, encode_frame_parts

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import trio
+
 from quorumlog.bench.clients import async_run, record_pool
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import AppendRun, latency_fields, running_cluster
-
 from quorumlog.localcluster import free_ports
 
 CASES = ((64, 1), (1, 1), (64, 64))  # (calls in flight, records per call)

@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import zstandard
 from crc32c import crc32c
+
 from quorumlog.log.batch import BatchError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgpack
 from crc32c import crc32c
+
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 
 METADATA_FILE = "consensus.meta"

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import msgpack
 import zstandard
+
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import (
     HEADER_BYTES,

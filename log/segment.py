@@ -15,6 +15,7 @@ from array import array
 from dataclasses import dataclass
 
 from crc32c import crc32c
+
 from quorumlog.log.batch import (
     HEADER_BYTES,
     MAGIC,

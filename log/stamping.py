@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from crc32c import crc32c
+
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import HEADER_BYTES, LOG_APPEND_TIME, BatchHeader, Compression, seal_header
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
+
 from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
 from quorumlog.log.files import CorruptionError, File, FileSystem, read_whole_file
 from quorumlog.log.flushjob import FlushJob

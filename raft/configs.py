@@ -9,6 +9,7 @@ the consensus metadata, so that a restart does not depend on scanning the whole 
 from __future__ import annotations
 
 import msgpack
+
 from quorumlog.log.batch import HEADER_BYTES, BatchHeader, BatchType, build_batch
 from quorumlog.membership.config import Configuration, InvalidConfigurationError
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
+
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchHeader, BatchType, split_batches
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
@@ -87,6 +88,8 @@ class RaftCore(
         settings: RaftSettings,
         rng: random.Random,
         now: float,
+        *,
+        witnesses_from_commit: bool = True,
     ):
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
@@ -94,6 +97,9 @@ class RaftCore(
         self.meta = meta
         self.settings = settings
         self.rng = rng
+        # Whether a witness may join with the uncommitted tail only: not where every member
+        # applies the whole log to a state machine it serves (the controller's group).
+        self.witnesses_from_commit = witnesses_from_commit
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None

@@ -4,6 +4,7 @@ that lost touch with its majority stepping down (Raft 5.2, dissertation 9.6; see
 from __future__ import annotations
 
 import structlog
+
 from quorumlog.log.batch import BatchType, build_batch
 from quorumlog.membership.quorum import VoteResult, has_quorum, vote_result
 from quorumlog.raft.roles import Role

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import structlog
+
 from quorumlog.log.batch import BatchError, BatchType, split_batches
 from quorumlog.raft.configs import ConfigTracker, config_of
 from quorumlog.raft.replication import UNKNOWN_TERM
@@ -177,6 +178,7 @@ class FollowerRules:
                 AppendResult.FAILURE,
                 hint_offset,
                 hint_term,
+                self.log.log_start_offset,
             ),
         )
 
@@ -195,6 +197,7 @@ class FollowerRules:
             result,
             -1,
             -1,
+            self.log.log_start_offset,
         )
 
     def heartbeat_reply(self) -> HeartbeatReply:
@@ -207,4 +210,5 @@ class FollowerRules:
             AppendResult.SUCCESS,
             -1,
             -1,
+            self.log.log_start_offset,
         )

@@ -33,6 +33,11 @@ class Progress:
     rate: ReplicationRate = field(default_factory=ReplicationRate)
     last_contact_s: float = -math.inf
     last_reply_s: float = -math.inf
+    # A witness joining as a learner starts its log here (the commit offset + 1 when it was
+    # added) instead of copying the log: it needs only what is not yet committed.
+    floor: int = 0
+    # Where the follower's log starts, as it last said (None: not heard from).
+    log_start: int | None = None
 
     def sent(self, last_offset: int, size: int) -> None:
         self.inflight.append((last_offset, size))

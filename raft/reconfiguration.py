@@ -4,6 +4,7 @@ once caught up, joint consensus left at once, leadership transfer (seeds 000, 00
 from __future__ import annotations
 
 import structlog
+
 from quorumlog.membership.catchup import is_caught_up
 from quorumlog.membership.changes import (
     ConfigChangeError,
@@ -47,17 +48,56 @@ class ReconfigurationRules:
             members |= self.configs.committed.members
         members.discard(self.id)
         for peer in members - self.progress.keys():
+            floor = self._witness_floor(peer)
             self.progress[peer] = Progress(
-                peer, self.log.dirty_offset + 1, last_contact_s=self.now, last_reply_s=self.now
+                peer,
+                floor or self.log.dirty_offset + 1,  # a witness's log starts at its floor
+                last_contact_s=self.now,
+                last_reply_s=self.now,
+                floor=floor,
             )
         for peer in self.progress.keys() - members:
             del self.progress[peer]
+
+    def _witness_floor(self, peer: int) -> int:
+        """Where the log of a new member starts: a witness joining as a learner needs only
+        what is not yet committed (it votes and counts, it never serves the records), so
+        restoring fault tolerance copies nothing old (seed 000 appendix). Committed records
+        are on a majority already; the committed configuration goes with the first message."""
+        config, log = self.config, self.log
+        if not (
+            self.witnesses_from_commit and peer in config.witnesses and config.is_learner(peer)
+        ):
+            return 0
+        floor = self.commit_offset + 1
+        return (
+            log.batch_start(floor) if log.log_start_offset <= floor <= log.dirty_offset else floor
+        )
+
+    def holds_the_log(self, p: Progress) -> bool:
+        """Whether a member holds every record this leader holds (a witness that joined
+        with the tail only does not, until retention passes its start)."""
+        return p.floor <= self.log.log_start_offset and (
+            p.log_start is not None and p.log_start <= self.log.log_start_offset
+        )
+
+    def _check_may_lead(self, config: Configuration) -> None:
+        """A node that may lead in `config`, and could not before, must hold the records."""
+        for node_id in _may_lead(config) - _may_lead(self.config):
+            p = self.progress.get(node_id)
+            if p is not None and p.log_start is not None and not self.holds_the_log(p):
+                raise ConfigChangeError(
+                    f"node {node_id} holds the log from offset {max(p.floor, p.log_start)} "
+                    "only (it joined as a witness, without the records before): it may lead "
+                    "once it holds them; add a full replica instead"
+                )
 
     def propose_config(self, config: Configuration) -> int:
         """Append a configuration on the leader; returns its offset. It takes effect now."""
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
         check_safe_transition(self.config, config)
+        self._check_may_lead(config)
         self.log.append([config_batch(config)], self.term)
         offset = self.awaited_offset = self.log.dirty_offset
         self.configs.appended(offset, config)
@@ -92,7 +132,9 @@ class ReconfigurationRules:
         config = self.config
         for learner in sorted(config.learners_to_promote):
             p = self.progress.get(learner)
-            if p is not None and self.caught_up(p):
+            if p is None or not self.caught_up(p):
+                continue
+            if learner in config.witnesses or self.holds_the_log(p):
                 self.propose_config(promote(config, learner))
                 return
 
@@ -147,3 +189,8 @@ class ReconfigurationRules:
         p = self.progress.get(target)
         if p is not None and p.match_offset >= self.log.dirty_offset:
             self._send(target, TimeoutNow(self.group_id, self.term, self.id))
+
+
+def _may_lead(config: Configuration) -> frozenset[int]:
+    """The electable voters and the learners that the leader will make such."""
+    return config.electable | (config.learners_to_promote - config.witnesses)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import structlog
+
 from quorumlog.log.wal import LogChunk
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import config_batch
@@ -84,20 +85,24 @@ class ReplicationRules:
         while self._may_send(p):
             if p.next_offset > log.dirty_offset and not p.probing:
                 return  # caught up; heartbeats carry the commit offset
-            if p.next_offset < log.log_start_offset:
-                # It needs records retention removed here: it restarts at our log start.
-                p.next_offset = log.log_start_offset
+            start = log.log_start_offset
+            if p.floor > start and self.config.is_learner(p.node_id):
+                start = p.floor  # a witness to be: its log starts there (seed 000 appendix)
+            if p.next_offset < start:
+                # It needs records retention removed here, or is a witness that needs only
+                # the uncommitted tail: it restarts at `start`.
+                p.next_offset = start
             prev = p.next_offset - 1
-            # Below our log start the term is unknown: everything there is committed.
-            prev_term = UNKNOWN_TERM if 0 <= prev < log.log_start_offset else self.term_at(prev)
+            # Below the start the follower takes the term as unknown: all is committed there.
+            prev_term = UNKNOWN_TERM if 0 <= prev < start else self.term_at(prev)
             base_config = b""
             committed = self.configs.committed
             if (
                 prev_term == UNKNOWN_TERM
                 and committed is not None
-                and self.configs.committed_offset < log.log_start_offset
+                and self.configs.committed_offset < start
             ):
-                base_config = config_batch(committed)  # its entry is gone from our log
+                base_config = config_batch(committed)  # its entry is not sent
             if p.next_offset <= log.dirty_offset:
                 steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
                 budget = s.steady_bytes_max if steady else s.chunk_bytes_max
@@ -152,6 +157,8 @@ class ReplicationRules:
         if self.role is not Role.LEADER or p is None:
             return
         p.last_contact_s = now
+        if reply.result is not AppendResult.GROUP_UNAVAILABLE:
+            p.log_start = reply.log_start
         is_append = isinstance(reply, AppendEntriesReply)
         if is_append:
             p.last_reply_s = now

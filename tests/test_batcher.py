@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import trio
-from quorumlog.transport.messages import AppendReply
 
 from quorumlog.batcher import IN_FLIGHT, Batcher
 from quorumlog.errors import NotLeaderError, OutcomeUnknownError
 from quorumlog.protocol import BATCH_BYTES_MAX, prepare
+from quorumlog.transport.messages import AppendReply
 
 
 class FakeLog:

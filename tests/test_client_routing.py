@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from quorumlog.transport.messages import ErrorCode, ErrorReply
 
 from quorumlog.errors import UnknownTopicError, UnreachableError
 from quorumlog.protocol import Router
+from quorumlog.transport.messages import ErrorCode, ErrorReply
 
 BROKERS = ["a:1", "b:1", "c:1"]
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
 from quorumlog.log.wal import Log, LogConfig, run_inline
-from quorumlog.membership.changes import ConfigChangeError
+from quorumlog.membership.changes import ConfigChangeError, add_learner, make_electable
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.raft.election import barrier_batch
@@ -30,7 +31,6 @@ from quorumlog.transport.messages import (
     VoteReply,
     VoteRequest,
 )
-
 from tests.log.helpers import batch_of
 
 SETTINGS = RaftSettings()
@@ -403,3 +403,68 @@ def test_the_largest_stamp_is_learned_from_the_leaders_batches_and_never_undercu
         if h.batch_type is BatchType.DATA
     ]
     assert stamps[-2][0] == 12_000 and stamps[-2][1] and not stamps[-1][1]
+
+
+def committed_leader_with_records(count: int) -> RaftCore:
+    """A leader whose `count` records (after its barrier) are flushed on it and on 2."""
+    leader = caught_up_leader()
+    for i in range(count):
+        propose(leader, batch_of(b"r%d" % i), 10.0, True)
+    flush(leader.log)
+    last = leader.log.dirty_offset
+    leader.step(
+        2, AppendEntriesReply(0, 2, leader.term, last, last, AppendResult.SUCCESS, -1, -1), 10
+    )
+    leader.on_flushed(10.0)
+    assert leader.commit_offset == last
+    return leader
+
+
+def first_message_to(leader: RaftCore, node_id: int) -> AppendEntries:
+    leader.pump()
+    sent = [m for to, m in leader.take_outbox() if to == node_id]
+    return next(m for m in sent if isinstance(m, AppendEntries))
+
+
+def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without_the_rest():
+    leader = committed_leader_with_records(10)
+    committed = leader.commit_offset
+    joining = add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
+    config_offset = leader.propose_config(joining)
+    first = first_message_to(leader, 4)
+    assert (first.prev_offset, first.prev_term) == (committed, UNKNOWN_TERM)
+    assert first.base_config, "the committed configuration is below what it is sent"
+
+    witness = make_core(4, term=leader.term, config=None)
+    witness.step(1, first, 10.0)
+    flush(witness.log)
+    witness.on_flushed(10.0)
+    assert witness.log.log_start_offset == committed + 1, "nothing committed was copied"
+    assert witness.log.dirty_offset == config_offset and witness.config == joining
+    for _, reply in witness.take_outbox():
+        leader.step(4, reply, 10.0)
+    leader.step(
+        2,
+        AppendEntriesReply(
+            0, 2, leader.term, config_offset, config_offset, AppendResult.SUCCESS, -1, -1
+        ),
+        10.0,
+    )
+    flush(leader.log)
+    leader.on_flushed(10.0)
+    assert leader.commit_offset == config_offset
+    assert leader.config.is_voter(4) and 4 in leader.config.witnesses, "promoted once caught up"
+
+    # It votes and counts, but holds too little to lead: becoming a full voter is refused.
+    with pytest.raises(ConfigChangeError, match=f"holds the log from offset {committed + 1}"):
+        leader.propose_config(make_electable(leader.config, 4))
+
+
+def test_a_witness_of_the_controllers_group_copies_the_whole_log():
+    leader = committed_leader_with_records(3)
+    leader.witnesses_from_commit = False  # every member applies this group's whole log
+    leader.propose_config(
+        add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
+    )
+    first = first_message_to(leader, 4)
+    assert first.prev_term != UNKNOWN_TERM and leader.progress[4].floor == 0

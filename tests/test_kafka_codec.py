@@ -14,6 +14,7 @@ import zstandard
 from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from quorumlog.log.batch import BatchError, Compression, build_batch, parse_batch
 from quorumlog.log.kafka_batch import (
     CONTROL,

@@ -4,9 +4,9 @@ silent moves on once the other nodes name a newer leader, and not before."""
 from __future__ import annotations
 
 import trio
-from quorumlog.transport.messages import LeaderReply, LeaderRequest
 
 from quorumlog.leader_watch import WATCH_AFTER_S, LeaderWatch, Terms
+from quorumlog.transport.messages import LeaderReply, LeaderRequest
 
 ROUTE = ("events", 3)
 A, B, C = "127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"

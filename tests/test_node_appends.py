@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import trio
+
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
 from quorumlog.log.batch import split_batches

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from quorumlog.log.batch import parse_header
 from quorumlog.log.records import make_data_batch
 from quorumlog.raft.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, StaleSequenceError

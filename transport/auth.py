@@ -12,6 +12,7 @@ import hmac
 import secrets
 
 import msgpack
+
 from quorumlog.transport.messages import Challenge, Hello
 
 NONCE_BYTES = 32

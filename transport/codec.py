@@ -24,6 +24,7 @@ from operator import attrgetter
 from typing import Any, NamedTuple
 
 import msgpack
+
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.messages import MESSAGE_TYPES, Message
 

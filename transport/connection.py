@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 import trio
+
 from quorumlog.transport.codec import Frame, encode_frame_parts
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError, TransportError
 from quorumlog.transport.framing import FrameDecoder

@@ -18,6 +18,7 @@ import ssl
 from typing import NoReturn
 
 import trio
+
 from quorumlog.transport import auth
 from quorumlog.transport.codec import encode_frame
 from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError, TransportError

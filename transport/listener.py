@@ -12,6 +12,7 @@ import ssl
 
 import structlog
 import trio
+
 from quorumlog.transport.addresses import format_address, is_loopback
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import AuthError, ProtocolError, TransportError

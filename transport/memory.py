@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import trio
+
 from quorumlog.transport.codec import Frame, encode_frame
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.framing import decode_frame

@@ -131,6 +131,9 @@ class AppendEntriesReply:
     result: AppendResult
     conflict_offset: int
     conflict_term: int
+    # Where the follower's log starts: a witness that joined without the records before
+    # its join may lead only once it holds what the leader holds.
+    log_start: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +194,7 @@ class HeartbeatReply:
     result: AppendResult
     conflict_offset: int
     conflict_term: int
+    log_start: int = 0
 
 
 # --- clients ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import NoReturn
 
 import structlog
 import trio
+
 from quorumlog.transport.backoff import Backoff
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError

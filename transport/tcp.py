@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 import trio
+
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.backoff import DEFAULT_BACKOFF, Backoff
 from quorumlog.transport.connection import Connection

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
+
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.transport.errors import ConnectionClosed

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode as K
+
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import BatchHeader, BatchType, Compression, split_batches

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
+
 from quorumlog.actors.coordinator import Coordination, PassBack
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
 from quorumlog.actors.mailbox import Pending

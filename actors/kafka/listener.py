@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 import trio
+
 from quorumlog.actors.kafka.api import Answer, KafkaApi
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
 from quorumlog.actors.kafka.sasl import SaslRefused, SaslSession

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from kio.schema.errors import ErrorCode as K
+
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.actors.mailbox import Pending
 from quorumlog.log import kafka_batch

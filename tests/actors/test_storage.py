@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from quorumlog.actors.storage import (
     BootstrapError,
     TopicSettings,

@@ -10,6 +10,7 @@ import math
 import os
 
 import pytest
+
 from quorumlog.bench import failover, gray, produce, recovery, storage
 from quorumlog.bench.report import print_table, write_jsonl
 from quorumlog.bench.scenarios import SCENARIOS, scenario
@@ -371,4 +372,17 @@ def test_gray_smallest(tmp_path):
         if row.get("acks_s") is not None:
             _positive(row, "acks_s", "ratio")
     assert "slow disk on the leader: median ratio" in rows
+    _no_serve_left()
+
+
+def test_witness_smallest(tmp_path):
+    from quorumlog.bench import witness
+
+    rows = _by_figure(_written(tmp_path, "witness", witness.run(tiny=True)))
+    full = rows["restore fault tolerance, 5 MB log: full replica (baseline)"]
+    tail = rows["restore fault tolerance, 5 MB log: witness + demote"]
+    _positive(full, "seconds", "fill_s")
+    _positive(tail, "seconds", "ratio_to_baseline", "witness_log_start_offset")
+    for figure in ("leader + full follower (baseline)", "leader + witness"):
+        _positive(rows[f"commit latency, {figure}"], "p50_ms", "p99_ms", "appends")
     _no_serve_left()

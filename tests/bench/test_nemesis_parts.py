@@ -6,14 +6,14 @@ from __future__ import annotations
 import random
 
 import trio
+
 from quorumlog.bench import faults
 from quorumlog.bench.history import DEFAULT_PART, Append, History, Part, check
 from quorumlog.bench.proxy import Links, serve_front
+from quorumlog.localcluster import free_ports
 from quorumlog.log.files import OsFileSystem, SyncJournal
 from quorumlog.transport.codec import encode_frame
 from quorumlog.transport.messages import Hello, Role, StatusRequest
-
-from quorumlog.localcluster import free_ports
 
 
 def _history(*appends: Append) -> History:

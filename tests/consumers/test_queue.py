@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
+
 from quorumlog.consumers.queue import WINDOW_MAX, Lease, RecordState, Settle, SharePartition
 from quorumlog.consumers.state import GroupsState, SetMembers, from_wire, to_wire
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+
 from quorumlog.consumers.state import (
     CommandError,
     Commit,

@@ -6,6 +6,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from quorumlog.controller.leaders import LeaderEntry, LeaderTable
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from quorumlog.controller.placement import PlacementError, place, replace_departed
 
 

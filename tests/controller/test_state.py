@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+
 from quorumlog.controller.commands import (
     CommandError,
     CreateTopic,

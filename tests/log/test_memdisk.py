@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from quorumlog.log.files import StorageError, write_file_atomically
 from quorumlog.log.memdisk import MemoryFileSystem
 

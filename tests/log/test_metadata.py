@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from quorumlog.log.files import CorruptionError, OsFileSystem
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.metadata import ConsensusMetadata, MetadataStore

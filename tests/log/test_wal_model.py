@@ -7,8 +7,8 @@ import random
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from quorumlog.log.memdisk import MemoryFileSystem
 
+from quorumlog.log.memdisk import MemoryFileSystem
 from tests.log.helpers import batch_of, open_log, read_all
 
 DIR = "/node/log"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hypothesis import strategies as st
+
 from quorumlog.membership.config import Configuration, JointVoters, NodeId
 
 

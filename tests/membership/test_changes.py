@@ -8,6 +8,7 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from quorumlog.membership import changes
 from quorumlog.membership.changes import (
     ChangeInProgressError,
@@ -24,7 +25,6 @@ from quorumlog.membership.changes import (
     remove,
 )
 from quorumlog.membership.quorum import has_quorum
-
 from tests.membership.helpers import NODE_IDS, address, configurations, joint, simple
 
 THREE = simple([1, 2, 3])

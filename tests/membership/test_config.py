@@ -7,6 +7,7 @@ import dataclasses
 import msgpack
 import pytest
 from hypothesis import given
+
 from quorumlog.membership.config import (
     MEMBERS_MAX,
     Configuration,
@@ -14,7 +15,6 @@ from quorumlog.membership.config import (
     JointVoters,
     check_address,
 )
-
 from tests.membership.helpers import address, configurations, joint, simple
 
 

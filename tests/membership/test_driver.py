@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+
 from quorumlog.membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
@@ -32,7 +33,6 @@ from quorumlog.membership.driver import (
     plan_set,
     rollback_steps,
 )
-
 from tests.membership.helpers import NODE_IDS, VOTER_SETS, address, joint, simple
 from tests.membership.plans import apply_step, run_plan
 

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from quorumlog.membership.quorum import (
     NO_OFFSET,
     VoteResult,
@@ -18,7 +19,6 @@ from quorumlog.membership.quorum import (
     majority_vote_result,
     vote_result,
 )
-
 from tests.membership.helpers import NODE_IDS, VOTER_SETS, configurations, joint, simple
 
 SIZES = range(1, 8)

@@ -13,7 +13,6 @@ from quorumlog.membership.changes import add_learner, promote, remove
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.driver import plan_move, plan_replace
 from quorumlog.membership.quorum import has_quorum
-
 from tests.membership.plans import run_plan
 
 A, B, C, D = 1, 2, 3, 4

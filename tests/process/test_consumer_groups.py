@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 
 from quorumlog import Consumer, NotMemberError, QuorumLogError, Record, UnknownTopicError
+from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
 

@@ -11,11 +11,11 @@ import subprocess
 import time
 
 import trio
-from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
-from quorumlog.transport.tcp import open_connection
 
 from quorumlog import Client
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
+from quorumlog.transport.tcp import open_connection
 from tests.process.test_failover import Producer, check_no_loss
 
 

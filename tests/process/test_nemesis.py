@@ -8,6 +8,7 @@ its schedule."""
 from __future__ import annotations
 
 import pytest
+
 from quorumlog.bench.nemesis import FAULTS, Plan, run_plan
 
 FAMILIES = {

@@ -9,10 +9,10 @@ import random
 
 import pytest
 import trio
-from quorumlog.bench.proxy import Links, serve_front
-from quorumlog.bench.workload import status_of
 
 from quorumlog import AsyncClient, QuorumLogError
+from quorumlog.bench.proxy import Links, serve_front
+from quorumlog.bench.workload import status_of
 from quorumlog.localcluster import ProcessCluster, free_ports
 
 

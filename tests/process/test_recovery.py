@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from quorumlog.bench.workload import IncompressibleRecords
-
 from tests.process.test_failover import Producer, committed_digest
 
 RECORD_BYTES = 16 * 1024

@@ -9,9 +9,9 @@ import subprocess
 import threading
 
 import pytest
-from quorumlog.bench.partitions import groups_settled
 
 from quorumlog import Client, NotLeaderError, QuorumLogError
+from quorumlog.bench.partitions import groups_settled
 from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 from quorumlog.bench.workload import IncompressibleRecords
-
 from quorumlog.localcluster import ProcessCluster
 
 SETTINGS = """

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from quorumlog.bench.faults import fsync_delay_path
 
+from quorumlog.bench.faults import fsync_delay_path
 from quorumlog.localcluster import ProcessCluster
 from tests.process.test_failover import Producer, check_no_loss
 from tests.process.test_topics import wait_until

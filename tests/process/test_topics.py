@@ -8,9 +8,9 @@ import subprocess
 import time
 
 import pytest
-from quorumlog.bench.workload import IncompressibleRecords
 
 from quorumlog import Client, NotLeaderError, Record, UnknownTopicError
+from quorumlog.bench.workload import IncompressibleRecords
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.partitioner import partition_of_key
 

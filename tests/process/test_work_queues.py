@@ -5,9 +5,9 @@ released or expired records go to another, and after `max_deliveries` to `TOPIC.
 from __future__ import annotations
 
 import pytest
-from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 
 from quorumlog import Consumer, QuorumLogError, Record
+from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 from tests.process.test_topics import wait_until
 
 

@@ -8,6 +8,7 @@ More seeds: quorumlog bench sim --seeds N
 from __future__ import annotations
 
 import pytest
+
 from quorumlog.bench.sim_checks import Violation
 from quorumlog.bench.simulation import run_seed
 from quorumlog.raft.progress import Progress

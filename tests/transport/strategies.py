@@ -8,6 +8,7 @@ import types
 import typing
 
 from hypothesis import strategies as st
+
 from quorumlog.transport.messages import MESSAGE_TYPES
 
 int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)

@@ -1,4 +1,5 @@
 import pytest
+
 from quorumlog.transport.addresses import format_address, is_loopback, parse_address
 
 

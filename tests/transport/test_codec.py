@@ -2,9 +2,10 @@ import dataclasses
 
 import msgpack
 import pytest
-import quorumlog.transport.messages as messages
 from hypothesis import given
 from hypothesis import strategies as st
+
+import quorumlog.transport.messages as messages
 from quorumlog.log.batch import build_batch, split_batches, with_offset_and_term
 from quorumlog.transport.codec import _SPECS_BY_TAG, LENGTH_PREFIX, decode_body, encode_frame
 from quorumlog.transport.errors import ProtocolError
@@ -23,7 +24,6 @@ from quorumlog.transport.messages import (
     StatusReply,
     VoteRequest,
 )
-
 from tests.transport.strategies import correlation_ids, message_of, wire_values
 
 

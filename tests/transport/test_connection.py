@@ -5,6 +5,7 @@ import random
 import pytest
 import trio
 import trio.testing
+
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError

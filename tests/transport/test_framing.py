@@ -5,6 +5,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.framing import (
@@ -15,7 +16,6 @@ from quorumlog.transport.framing import (
     decode_frame,
 )
 from quorumlog.transport.messages import AppendEntries, Heartbeat, StatusRequest
-
 from tests.transport.strategies import any_message, correlation_ids
 
 frames_of_messages = st.lists(st.tuples(correlation_ids, any_message), min_size=1, max_size=6)

@@ -3,6 +3,7 @@
 import pytest
 import trio
 import trio.testing
+
 from quorumlog.transport import auth
 from quorumlog.transport.codec import encode_frame
 from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError

@@ -5,6 +5,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 import trio
+
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import MemoryNetwork
 from quorumlog.transport.messages import (

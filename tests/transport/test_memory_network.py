@@ -4,6 +4,7 @@ import random
 
 import pytest
 import trio
+
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import LinkFaults, MemoryNetwork
 from quorumlog.transport.messages import (

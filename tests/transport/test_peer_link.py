@@ -6,6 +6,7 @@ import socket
 import pytest
 import trio
 import trio.testing
+
 from quorumlog.transport.backoff import Backoff
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed

@@ -8,6 +8,7 @@ import subprocess
 import pytest
 import structlog
 import trio
+
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.errors import AuthError, ConnectionClosed
