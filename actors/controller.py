@@ -366,15 +366,19 @@ class ControllerActor:
         group, so it beats all of them every interval) within LIVE_BEATS intervals: new
         replicas go only there, or a partition could be born without the majority it needs
         to elect. A new leader may not have heard from everyone yet: it waits up to two
-        election timeouts for `wanted` of them."""
+        election timeouts for `wanted` of them, then says BUSY: a node may be starting or
+        restarting, so the client asks again until its own timeout."""
         settings = self.node.settings
         with trio.move_on_after(2 * settings.election_timeout_max_s):
             while len(live := self.live_brokers()) < wanted:
                 await trio.sleep(settings.heartbeat_interval_s)
             return live
-        raise TopicError(
-            f"{wanted} replicas asked for but only {len(live)} of the cluster's "
-            f"{len(self.state.brokers)} nodes answer now"
+        raise PassBack(
+            ErrorReply(
+                ErrorCode.BUSY,
+                f"{wanted} replicas asked for but only {len(live)} of the cluster's "
+                f"{len(self.state.brokers)} nodes answer now",
+            )
         )
 
     def live_brokers(self) -> list[int]:

@@ -231,7 +231,25 @@ async def damage(n: Nemesis) -> None:
         n.start(node_id)
     else:
         n.start(node_id, ["--repair"])
+    # Repaired once it serves: a kill before then could find the damage still there.
+    if not await _serving(n, node_id, STARTUP_REFUSAL_S):
+        n.history.violations.append(f"node {node_id} did not start again after {what}")
+        return
     n.event("restored" if kind == disk.METADATA else "repaired", node=node_id)
+
+
+async def _serving(n: Nemesis, node_id: int, timeout_s: float) -> bool:
+    """Whether the node answers a status call within `timeout_s` (False if it exits)."""
+    proc = n.cluster.procs[node_id]
+    with trio.move_on_after(timeout_s):
+        while proc.poll() is None:
+            try:
+                async with AsyncClient(n.cluster.address(node_id), timeout=1.0, direct=True) as c:
+                    await c.status()
+                return True
+            except QuorumLogError:
+                await trio.sleep(0.1)
+    return False
 
 
 async def slow_disk(n: Nemesis) -> None:

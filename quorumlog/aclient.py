@@ -8,13 +8,13 @@ broker, which is how a window of appends stays in flight. Use it as
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from functools import partial
 
 import trio
 
 from quorumlog.batcher import Batcher
-from quorumlog.connection import TLS_HINT
 from quorumlog.errors import (
     AuthError,
     CallTimeoutError,
@@ -50,9 +50,12 @@ from quorumlog.transport.errors import AuthError as TransportAuthError
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
+    AdminRequest,
     AppendReply,
     EndOffsetReply,
     EndOffsetRequest,
+    ErrorCode,
+    ErrorReply,
     GroupRequest,
     Message,
     ReadReply,
@@ -63,6 +66,7 @@ from quorumlog.transport.messages import (
 )
 from quorumlog.transport.network import DEFAULT_LIMITS
 from quorumlog.transport.tcp import dial
+from quorumlog.transport.tls import CLOSED_HINT
 
 
 class AsyncClient(ClientBase):
@@ -72,13 +76,12 @@ class AsyncClient(ClientBase):
         secret: bytes | str | None = None,
         timeout: float = 10.0,
         direct: bool = False,
+        producer_id: int | None = None,
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ):
-        super().__init__(
-            brokers, secret, timeout, direct, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key
-        )
+        super().__init__(brokers, secret, timeout, direct, producer_id, tls_ca, tls_cert, tls_key)
         self._batcher = Batcher()
         self._connections: dict[str, Connection] = {}
         self._dialing: dict[str, trio.Lock] = {}
@@ -207,9 +210,13 @@ class AsyncClient(ClientBase):
         )
         self._partition_counts[name] = partitions
 
-    async def topics(self) -> dict[str, int]:
-        counts = topics_of(await self._topic_call("list_topics"))
+    async def topics(self, details: bool = False) -> dict[str, int] | dict[str, tuple[int, int]]:
+        """Every topic with its partition count (details: and its replication factor)."""
+        reply = await self._topic_call("list_topics")
+        counts = topics_of(reply)
         self._partition_counts.update(counts)
+        if details:
+            return {name: tuple(row) for name, row in reply.result["topics"].items()}
         return counts
 
     async def describe_topic(self, name: str) -> list[dict]:
@@ -220,12 +227,23 @@ class AsyncClient(ClientBase):
         self._partition_counts.pop(name, None)
 
     async def _topic_call(self, op: str, **args) -> AdminReply:
+        request = topic_request(op, self.timeout, **args)
         with self._deadline():
-            reply = await self._call(
-                topic_request(op, self.timeout, **args), to_leader=True, bounded=False
-            )
+            reply = await self._call(request, to_leader=True, bounded=False, as_retry=_retry)
         assert isinstance(reply, AdminReply)
         return reply
+
+    # ------------------------------------------------------------------- membership
+
+    async def admin(self, op: str, **args) -> dict:
+        """A membership change or a leadership transfer; returns when it is done (committed),
+        retrying while another change or a transfer is under way, until the timeout."""
+        request = AdminRequest(op, {**args, "timeout_s": self.timeout})
+        with self._deadline():
+            # A membership change may take long (a learner catching up): no per-try cap.
+            reply = await self._call(request, to_leader=True, bounded=False, as_retry=_retry)
+        assert isinstance(reply, AdminReply)
+        return reply.result
 
     # ------------------------------------------------------------------- consumer groups
 
@@ -285,31 +303,47 @@ class AsyncClient(ClientBase):
     def _deadline(self) -> _Deadline:
         return _Deadline(self.timeout)
 
-    async def _call(self, message: Message, *, to_leader: bool, bounded: bool = True) -> Message:
+    async def _call(
+        self,
+        message: Message,
+        *,
+        to_leader: bool,
+        bounded: bool = True,
+        as_retry: Callable[[Message], Message] | None = None,
+    ) -> Message:
+        """`as_retry`: the message to send after a try whose outcome is unknown."""
         route = route_of(message)
         attempts = self._router.call(route)
         # Calls a partition's leader must answer are watched (quorumlog/leader_watch.py).
         watched = to_leader and not self._router.direct and isinstance(message, WATCHED)
         while True:
             address = attempts.pick(to_leader)
+            unknown = False  # whether this try may have done its work unseen
             # A node that went silent (paused, cut off) must not hold the whole call.
             with trio.move_on_after(self.attempt_s if bounded else math.inf) as attempt:
                 waiting = self._leader_watch.waiting(route, address, attempt) if watched else None
                 try:
                     reply = await self._call_once(address, message)
                 except (ConnectionClosed, UnreachableError) as exc:
+                    unknown = isinstance(exc, ConnectionClosed)
                     attempts.on_unreachable(address, exc)
                 else:
+                    unknown = isinstance(reply, ErrorReply) and reply.code is ErrorCode.UNKNOWN
                     if attempts.on_reply(address, reply):
                         return reply
                 finally:
                     if waiting is not None:
                         self._leader_watch.done(waiting)
+                    _problem.set(attempts.problem)
             if attempt.cancelled_caught:
+                unknown = True
                 if waiting is not None and waiting.moved_to is not None:
                     attempts.on_replaced(address, waiting.moved_to)
                 else:
                     attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
+                _problem.set(attempts.problem)
+            if unknown and as_retry is not None:
+                message = as_retry(message)
             await trio.sleep(attempts.pause_s())
 
     async def _call_once(self, address: str, message: Message) -> Message:
@@ -337,7 +371,7 @@ class AsyncClient(ClientBase):
                 except TransportAuthError as exc:
                     raise AuthError(str(exc)) from None
                 except ConnectionClosed as exc:
-                    hint = TLS_HINT if self._ssl_context else ""
+                    hint = f": {CLOSED_HINT}" if self._ssl_context else ""
                     raise UnreachableError(f"{exc}{hint}") from None
                 assert self._nursery is not None, "use AsyncClient in `async with`"
                 self._nursery.start_soon(self._run_connection, address, connection)
@@ -352,21 +386,35 @@ class AsyncClient(ClientBase):
                 del self._connections[address]
 
 
-class _Deadline:
-    """`fail_after` that raises the client's CallTimeoutError; a plain class rather than
-    a generator, since every call enters one."""
+# Why the current call's last try failed, for the message of its timeout (per task).
+_problem: ContextVar[str | None] = ContextVar("quorumlog_call_problem", default=None)
 
-    __slots__ = ("_scope", "_timeout_s")
+
+class _Deadline:
+    """`fail_after` that raises the client's CallTimeoutError, saying why the last try
+    failed; a plain class rather than a generator, since every call enters one."""
+
+    __slots__ = ("_scope", "_timeout_s", "_token")
 
     def __init__(self, timeout_s: float):
         self._timeout_s = timeout_s
         self._scope = trio.CancelScope(deadline=trio.current_time() + timeout_s)
 
     def __enter__(self) -> None:
+        self._token = _problem.set(None)
         self._scope.__enter__()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         suppressed = self._scope.__exit__(exc_type, exc, tb)
+        problem = _problem.get()
+        _problem.reset(self._token)
         if self._scope.cancelled_caught:
-            raise CallTimeoutError(f"gave up after {self._timeout_s:g} s") from None
+            why = f": {problem}" if problem else ""
+            raise CallTimeoutError(f"gave up after {self._timeout_s:g} s{why}") from None
         return suppressed
+
+
+def _retry(request: Message) -> Message:
+    """An admin call sent again after a try whose outcome is unknown (actors/admin.py)."""
+    assert isinstance(request, AdminRequest)
+    return AdminRequest(request.op, {**request.args, "retry": True})

@@ -219,6 +219,12 @@ def dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None
     """
     from quorumlog.dev import run_dev
 
+    if abs(base_port - kafka_base_port) < nodes:
+        raise click.BadParameter(
+            f"the Kafka ports {kafka_base_port}..{kafka_base_port + nodes - 1} overlap the "
+            f"nodes' ports {base_port}..{base_port + nodes - 1}",
+            param_hint="'--kafka-base-port'",
+        )
     run_dev(nodes, data_dir, base_port, kafka_base_port)
 
 

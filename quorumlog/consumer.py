@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import queue
-import threading
 import uuid
 from collections.abc import Sequence
 
@@ -40,6 +38,7 @@ from quorumlog.errors import (
 )
 from quorumlog.fetcher import PartitionFetch
 from quorumlog.leases import Leases
+from quorumlog.loop_thread import LoopThread
 from quorumlog.protocol import Record
 
 STARTS = ("earliest", "latest")
@@ -324,60 +323,26 @@ class Consumer:
 
     def __init__(self, brokers: str | Sequence[str], group: str, topics, **kwargs):
         self._consumer = AsyncConsumer(brokers, group, topics, **kwargs)
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
-        self._thread: threading.Thread | None = None
+        self._loop = LoopThread(
+            self._consumer, "consumer", ": use it as `with Consumer(...) as c:`"
+        )
 
     @property
     def member(self) -> str:
         return self._consumer.member
 
     def __enter__(self) -> Consumer:
-        ready: queue.Queue[BaseException | None] = queue.Queue(1)
-        self._thread = threading.Thread(
-            target=trio.run, args=(self._run, ready), name="quorumlog-consumer", daemon=True
-        )
-        self._thread.start()
-        error = ready.get()
-        if error is not None:
-            self._thread.join()
-            raise error
+        self._loop.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def close(self) -> None:
-        if self._thread is None:
-            return
-        if self._stop is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
-        self._thread.join()
-        self._thread = None
-
-    async def _run(self, ready: queue.Queue) -> None:
-        started = False
-        try:
-            async with self._consumer:
-                self._token = trio.lowlevel.current_trio_token()
-                self._stop = trio.Event()
-                started = True
-                ready.put(None)
-                await self._stop.wait()
-        except BaseException as exc:
-            if not started:
-                ready.put(exc)
-                return
-            raise
+        self._loop.close()
 
     def _call(self, fn, *args):
-        if self._token is None:
-            raise QuorumLogError("the consumer is not open: use it as `with Consumer(...) as c:`")
-        try:
-            return trio.from_thread.run(fn, *args, trio_token=self._token)
-        except trio.RunFinishedError:
-            raise QuorumLogError("the consumer is closed") from None
+        return self._loop.run(fn, *args)
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[Record]:
         return self._call(self._consumer.poll, max_records, timeout)

@@ -9,8 +9,8 @@ wins; if it names another node in a newer term than any answer naming the one we
 on, the attempt ends and the call goes to that node at once (an idempotent retry: nothing
 is written twice). A leader that is merely slow is still named by the others, and kept.
 
-`newer_leader` is the rule, plain code; `LeaderWatch` runs it for `AsyncClient` (one task
-for every waiting call), and the blocking `Client` calls `newer_leader` while it waits.
+`newer_leader` is the rule, plain code; `LeaderWatch` runs it for the clients (one task
+for every waiting call).
 """
 
 from __future__ import annotations
@@ -29,14 +29,6 @@ from quorumlog.transport.messages import LeaderReply, LeaderRequest, Message
 WATCH_AFTER_S = 0.3
 WATCH_EVERY_S = 0.1
 ASK_TIMEOUT_S = 0.25
-
-
-class LeaderReplaced(Exception):
-    """For the blocking client: the node it waits on was replaced by `leader`."""
-
-    def __init__(self, leader: str):
-        super().__init__(f"replaced by {leader}")
-        self.leader = leader
 
 
 class Terms:

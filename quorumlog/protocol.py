@@ -404,6 +404,7 @@ class Attempts:
         self._failed: dict[str, int] = {}  # broker -> tries made when it failed
         self._tried: list[str] = []
         self._fresh_hint = False
+        self.problem = "no broker answered"  # why the last try did not end the call
 
     def _just_failed(self, address: str | None) -> bool:
         failed_at = self._failed.get(address) if address is not None else None
@@ -443,6 +444,7 @@ class Attempts:
         if (reply.code not in RETRIABLE and not ask_there) or router.direct:
             raise error_from(reply)
         self._fresh_hint = fresh
+        self.problem = reply.message
         if fresh:
             router.leaders[self._route] = hint
         else:
@@ -455,6 +457,7 @@ class Attempts:
             if isinstance(error, QuorumLogError):
                 raise error
             raise UnreachableError(f"{address}: {error}") from None
+        self.problem = str(error)
         self._failed[address] = len(self._tried)
         self._fresh_hint = False
         if router.leaders.get(self._route) == address:

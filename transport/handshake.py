@@ -34,7 +34,7 @@ from quorumlog.transport.messages import (
     Role,
 )
 from quorumlog.transport.network import ConnectionInfo
-from quorumlog.transport.tls import tls_reason
+from quorumlog.transport.tls import CLOSED_HINT, tls_reason
 
 PROTOCOL_VERSION = 1
 
@@ -192,6 +192,8 @@ async def _receive(stream: trio.abc.Stream, decoder: FrameDecoder) -> Message:
 def _closed(exc: BaseException) -> TransportError:
     """A TLS handshake that failed (a certificate refused, on either side) is an
     authentication fault, not a connection to retry."""
+    if isinstance(exc.__cause__, ssl.SSLEOFError):
+        return AuthError(f"TLS refused: the node closed the connection: {CLOSED_HINT}")
     if isinstance(exc.__cause__, ssl.SSLError):
         return AuthError(f"TLS refused: {tls_reason(exc.__cause__)}")
     return ConnectionClosed(f"closed during the handshake: {_why(exc)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import ssl
 from collections.abc import AsyncIterator, Mapping
@@ -60,8 +61,18 @@ async def dial(
             f"{address}: no handshake within {limits.handshake_timeout_s} s"
         ) from None
     except OSError as exc:
-        raise ConnectionClosed(f"cannot connect to {address}: {exc}") from None
+        raise ConnectionClosed(f"cannot connect to {address}: {_reason(exc)}") from None
     return Connection(stream, info, decoder=decoder, limits=limits, handler=handler)
+
+
+def _reason(exc: OSError) -> str:
+    """ "Connection refused" rather than trio's "all attempts to connect to ... failed"
+    (the attempts' own errors are its cause)."""
+    cause = exc.__cause__
+    if isinstance(cause, BaseExceptionGroup) and isinstance(cause.exceptions[0], OSError):
+        first = cause.exceptions[0]
+        return os.strerror(first.errno) if first.errno and first.errno > 0 else str(first)
+    return exc.strerror or str(exc)
 
 
 @asynccontextmanager

@@ -15,6 +15,11 @@ class TlsSetupError(ValueError):
     """A certificate, key or CA file that cannot be used (one line, for the user)."""
 
 
+# A node that refuses a certificate (or its absence) closes the connection once TLS is up,
+# often before its alert saying why reaches the dialler.
+CLOSED_HINT = "does the node accept this certificate (--tls-cert)?"
+
+
 def server_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
     """A node's listener: its certificate, and the CA every connecting side must prove."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -134,10 +134,12 @@ def test_produce(tmp_path):
         "client: AsyncClient 1 rec/call w1 leader",
         "client: AsyncClient 64 rec/call w64 quorum",
         "client: Client 1 rec/call 64 threads quorum",
+        "client: Client 1 rec/call 1 thread quorum",
     ):
         _positive(rows[figure], *LATENCY, "mb_s")
         assert rows[figure]["errors"] == 0
-    _positive(rows["client: Client 1 rec/call 64 threads quorum"], "ratio_to_async")
+    for threads in ("64 threads", "1 thread"):
+        _positive(rows[f"client: Client 1 rec/call {threads} quorum"], "ratio_to_async")
     for window in (1, 64):
         for acks in ("quorum", "leader", "none"):
             row = rows[f"server-only: 64KiB batches w{window} {acks}"]

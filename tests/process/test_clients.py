@@ -21,7 +21,7 @@ from quorumlog.localcluster import free_ports
 
 
 async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
-    cluster.wait_for_leader()
+    await trio.to_thread.run_sync(cluster.wait_for_leader)  # a blocking call, off the loop
     offsets: list[int] = []
     async with AsyncClient(cluster.brokers, timeout=20) as c:
 
