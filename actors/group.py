@@ -32,6 +32,7 @@ from quorumlog.actors.mailbox import (
     Answered,
     ClientAppend,
     CoreCall,
+    PeerConnected,
     PeerInput,
     Pending,
     QuorumWaiter,
@@ -200,6 +201,8 @@ class GroupActor:
                     processed.set()
             case Flushed() | WakeUp():
                 pass  # a wake-up: the round checks the flushed offset, a quiet core wakes
+            case PeerConnected(peer):
+                core.peer_connected(peer)
             case CoreCall(fn, reply):
                 core.now = trio.current_time()
                 try:
@@ -371,6 +374,11 @@ class GroupActor:
         the network may drop it: Raft resends)."""
         with contextlib.suppress(trio.WouldBlock):
             self._inbox.send_nowait(PeerInput(sender, message))
+
+    def peer_connected(self, peer: int) -> None:
+        """From the transport: what went to `peer` while it was unreachable can go again."""
+        with contextlib.suppress(trio.WouldBlock):  # a full mailbox: the retransmit timer
+            self._inbox.send_nowait(PeerConnected(peer))
 
     def wake_flushed(self) -> None:
         """From the flusher: this log's flushed offset moved."""

@@ -81,6 +81,13 @@ WAKE_UP = WakeUp()
 
 
 @dataclass(frozen=True, slots=True)
+class PeerConnected:
+    """Mailbox message: this node's link to `peer` connected (transport/network.py)."""
+
+    peer: int
+
+
+@dataclass(frozen=True, slots=True)
 class PeerInput:
     sender: int
     message: Message

@@ -87,11 +87,12 @@ class NodeHandler:
     """What the node gives its transport: every message goes to `Node.handle`; client
     appends are taken without a task of their own (`Node.take_request`)."""
 
-    __slots__ = ("_handle", "take_request")
+    __slots__ = ("_handle", "peer_connected", "take_request")
 
     def __init__(self, node: Node) -> None:
         self._handle = node.handle
         self.take_request = node.take_request
+        self.peer_connected = node.peer_connected
 
     def __call__(self, peer: ConnectionInfo, message: Message) -> Awaitable[Message | None]:
         return self._handle(peer, message)
@@ -428,6 +429,11 @@ class Node:
                 message.group, self.id, -1, -1, -1, AppendResult.GROUP_UNAVAILABLE, -1, -1
             )
         return None
+
+    def peer_connected(self, peer: int) -> None:
+        """The transport's link to `peer` connected (transport/network.py)."""
+        for group in self.groups.values():
+            group.peer_connected(peer)
 
     def take_request(self, peer: ConnectionInfo, message: Message, answer: Answer) -> bool:
         """A client append, taken without a task to wait for it (transport/network.py).

@@ -2,7 +2,10 @@
 and any thread hands it a call and waits for the result (`Client`, `Consumer`).
 
 Calls from many threads are then in flight together on the client's connections, as tasks
-sharing an `AsyncClient` are, instead of taking turns on a blocking socket.
+sharing an `AsyncClient` are, instead of taking turns on a blocking socket. Threads queue
+their calls and wake the loop only when it is idle: under load, a call costs a queue entry
+and an event, not a wake-up of the loop each (`trio.from_thread.run` costs a system call
+and a task of its own per call; measured x0.54 of the `AsyncClient` with 64 threads).
 """
 
 from __future__ import annotations
@@ -10,14 +13,25 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import Any
 
+import outcome
 import trio
 
 from quorumlog.errors import QuorumLogError
+
+
+class _Call:
+    __slots__ = ("done", "fn", "result")
+
+    def __init__(self, fn: Callable[[], Awaitable[Any]]):
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: outcome.Outcome | None = None
 
 
 class LoopThread:
@@ -28,9 +42,13 @@ class LoopThread:
         self._resource = resource
         self._what = what  # "client", "consumer": for the thread's name and errors
         self._hint = hint
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._stop: trio.Event | None = None
         self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._lock = threading.Lock()  # guards the three below
+        self._calls: deque[_Call] = deque()
+        self._idle = False  # the loop waits for a wake-up to look at the calls
+        self._open = False
+        self._wake: trio.Event | None = None
 
     def start(self) -> None:
         """Returns once the resource is open; raises what opening it raised."""
@@ -48,32 +66,91 @@ class LoopThread:
     def close(self) -> None:
         if self._thread is None:
             return
-        if self._stop is not None:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+        with self._lock:
+            self._open = False
+            wake = self._idle
+            self._idle = False
+        if wake:
+            self._wake_loop()
         self._thread.join()
         self._thread = None
-        self._token = None
 
     def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
-        if self._token is None:
-            raise QuorumLogError(f"the {self._what} is not open{self._hint}")
-        try:
-            return trio.from_thread.run(partial(fn, *args, **kwargs), trio_token=self._token)
-        except trio.RunFinishedError:
-            raise QuorumLogError(f"the {self._what} is closed") from None
+        call = _Call(partial(fn, *args, **kwargs))
+        with self._lock:
+            if not self._open:
+                closed = "closed" if self._thread is not None else f"not open{self._hint}"
+                raise QuorumLogError(f"the {self._what} is {closed}")
+            self._calls.append(call)
+            wake = self._idle
+            self._idle = False
+        if wake:
+            self._wake_loop()
+        call.done.wait()
+        assert call.result is not None
+        return call.result.unwrap()
+
+    def _wake_loop(self) -> None:
+        assert self._token is not None
+        # A loop that ended meanwhile fails the queued calls on its way out (_fail_left).
+        with contextlib.suppress(trio.RunFinishedError):
+            self._token.run_sync_soon(lambda: self._wake.set())  # the event of that time
 
     async def _serve(self, ready: queue.Queue[BaseException | None]) -> None:
         started = False
         try:
-            async with self._resource:
+            async with self._resource, trio.open_nursery() as calls:
                 self._token = trio.lowlevel.current_trio_token()
-                self._stop = trio.Event()
+                with self._lock:
+                    self._open = True
                 started = True
                 ready.put(None)
-                await self._stop.wait()
+                await self._dispatch(calls)
+                calls.cancel_scope.cancel()
         except BaseException as exc:
             if not started:
                 ready.put(exc)
                 return
             raise
+        finally:
+            self._fail_left()
+
+    async def _dispatch(self, calls: trio.Nursery) -> None:
+        """Start every queued call as a task; sleep while there is none; end on close."""
+        while True:
+            with self._lock:
+                batch = list(self._calls)
+                self._calls.clear()
+                if not batch:
+                    if not self._open:
+                        return
+                    self._idle = True
+                    self._wake = trio.Event()
+            if batch:
+                for call in batch:
+                    calls.start_soon(self._run, call)
+                await trio.lowlevel.checkpoint()
+            else:
+                await self._wake.wait()
+
+    async def _run(self, call: _Call) -> None:
+        try:
+            call.result = await outcome.acapture(call.fn)
+        finally:
+            result = call.result
+            if result is None or (
+                isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled)
+            ):
+                closed = QuorumLogError(f"the {self._what} was closed during the call")
+                call.result = outcome.Error(closed)
+            call.done.set()
+
+    def _fail_left(self) -> None:
+        """Calls that came as the loop ended: they fail rather than wait forever."""
+        with self._lock:
+            self._open = False
+            left = list(self._calls)
+            self._calls.clear()
+        for call in left:
+            call.result = outcome.Error(QuorumLogError(f"the {self._what} is closed"))
+            call.done.set()

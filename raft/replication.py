@@ -58,6 +58,15 @@ class ReplicationRules:
                 p.probing = True
                 p.last_reply_s = now
 
+    def peer_connected(self, peer: int) -> None:
+        """A link to `peer` connected: what was sent to it before was dropped or may have
+        been lost with the old connection, so probe again now rather than after the
+        retransmit timeout (a new member's first messages go while it is being dialled)."""
+        p = self.progress.get(peer)
+        if self.role is Role.LEADER and p is not None and p.inflight:
+            p.forget_inflight()
+            p.probing = True
+
     def pump(self) -> None:
         """Send every follower what its window allows (called after each round of inputs)."""
         if self.role is not Role.LEADER:

@@ -468,3 +468,13 @@ def test_a_witness_of_the_controllers_group_copies_the_whole_log():
     )
     first = first_message_to(leader, 4)
     assert first.prev_term != UNKNOWN_TERM and leader.progress[4].floor == 0
+
+
+def test_a_link_that_connects_gets_at_once_what_was_sent_before_it_was_up():
+    core = caught_up_leader()
+    propose(core, batch_of(b"x"), 10.0, True)
+    assert len(sent_to_2(core)) == 1  # dropped: no link to 2 yet (the core cannot tell)
+    assert not sent_to_2(core), "one in flight: nothing more until an answer or a timeout"
+    core.peer_connected(2)
+    (probe,) = sent_to_2(core)  # at once, long before the retransmit timeout
+    assert probe.prev_offset == core.log.dirty_offset, "does it hold our last entry?"

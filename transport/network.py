@@ -23,6 +23,10 @@ A node's actors see three things, whatever the network underneath:
    at once or later; False sends the request to the handler as above. It spares a task and
    two task switches per request, which single-record appends feel.
 
+   And a method `peer_connected(peer_id)`, called (from the trio thread) when this node's
+   link to a peer connects: whatever was sent to that peer while there was none was
+   dropped, and can go again now instead of after a retransmit timeout.
+
 2. A `NodeTransport` to reach the other nodes by id:
    - `send_nowait(peer_id, message) -> bool` one-way, never blocks. It goes over this
      node's link to that peer or, while there is none or it is down, back over the
@@ -84,6 +88,11 @@ def request_taker(
 ) -> Callable[[ConnectionInfo, Message, Answer], bool] | None:
     """The handler's `take_request` method, if it has one (see above)."""
     return getattr(handler, "take_request", None)
+
+
+def connection_listener(handler: Handler | None) -> Callable[[int], None] | None:
+    """The handler's `peer_connected` method, if it has one (see above)."""
+    return getattr(handler, "peer_connected", None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,12 @@ class PeerLink:
         dial: Callable[[str], Awaitable[Connection]],
         rng: random.Random,
         backoff: Backoff,
+        on_connected: Callable[[int], None] | None = None,
     ) -> None:
         self.peer_id = peer_id
         self.address = address
         self._dial = dial
+        self._on_connected = on_connected
         self._rng = rng
         self._backoff = backoff
         self._connection: Connection | None = None
@@ -71,6 +73,8 @@ class PeerLink:
                 failures = 0
                 self._connection = connection
                 self._logger.info("peer_connected")
+                if self._on_connected is not None:
+                    self._on_connected(self.peer_id)
                 try:
                     reason = await connection.run()
                 finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -19,7 +19,7 @@ from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import dial_handshake
 from quorumlog.transport.listener import Listener
 from quorumlog.transport.messages import Message, Role
-from quorumlog.transport.network import DEFAULT_LIMITS, Handler, Limits
+from quorumlog.transport.network import DEFAULT_LIMITS, Handler, Limits, connection_listener
 from quorumlog.transport.peer_link import PeerLink
 
 
@@ -113,6 +113,7 @@ class TcpTransport:
         rng: random.Random,
         backoff: Backoff,
         listener: Listener,
+        on_peer_connected: Callable[[int], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self._listener = listener
@@ -122,6 +123,7 @@ class TcpTransport:
         self._rng = rng
         self._backoff = backoff
         self._links: dict[int, tuple[PeerLink, trio.CancelScope]] = {}
+        self._on_peer_connected = on_peer_connected
 
     def send_nowait(self, peer_id: int, message: Message) -> bool:
         route = self._route(peer_id)
@@ -161,6 +163,7 @@ class TcpTransport:
                 dial=self._dial_peer,
                 rng=self._rng,
                 backoff=self._backoff,
+                on_connected=self._on_peer_connected,
             )
             scope = trio.CancelScope()
             self._links[peer_id] = (link, scope)
@@ -215,6 +218,7 @@ async def open_tcp_transport(
             rng=rng,
             backoff=backoff,
             listener=listener,
+            on_peer_connected=connection_listener(handler),
         )
         transport.set_peers(peers or {})
         try:

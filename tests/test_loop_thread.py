@@ -1,0 +1,93 @@
+"""`LoopThread`: a trio resource served to blocking threads (what `Client` and `Consumer`
+are made of). Calls from many threads run together; closing never leaves a thread waiting."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+
+from quorumlog.errors import QuorumLogError
+from quorumlog.loop_thread import LoopThread
+
+
+class Resource:
+    """An async context manager with calls that take a while, as a client's do."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most_at_once = 0
+
+    async def __aenter__(self) -> Resource:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        pass
+
+    async def echo(self, value: int, delay_s: float = 0.05) -> int:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            await trio.sleep(delay_s)
+        finally:
+            self.running -= 1
+        return value
+
+    async def fail(self) -> None:
+        raise QuorumLogError("refused: as asked")
+
+
+def test_calls_from_many_threads_run_together_and_each_gets_its_own_answer():
+    resource = Resource()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    answers: dict[int, int] = {}
+
+    def call(i: int) -> None:
+        answers[i] = loop.run(resource.echo, i)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    loop.close()
+    assert answers == {i: i for i in range(64)}
+    assert resource.most_at_once > 32, "calls were in flight together"
+
+
+def test_errors_reach_the_caller_and_a_closed_loop_refuses_calls():
+    resource = Resource()
+    loop = LoopThread(resource, "client")
+    with pytest.raises(QuorumLogError, match="not open"):
+        loop.run(resource.echo, 1)
+    loop.start()
+    with pytest.raises(QuorumLogError, match="as asked"):
+        loop.run(resource.fail)
+    assert loop.run(resource.echo, 7, delay_s=0) == 7
+    loop.close()
+    with pytest.raises(QuorumLogError, match="not open"):
+        loop.run(resource.echo, 1)
+
+
+def test_closing_ends_a_call_in_flight_with_an_error_instead_of_leaving_it_waiting():
+    resource = Resource()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    outcome: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            loop.run(resource.echo, 1, delay_s=60)
+        except QuorumLogError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    while resource.running == 0:
+        time.sleep(0.01)
+    loop.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and "closed during the call" in str(outcome[0])
