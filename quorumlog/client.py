@@ -11,6 +11,7 @@ or with a definite QuorumLogError, within the client's timeout. Open at construc
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 
 from quorumlog.aclient import AsyncClient
@@ -35,6 +36,9 @@ class Client:
         )
         self._loop = LoopThread(self._client, "client")
         self._loop.start()
+        # A client dropped without close() still stops its thread and connections (not at
+        # interpreter exit: the thread is a daemon).
+        weakref.finalize(self, self._loop.stop).atexit = False
 
     def __enter__(self) -> Client:
         return self

@@ -64,16 +64,20 @@ class LoopThread:
             raise error
 
     def close(self) -> None:
-        if self._thread is None:
-            return
+        """Ends the loop (calls in flight fail) and waits for its thread."""
+        self.stop()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def stop(self) -> None:
+        """Asks the loop to end, without waiting (safe from a finalizer)."""
         with self._lock:
             self._open = False
             wake = self._idle
             self._idle = False
         if wake:
             self._wake_loop()
-        self._thread.join()
-        self._thread = None
 
     def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         call = _Call(partial(fn, *args, **kwargs))

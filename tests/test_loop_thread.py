@@ -3,12 +3,14 @@ are made of). Calls from many threads run together; closing never leaves a threa
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
 import pytest
 import trio
 
+from quorumlog import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.loop_thread import LoopThread
 
@@ -91,3 +93,13 @@ def test_closing_ends_a_call_in_flight_with_an_error_instead_of_leaving_it_waiti
     loop.close()
     thread.join(timeout=10)
     assert not thread.is_alive() and "closed during the call" in str(outcome[0])
+
+
+def test_a_client_dropped_without_close_stops_its_thread():
+    client = Client("127.0.0.1:1")  # connects on its first call only
+    thread = client._loop._thread
+    assert thread is not None and thread.is_alive()
+    del client
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
