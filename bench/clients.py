@@ -3,6 +3,7 @@
 - `async_run`: `window` trio tasks share one `AsyncClient` (as the README says to), each
   appending `records_per_call` fresh 1 KiB records as soon as its last call returned.
 - `threads_run`: `threads` OS threads share one blocking `Client` the same way.
+- `fill_log`: megabytes of incompressible records into `default`, to have a log to copy.
 
 Records are made before the clock starts (random bytes, so compression gains nothing);
 everything from the call on (batch encoding, checksums, framing, routing) is counted.
@@ -17,7 +18,7 @@ import time
 import trio
 
 from quorumlog import AsyncClient, Client, QuorumLogError
-from quorumlog.bench.workload import AppendRun, latency_fields
+from quorumlog.bench.workload import AppendRun, IncompressibleRecords, latency_fields
 
 RECORD_BYTES = 1024
 POOL_RECORDS = 4096  # distinct records cycled through
@@ -175,3 +176,17 @@ def client_rows(brokers: str, duration_s: float, warmup_s: float) -> list[dict]:
                 row["records_s"] / same["records_s"] if same["records_s"] else 0.0
             )
     return rows
+
+
+FILL_RECORD_BYTES = 16 * 1024
+
+
+def fill_log(brokers: str, megabytes: int) -> float:
+    """Append about `megabytes` of incompressible records to `default` through the public
+    `Client`, 64 records per call; returns the seconds it took."""
+    records = IncompressibleRecords(FILL_RECORD_BYTES)
+    start = time.monotonic()
+    with Client(brokers, timeout=60) as c:
+        for _ in range(megabytes * 1_000_000 // (64 * FILL_RECORD_BYTES) + 1):
+            c.append(records.take(64))
+    return time.monotonic() - start

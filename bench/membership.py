@@ -18,8 +18,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from quorumlog.bench.clients import fill_log
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import fill_log, peak_rss_row, running_cluster
+from quorumlog.bench.workload import peak_rss_row, running_cluster
 from quorumlog.client import Client
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster

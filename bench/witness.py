@@ -18,8 +18,9 @@ import sys
 import time
 from dataclasses import dataclass
 
+from quorumlog.bench.clients import fill_log
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import fill_log, percentile, running_cluster
+from quorumlog.bench.workload import percentile, running_cluster
 from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster
 

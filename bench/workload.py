@@ -22,7 +22,6 @@ from typing import TypeVar
 import trio
 
 from quorumlog.bench.storage import _raw_append
-from quorumlog.client import Client
 from quorumlog.localcluster import ProcessCluster, free_ports
 from quorumlog.log.records import make_data_batch
 from quorumlog.transport.errors import TransportError
@@ -83,20 +82,6 @@ class IncompressibleRecords:
             out.append(self._pool[at : at + self._size])
             self._next += 1
         return out
-
-
-FILL_RECORD_BYTES = 16 * 1024
-
-
-def fill_log(brokers: str, megabytes: int) -> float:
-    """Append about `megabytes` of incompressible records to `default` through the public
-    `Client`, 64 records per call; returns the seconds it took."""
-    records = IncompressibleRecords(FILL_RECORD_BYTES)
-    start = time.monotonic()
-    with Client(brokers, timeout=60) as c:
-        for _ in range(megabytes * 1_000_000 // (64 * FILL_RECORD_BYTES) + 1):
-            c.append(records.take(64))
-    return time.monotonic() - start
 
 
 # --- percentiles --------------------------------------------------------------------------
