@@ -1,8 +1,10 @@
 """Appends to one partition that come while earlier ones are on their way ride together, as
-a Kafka producer's do (with linger.ms 0): an append is sent at once while fewer than
-IN_FLIGHT requests to its partition are under way. One that comes when they all are
-waits, and as soon as one is answered, every append waiting (up to a batch's size) goes
-as one batch, sent by the first of them. A lone append is never held back.
+a Kafka producer's do (with linger.ms 0): an append is sent while fewer than IN_FLIGHT
+requests to its partition are under way, after one pass of the scheduler in which the
+appends made at the same moment (the tasks an answer woke) join it. One that comes when
+they all are waits, and as soon as one is answered, every append waiting (up to a batch's
+size) goes as one batch, sent by the first of them. A lone append is never held back
+beyond that one pass.
 
 Each call keeps what it had alone: its records contiguous and atomic in the log (a batch
 is written whole or not at all), its own offsets, its own error and its own deadline. A
@@ -45,14 +47,33 @@ class _Call:
 
 
 class _Lane:
-    """One partition and acks level: requests under way, and the calls waiting (only
-    while IN_FLIGHT requests are under way)."""
+    """One partition and acks level: requests under way, the call about to send (others
+    made meanwhile ride with it), and the calls waiting (only while IN_FLIGHT requests are
+    under way)."""
 
-    __slots__ = ("in_flight", "waiting")
+    __slots__ = ("gathering", "gathered_bytes", "in_flight", "waiting")
 
     def __init__(self) -> None:
         self.in_flight = 0
+        self.gathering: _Call | None = None
+        self.gathered_bytes = 0
         self.waiting: deque[_Call] = deque()
+
+    def gather(self, call: _Call) -> None:
+        """`call` holds a request slot and sends next: calls made until it does ride."""
+        call.sends = True
+        self.gathering = call
+        self.gathered_bytes = call.size + sum(rider.size for rider in call.riders)
+
+    def join(self, call: _Call) -> bool:
+        """Whether `call` rides with the call about to send."""
+        first = self.gathering
+        if first is None or self.gathered_bytes + call.size > BATCH_BYTES_MAX:
+            return False
+        call.taken = True
+        first.riders.append(call)
+        self.gathered_bytes += call.size
+        return True
 
 
 class Batcher:
@@ -67,14 +88,22 @@ class Batcher:
         if lane is None:
             lane = self._lanes[lane_key] = _Lane()
         call = _Call(records)
-        if lane.in_flight < IN_FLIGHT:
-            lane.in_flight += 1
-            await self._send(lane, call, send)
-            return call.replies
-        lane.waiting.append(call)
+        if not lane.join(call):
+            if lane.in_flight < IN_FLIGHT:
+                lane.in_flight += 1
+                lane.gather(call)
+            else:
+                lane.waiting.append(call)
         try:
-            await call.ready.wait()
+            if not call.sends:
+                await call.ready.wait()
+            if call.sends:
+                # Once through the scheduler before sending, so that the calls made in the
+                # same pass (the tasks one answer woke, say) ride along.
+                await trio.lowlevel.checkpoint()
         except BaseException:
+            if lane.gathering is call:
+                lane.gathering = None
             if call.sends:  # its turn came as it gave up: its riders go back, first
                 lane.waiting.extendleft(reversed(call.riders))
                 for rider in call.riders:
@@ -84,6 +113,8 @@ class Batcher:
                 lane.waiting.remove(call)
             raise
         if call.sends:
+            if lane.gathering is call:
+                lane.gathering = None
             await self._send(lane, call, send)
         elif call.error is not None:
             raise call.error
@@ -123,14 +154,10 @@ class Batcher:
             lane.in_flight -= 1
             return
         first = lane.waiting.popleft()
-        size = first.size
         first.riders = []
-        while lane.waiting and size + lane.waiting[0].size <= BATCH_BYTES_MAX:
-            rider = lane.waiting.popleft()
-            rider.taken = True
-            first.riders.append(rider)
-            size += rider.size
-        first.sends = True
+        lane.gather(first)
+        while lane.waiting and lane.join(lane.waiting[0]):
+            lane.waiting.popleft()
         first.ready.set()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from quorumlog.batcher import IN_FLIGHT, Batcher
 from quorumlog.errors import NotLeaderError, OutcomeUnknownError
@@ -36,6 +37,13 @@ async def append(batcher: Batcher, log: FakeLog, *values: bytes, out: dict | Non
     return replies
 
 
+async def fill_window(nursery: trio.Nursery, batcher: Batcher, log: FakeLog, busy: int = IN_FLIGHT):
+    """`busy` requests on their way, each alone."""
+    for i in range(busy):
+        nursery.start_soon(append, batcher, log, b"busy%d" % i)
+        await wait_all_tasks_blocked()
+
+
 async def test_a_lone_append_goes_at_once_and_alone(autojump_clock):
     log, batcher = FakeLog(), Batcher()
     start = trio.current_time()
@@ -53,19 +61,42 @@ async def test_appends_made_while_the_window_is_full_ride_together_with_their_ow
     async with trio.open_nursery() as nursery:
         for i in range(IN_FLIGHT + 3):
             nursery.start_soon(lambda i=i: append(batcher, log, b"x%d" % i, b"y%d" % i, out=got))
-            await trio.sleep(0)  # in this order
+            await wait_all_tasks_blocked()  # each on its way before the next
     assert [len(b) for b in log.batches] == [2] * IN_FLIGHT + [6]
     flat = [v for batch in log.batches for v in batch]
     for (x, y), (first, last) in got.items():
         assert flat[first : last + 1] == [x, y], "each call's records contiguous, its own"
 
 
+async def test_appends_made_in_the_same_pass_ride_with_the_first_even_with_a_free_slot(
+    autojump_clock,
+):
+    log, batcher = FakeLog(), Batcher()
+    async with trio.open_nursery() as nursery:
+        for i in range(5):  # as the tasks woken by one answer do
+            nursery.start_soon(append, batcher, log, b"v%d" % i)
+    assert len(log.batches) == 1
+    assert sorted(log.batches[0]) == [b"v%d" % i for i in range(5)]
+
+
+async def test_a_sender_cancelled_before_it_sends_leaves_its_riders_to_go_without_it(
+    autojump_clock,
+):
+    log, batcher = FakeLog(), Batcher()
+    got: dict = {}
+    async with trio.open_nursery() as nursery:
+        with trio.CancelScope() as scope:
+            nursery.start_soon(lambda: append(batcher, log, b"rider", out=got))
+            scope.cancel()  # the sender is cancelled in the pass it waits for riders
+            await append(batcher, log, b"impatient")
+    assert log.batches == [[b"rider"]]
+    assert got == {(b"rider",): (0, 0)}
+
+
 async def test_a_call_that_gives_up_while_waiting_is_not_sent(autojump_clock):
     log, batcher = FakeLog(), Batcher()
     async with trio.open_nursery() as nursery:
-        for i in range(IN_FLIGHT):
-            nursery.start_soon(append, batcher, log, b"busy%d" % i)
-        await trio.sleep(0)
+        await fill_window(nursery, batcher, log)
         with trio.move_on_after(0.5):
             await append(batcher, log, b"impatient")
         nursery.start_soon(append, batcher, log, b"later")
@@ -86,7 +117,7 @@ async def test_a_batch_error_reaches_every_call_in_it(autojump_clock):
     async with trio.open_nursery() as nursery:
         for i in range(IN_FLIGHT):
             nursery.start_soon(one, b"busy%d" % i)
-        await trio.sleep(0)
+            await wait_all_tasks_blocked()
         for i in range(3):
             nursery.start_soon(one, b"rider%d" % i)
     assert sorted(errors) == [b"rider0", b"rider1", b"rider2"]
@@ -96,12 +127,15 @@ async def test_a_batch_error_reaches_every_call_in_it(autojump_clock):
 async def test_a_sender_that_gives_up_does_not_strand_those_waiting(autojump_clock):
     log, batcher = FakeLog(), Batcher()
     async with trio.open_nursery() as nursery:
-        for i in range(IN_FLIGHT - 1):
-            nursery.start_soon(append, batcher, log, b"busy%d" % i)
-        await trio.sleep(0)
-        with trio.move_on_after(0.5):  # it sends at once, then gives up
-            nursery.start_soon(append, batcher, log, b"waits")  # the window is full now
-            await append(batcher, log, b"gives up")
+        await fill_window(nursery, batcher, log, IN_FLIGHT - 1)
+
+        async def gives_up() -> None:
+            with trio.move_on_after(0.5):  # it sends at once, then gives up
+                await append(batcher, log, b"gives up")
+
+        nursery.start_soon(gives_up)
+        await wait_all_tasks_blocked()
+        nursery.start_soon(append, batcher, log, b"waits")  # the window is full now
     assert log.batches[-1] == [b"waits"]
 
 
@@ -121,11 +155,9 @@ async def test_riders_of_a_sender_that_gave_up_learn_their_outcome_is_unknown(au
             await append(batcher, log, b"sender")
 
     async with trio.open_nursery() as nursery:
-        for i in range(IN_FLIGHT):
-            nursery.start_soon(append, batcher, log, b"busy%d" % i)
-        await trio.sleep(0)
+        await fill_window(nursery, batcher, log)
         nursery.start_soon(sender)
-        await trio.sleep(0)
+        await wait_all_tasks_blocked()
         nursery.start_soon(rider)
     assert outcomes == ["unknown"]
 
@@ -134,10 +166,8 @@ async def test_riders_fill_a_batch_up_to_its_size_and_the_rest_go_next(autojump_
     log, batcher = FakeLog(), Batcher()
     big = b"z" * (BATCH_BYTES_MAX // 3)
     async with trio.open_nursery() as nursery:
-        for i in range(IN_FLIGHT):
-            nursery.start_soon(append, batcher, log, b"busy%d" % i)
-        await trio.sleep(0)
+        await fill_window(nursery, batcher, log)
         for _ in range(4):
             nursery.start_soon(append, batcher, log, big)
-            await trio.sleep(0)
+            await wait_all_tasks_blocked()
     assert [len(b) for b in log.batches[IN_FLIGHT:]] == [2, 2]
