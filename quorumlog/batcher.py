@@ -51,7 +51,7 @@ class _Lane:
     made meanwhile ride with it), and the calls waiting (only while IN_FLIGHT requests are
     under way)."""
 
-    __slots__ = ("gathering", "gathered_bytes", "in_flight", "waiting")
+    __slots__ = ("gathered_bytes", "gathering", "in_flight", "waiting")
 
     def __init__(self) -> None:
         self.in_flight = 0
