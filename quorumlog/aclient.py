@@ -120,12 +120,13 @@ class AsyncClient(ClientBase):
         records = list(records)
         prepared = prepare(records)
         level = parse_acks(acks)
-        with self._deadline():
-            if partition is None:
+        deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
+        if partition is None:
+            with deadline():
                 count = await self._partition_count(topic)
-                partition = self._partition_for(topic, records, count)
-            send = partial(self._send_append, level, topic, partition)
-            replies = await self._batcher.append((topic, partition, level), prepared, send)
+            partition = self._partition_for(topic, records, count)
+        send = partial(self._send_append, level, topic, partition)
+        replies = await self._batcher.append((topic, partition, level), prepared, send, deadline)
         return append_result(replies, details, topic, partition)
 
     async def _send_append(
@@ -396,9 +397,11 @@ class _Deadline:
 
     __slots__ = ("_scope", "_timeout_s", "_token")
 
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float, at: float | None = None):
         self._timeout_s = timeout_s
-        self._scope = trio.CancelScope(deadline=trio.current_time() + timeout_s)
+        self._scope = trio.CancelScope(
+            deadline=trio.current_time() + timeout_s if at is None else at
+        )
 
     def __enter__(self) -> None:
         self._token = _problem.set(None)

@@ -7,9 +7,12 @@ size) goes as one batch, sent by the first of them. A lone append is never held 
 beyond that one pass.
 
 Each call keeps what it had alone: its records contiguous and atomic in the log (a batch
-is written whole or not at all), its own offsets, its own error and its own deadline. A
-call whose deadline ends while it waits is taken out; one whose batch is on its way has
-that batch's outcome, and a rider whose sender gave up learns that its outcome is unknown.
+is written whole or not at all), its own offsets, its own error, and a deadline no later
+than its own. A call whose deadline ends while it waits is taken out; one whose batch is
+on its way has that batch's outcome, and a rider whose sender gave up learns that its
+outcome is unknown. A call that joins one about to send takes no deadline of its own
+(entering one is the largest cost of such a call): it ends with its sender, whose
+deadline, in a client where every call has the same timeout, ends first.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import copy
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
+from contextlib import AbstractContextManager
 
 import trio
 
@@ -44,6 +48,11 @@ class _Call:
         self.taken = False  # in a batch on its way
         self.replies: list[AppendReply] = []
         self.error: Exception | None = None
+
+    def outcome(self) -> list[AppendReply]:
+        if self.error is not None:
+            raise self.error
+        return self.replies
 
 
 class _Lane:
@@ -80,26 +89,54 @@ class Batcher:
     def __init__(self) -> None:
         self._lanes: dict[Hashable, _Lane] = {}
 
-    async def append(self, lane_key: Hashable, records: list[Prepared], send: Send) -> list:
+    async def append(
+        self,
+        lane_key: Hashable,
+        records: list[Prepared],
+        send: Send,
+        deadline: Callable[[], AbstractContextManager],
+    ) -> list:
         """`records` appended through `send` (which builds and sends the requests for the
         records it is given), alone or with others of the same lane; the replies as if
-        they went alone."""
+        they went alone. `deadline()` bounds the call (it raises its own error)."""
         lane = self._lanes.get(lane_key)
         if lane is None:
             lane = self._lanes[lane_key] = _Lane()
         call = _Call(records)
-        if not lane.join(call):
-            if lane.in_flight < IN_FLIGHT:
-                lane.in_flight += 1
-                lane.gather(call)
-            else:
-                lane.waiting.append(call)
+        if lane.join(call):
+            # Riding: its sender's deadline, which ends first, bounds this call too
+            # (no scope of its own, the largest cost of a call that rides).
+            await self._wait_turn(lane, call)
+            if not call.sends:
+                return call.outcome()
+            # Handed back (its sender gave up before sending), its turn came to send.
+        elif lane.in_flight < IN_FLIGHT:
+            lane.in_flight += 1
+            lane.gather(call)
+        else:
+            lane.waiting.append(call)
+        sent = False
+        try:
+            with deadline():
+                await self._wait_turn(lane, call)
+                if call.sends:
+                    sent = True
+                    await self._send(lane, call, send)
+        except Exception as exc:
+            if sent:  # its riders end as it does (its deadline passing, say)
+                for rider in call.riders:
+                    rider.error = copy.copy(exc)
+            raise
+        return call.outcome()
+
+    async def _wait_turn(self, lane: _Lane, call: _Call) -> None:
+        """Until the call is answered or may send (then once through the scheduler, so
+        that the calls made in the same pass, such as the tasks one answer woke, ride
+        along). A call that gives up leaves its place."""
         try:
             if not call.sends:
                 await call.ready.wait()
             if call.sends:
-                # Once through the scheduler before sending, so that the calls made in the
-                # same pass (the tasks one answer woke, say) ride along.
                 await trio.lowlevel.checkpoint()
         except BaseException:
             if lane.gathering is call:
@@ -112,13 +149,8 @@ class Batcher:
             elif not call.taken:
                 lane.waiting.remove(call)
             raise
-        if call.sends:
-            if lane.gathering is call:
-                lane.gathering = None
-            await self._send(lane, call, send)
-        elif call.error is not None:
-            raise call.error
-        return call.replies
+        if lane.gathering is call:
+            lane.gathering = None
 
     async def _send(self, lane: _Lane, first: _Call, send: Send) -> None:
         riders = first.riders

@@ -3,6 +3,8 @@ cluster, answering each batch after a pause with offsets as a log would assign t
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
@@ -30,8 +32,10 @@ class FakeLog:
         return [AppendReply(first, last, last, last, last)]
 
 
-async def append(batcher: Batcher, log: FakeLog, *values: bytes, out: dict | None = None):
-    replies = await batcher.append("lane", prepare(list(values)), log.send)
+async def append(
+    batcher: Batcher, log: FakeLog, *values: bytes, out: dict | None = None, deadline=nullcontext
+):
+    replies = await batcher.append("lane", prepare(list(values)), log.send, deadline)
     if out is not None:
         out[values] = (replies[0].first_offset, replies[0].last_offset)
     return replies
@@ -171,3 +175,42 @@ async def test_riders_fill_a_batch_up_to_its_size_and_the_rest_go_next(autojump_
             nursery.start_soon(append, batcher, log, big)
             await wait_all_tasks_blocked()
     assert [len(b) for b in log.batches[IN_FLIGHT:]] == [2, 2]
+
+
+class Timeout(Exception):
+    pass
+
+
+class Deadline:
+    """A client's deadline: cancels what it bounds after `seconds`, then raises Timeout."""
+
+    def __init__(self, seconds: float):
+        self.scope = trio.move_on_after(seconds)
+
+    def __enter__(self):
+        self.scope.__enter__()
+
+    def __exit__(self, *exc_info):
+        self.scope.__exit__(*exc_info)
+        if self.scope.cancelled_caught:
+            raise Timeout("gave up")
+
+
+async def test_riders_end_with_their_sender_when_its_deadline_passes(autojump_clock):
+    """As in the client, where every call has the same timeout: a call rides with one
+    made before it, whose deadline passes first, and ends with the same error."""
+    log, batcher = FakeLog(delay_s=10.0), Batcher()
+    outcomes: list = []
+
+    async def one(value: bytes) -> None:
+        try:
+            await append(batcher, log, value, deadline=lambda: Deadline(3.0))
+            outcomes.append("ok")
+        except Timeout:
+            outcomes.append(("timeout", trio.current_time()))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(3):  # in the same pass: the first sends, the others ride
+            nursery.start_soon(one, b"v%d" % i)
+    assert outcomes == [("timeout", 3.0)] * 3
+    assert log.batches == []  # given up before the log answered
