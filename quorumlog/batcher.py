@@ -41,7 +41,7 @@ class _Call:
 
     def __init__(self, records: list[Prepared]):
         self.records = records
-        self.size = sum(r.size for r in records)
+        self.size = sum([r.size for r in records])
         self.ready = trio.Event()  # answered, or its turn to send
         self.sends = False
         self.riders: list[_Call] = []  # those it sends with its own, when it sends

@@ -164,20 +164,27 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
     now_ms = int(time.time() * 1000)
     out = []
     for record in records:
-        if isinstance(record, bytes | bytearray | memoryview):
-            record = Record(bytes(record))
-        size = len(record.value) + len(record.key or b"")
+        if type(record) is bytes:  # the common case, without a Record in between
+            size = len(record)
+            fields: tuple = (None, record, now_ms, None)
+        else:
+            if isinstance(record, bytearray | memoryview):
+                record = Record(bytes(record))
+            size = len(record.value) + len(record.key or b"")
+            ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
+            fields = (record.key, record.value, ts, record.headers)
         if size > RECORD_BYTES_MAX:
             raise TooLargeError(
                 f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
             )
-        ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
-        out.append(Prepared((record.key, record.value, ts, record.headers), size + 16))
+        out.append(Prepared(fields, size + 16))
     return out
 
 
 def split(records: list[Prepared]) -> list[list[Prepared]]:
     """`records` in batches of at most BATCH_BYTES_MAX (a record larger than that alone)."""
+    if sum([r.size for r in records]) <= BATCH_BYTES_MAX:
+        return [records]
     chunks: list[list[Prepared]] = [[]]
     size = 0
     for record in records:

@@ -23,6 +23,7 @@ import trio
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import BootstrapError, open_storage
 from quorumlog.actors.worker import WorkerThread
+from quorumlog.allocator import keep_freed_memory
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
     CorruptionError,
@@ -181,6 +182,7 @@ def serve(options: ServeOptions) -> int:
             raise UsageError(str(exc)) from None
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
+    keep_freed_memory()
     rng = random.Random()
     worker = WorkerThread()  # every fsync of this node runs there
     try:
