@@ -2,6 +2,7 @@
 
 - scale: throughput against window and against record size;
 - produce: latency percentiles (p50, p99) of each case;
+- vs-nats: throughput against window, and latency percentiles, of quorumlog beside NATS;
 - recovery: the restarted follower's dirty and flushed offsets over time, lazy against
   flush-per-chunk;
 - failover: the gap of each kill beside the election timeout.
@@ -34,6 +35,7 @@ def plot(results: dict[str, list[dict]], prefix: str) -> list[str]:
     for name, draw in (
         ("scale", _scale),
         ("produce", _latency),
+        ("vs-nats", _vs_nats),
         ("recovery", _recovery),
         ("failover", _failover),
     ):
@@ -76,6 +78,49 @@ def _latency(plt, rows: list[dict]):
     axis.set_xticks(list(x), [r["figure"] for r in cases], rotation=35, ha="right", fontsize=8)
     axis.set(ylabel="ms", title="append latency")
     axis.legend()
+    return figure
+
+
+def _vs_nats(plt, rows: list[dict]):
+    cases = [r for r in rows if "records_s" in r]
+    if not cases:
+        return None
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    systems = list(dict.fromkeys(r["system"] for r in cases))
+    for system in systems:
+        sweep = [r for r in cases if r["system"] == system and r["records_per_append"] == 1]
+        left.plot(
+            [r["window"] for r in sweep], [r["records_s"] for r in sweep], marker="o", label=system
+        )
+    left.set(
+        xscale="log",
+        xlabel="calls in flight (1 record of 1 KiB each)",
+        ylabel="records/s",
+        title="throughput against window",
+    )
+    left.legend()
+    labels = list(
+        dict.fromkeys(f"{r['records_per_append']} rec/call w{r['window']}" for r in cases)
+    )
+    width = 0.8 / (2 * len(systems))
+    for s, system in enumerate(systems):
+        mine = {
+            f"{r['records_per_append']} rec/call w{r['window']}": r
+            for r in cases
+            if r["system"] == system
+        }
+        for k, (pct, hatch) in enumerate((("p50_ms", ""), ("p99_ms", "//"))):
+            offset = (2 * s + k - len(systems) + 0.5) * width
+            right.bar(
+                [i + offset for i in range(len(labels))],
+                [mine[label][pct] if label in mine else 0 for label in labels],
+                width=width,
+                hatch=hatch,
+                label=f"{system} {pct[:3]}",
+            )
+    right.set_xticks(range(len(labels)), labels, rotation=25, ha="right", fontsize=8)
+    right.set(yscale="log", ylabel="ms per call", title="latency percentiles")
+    right.legend(fontsize=7)
     return figure
 
 

@@ -268,6 +268,18 @@ def test_plots_from_rows(tmp_path):
         "produce": [{"figure": "w1 quorum", "p50_ms": 1.0, "p99_ms": 2.0}],
         "recovery": [{"figure": "lazy", "timeline": [(0.0, 0, 0), (1.0, 10, 8)]}],
         "failover": [{"figure": "kill 1", "gap_s": 0.5}],
+        "vs-nats": [
+            {
+                "system": s,
+                "window": w,
+                "records_per_append": n,
+                "records_s": 10.0 * w,
+                "p50_ms": 1.0,
+                "p99_ms": 2.0,
+            }
+            for s in ("NATS JetStream R3", "quorumlog acks=quorum")
+            for w, n in ((1, 1), (64, 1), (64, 64))
+        ],
     }
     written = plot(results, str(tmp_path / "run"))
     assert sorted(os.path.basename(p) for p in written) == [
@@ -275,6 +287,7 @@ def test_plots_from_rows(tmp_path):
         "run-produce.png",
         "run-recovery.png",
         "run-scale.png",
+        "run-vs-nats.png",
     ]
     assert all(os.path.getsize(p) > 1000 for p in written)
 
