@@ -27,23 +27,26 @@ class WorkerThread:
         if self._thread is None:
             self._thread = threading.Thread(target=self._serve, name="log-fsync", daemon=True)
             self._thread.start()
-        done = trio.Event()
-        outcome: list = []
-        self._queue.put((fn, args, trio.lowlevel.current_trio_token(), done, outcome))
-        # Shielded: the call runs to its end anyway, and the log must not move on (close
-        # files, say) while the thread still works on them.
-        with trio.CancelScope(shield=True):
-            await done.wait()
-        return outcome[0].unwrap()
+        task = trio.lowlevel.current_task()
+        self._queue.put((fn, args, trio.lowlevel.current_trio_token(), task))
+        # Not cancellable (a cancellation waits until it returns): the call runs to its
+        # end anyway, and the log must not move on (close files, say) while the thread
+        # still works on them. Parked without an Event or a shielded scope, whose costs
+        # counted on every fsync.
+        return await trio.lowlevel.wait_task_rescheduled(_not_now)
 
     def _serve(self) -> None:
         while (job := self._queue.get()) is not None:
-            fn, args, token, done, outcome = job
-            outcome.append(outcome_capture(fn, *args))
+            fn, args, token, task = job
+            outcome = outcome_capture(fn, *args)
             with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(done.set)
+                token.run_sync_soon(trio.lowlevel.reschedule, task, outcome)
 
     def stop(self) -> None:
         if self._thread is not None:
             self._queue.put(None)
             self._thread = None
+
+
+def _not_now(_: Any) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.FAILED
