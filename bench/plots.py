@@ -87,10 +87,14 @@ def _vs_nats(plt, rows: list[dict]):
         return None
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     systems = list(dict.fromkeys(r["system"] for r in cases))
-    for system in systems:
+    for s, system in enumerate(systems):
         sweep = [r for r in cases if r["system"] == system and r["records_per_append"] == 1]
         left.plot(
-            [r["window"] for r in sweep], [r["records_s"] for r in sweep], marker="o", label=system
+            [r["window"] for r in sweep],
+            [r["records_s"] for r in sweep],
+            marker="o",
+            color=f"C{s}",
+            label=system,
         )
     left.set(
         xscale="log",
@@ -115,6 +119,7 @@ def _vs_nats(plt, rows: list[dict]):
                 [i + offset for i in range(len(labels))],
                 [mine[label][pct] if label in mine else 0 for label in labels],
                 width=width,
+                color=f"C{s}",
                 hatch=hatch,
                 label=f"{system} {pct[:3]}",
             )
