@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 import trio
 
+from quorumlog.actors.append_check import checked_batches
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
 from quorumlog.actors.heartbeats import HeartbeatManager
@@ -38,12 +39,12 @@ from quorumlog.actors.mailbox import (
     QuorumWaiter,
     WakeUp,
 )
-from quorumlog.actors.read_index import read_index, term_committed
+from quorumlog.actors.read_index import read_index, unsettled
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
-from quorumlog.log.batch import BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.log.batch import BatchHeader
 from quorumlog.log.wal import OffsetOutOfRangeError, RunSync
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
@@ -406,7 +407,7 @@ class GroupActor:
         """A client append, put in the mailbox without a task to wait for it: the main
         loop answers it through `answer`. False when the mailbox is full (the caller
         then waits for room through `append`)."""
-        checked = self._check_append(request)
+        checked = self._checked(request)
         if not isinstance(checked, list):
             answer(checked)
             return True
@@ -426,7 +427,7 @@ class GroupActor:
 
     async def append(self, request: AppendRequest) -> Message:
         """The waiting path of an append (the mailbox was full for `take_append`)."""
-        checked = self._check_append(request)
+        checked = self._checked(request)
         if not isinstance(checked, list):
             return checked
         started = trio.current_time()
@@ -443,33 +444,10 @@ class GroupActor:
             self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
         return answer
 
-    def _check_append(
-        self, request: AppendRequest
-    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
-        """The request's batches, checked (CRCs, types, producer stamp), or why not."""
-        if len(request.batches) > self.settings.append_bytes_max:
-            return ErrorReply(
-                ErrorCode.TOO_LARGE,
-                f"append of {len(request.batches)} bytes exceeds {self.settings.append_bytes_max}",
-            )
-        if not self.core.is_leader:
-            return self.not_leader(self.core.leader_id)
-        try:
-            batches = split_batches(request.batches)
-        except BatchError as exc:
-            return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
-        if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
-            return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
-        if request.producer_id >= 0 and (
-            len(batches) != 1
-            or (batches[0][0].producer_id, batches[0][0].producer_seq)
-            != (request.producer_id, request.producer_seq)
-        ):
-            return ErrorReply(
-                ErrorCode.PROTOCOL,
-                "an idempotent append is one batch stamped with its producer id and sequence",
-            )
-        return batches
+    def _checked(self, request: AppendRequest) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
+        core = self.core
+        refusal = None if core.is_leader else self.not_leader(core.leader_id)
+        return checked_batches(request, self.settings.append_bytes_max, refusal)
 
     def _received_reply(self) -> AppendReply:
         """The answer to an acks=none append: received, no offsets yet."""
@@ -483,22 +461,11 @@ class GroupActor:
             case AppendRequest():
                 return await self.append(message)
             case ReadRequest(offset, max_bytes, leader_only=leader_only):
-                refusal = await self._unsettled() if leader_only else None
+                refusal = await unsettled(self) if leader_only else None
                 return refusal or self.read(offset, max_bytes)
             case EndOffsetRequest(linearizable, leader_only=leader_only):
-                refusal = await self._unsettled() if leader_only else None
+                refusal = await unsettled(self) if leader_only else None
                 return refusal or await self.end_offset(linearizable)
-
-    async def _unsettled(self) -> ErrorReply | None:
-        """None once this replica leads with its term's barrier committed: its commit offset
-        then covers every acknowledged append. A follower, or a leader just elected (after a
-        restart its commit offset starts at -1), would answer a reader "nothing there"."""
-        core = self.core
-        if core.is_leader and core.term_at(core.commit_offset) == core.term:
-            return None
-        if core.is_leader and await term_committed(self):
-            return None
-        return self.not_leader(core.leader_id)
 
     def read(self, offset: int, bytes_max: int) -> Message:
         """Committed records only (I5), from any replica, up to the commit offset it knows."""

@@ -1,5 +1,5 @@
 """Reads a leader may answer only once sure it still leads: its term's barrier committed
-(`term_committed`), then ReadIndex (`read_index`, Raft dissertation 6.4)."""
+(`term_committed`, `unsettled`), then ReadIndex (`read_index`, Raft dissertation 6.4)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,23 @@ import trio
 
 from quorumlog.membership.quorum import has_quorum
 from quorumlog.transport.errors import ConnectionClosed
-from quorumlog.transport.messages import HeartbeatReply
+from quorumlog.transport.messages import ErrorReply, HeartbeatReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
     from quorumlog.transport.network import NodeTransport
+
+
+async def unsettled(group: GroupActor) -> ErrorReply | None:
+    """None once the replica leads with its term's barrier committed: its commit offset
+    then covers every acknowledged append. A follower, or a leader just elected (after a
+    restart its commit offset starts at -1), would answer a reader "nothing there"."""
+    core = group.core
+    if core.is_leader and core.term_at(core.commit_offset) == core.term:
+        return None
+    if core.is_leader and await term_committed(group):
+        return None
+    return group.not_leader(core.leader_id)
 
 
 async def term_committed(group: GroupActor) -> bool:

@@ -69,10 +69,11 @@ class _Lane:
         self.waiting: deque[_Call] = deque()
 
     def gather(self, call: _Call) -> None:
-        """`call` holds a request slot and sends next: calls made until it does ride."""
+        """`call` (with no riders yet) holds a request slot and sends next: calls made
+        until it does ride."""
         call.sends = True
         self.gathering = call
-        self.gathered_bytes = call.size + sum(rider.size for rider in call.riders)
+        self.gathered_bytes = call.size
 
     def join(self, call: _Call) -> bool:
         """Whether `call` rides with the call about to send."""

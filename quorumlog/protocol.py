@@ -168,7 +168,7 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
             size = len(record)
             fields: tuple = (None, record, now_ms, None)
         else:
-            if isinstance(record, bytearray | memoryview):
+            if isinstance(record, bytes | bytearray | memoryview):  # a bytes subclass too
                 record = Record(bytes(record))
             size = len(record.value) + len(record.key or b"")
             ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms

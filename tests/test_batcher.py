@@ -11,7 +11,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from quorumlog.batcher import IN_FLIGHT, Batcher
 from quorumlog.errors import NotLeaderError, OutcomeUnknownError
-from quorumlog.protocol import BATCH_BYTES_MAX, prepare
+from quorumlog.protocol import BATCH_BYTES_MAX, Record, prepare
 from quorumlog.transport.messages import AppendReply
 
 
@@ -214,3 +214,12 @@ async def test_riders_end_with_their_sender_when_its_deadline_passes(autojump_cl
             nursery.start_soon(one, b"v%d" % i)
     assert outcomes == [("timeout", 3.0)] * 3
     assert log.batches == []  # given up before the log answered
+
+
+def test_records_given_as_any_kind_of_bytes_are_prepared_alike():
+    class Tagged(bytes):
+        pass
+
+    kinds = [b"v", bytearray(b"v"), memoryview(b"v"), Tagged(b"v"), Record(b"v")]
+    assert {p.fields[1] for p in prepare(kinds)} == {b"v"}
+    assert {p.size for p in prepare(kinds)} == {1 + 16}

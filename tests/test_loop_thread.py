@@ -18,9 +18,12 @@ from quorumlog.loop_thread import LoopThread
 class Resource:
     """An async context manager with calls that take a while, as a client's do."""
 
-    def __init__(self) -> None:
+    def __init__(self, together: int = 0) -> None:
         self.running = 0
         self.most_at_once = 0
+        # With `together`, `echo` answers only once that many calls run at once.
+        self.together = together
+        self._all_in = trio.Event()
 
     async def __aenter__(self) -> Resource:
         return self
@@ -32,7 +35,13 @@ class Resource:
         self.running += 1
         self.most_at_once = max(self.most_at_once, self.running)
         try:
-            await trio.sleep(delay_s)
+            if self.together:
+                if self.running == self.together:
+                    self._all_in.set()
+                with trio.fail_after(30):  # a call that never has company fails the test
+                    await self._all_in.wait()
+            else:
+                await trio.sleep(delay_s)
         finally:
             self.running -= 1
         return value
@@ -42,7 +51,7 @@ class Resource:
 
 
 def test_calls_from_many_threads_run_together_and_each_gets_its_own_answer():
-    resource = Resource()
+    resource = Resource(together=64)
     loop = LoopThread(resource, "client")
     loop.start()
     answers: dict[int, int] = {}
@@ -56,8 +65,8 @@ def test_calls_from_many_threads_run_together_and_each_gets_its_own_answer():
     for thread in threads:
         thread.join()
     loop.close()
-    assert answers == {i: i for i in range(64)}
-    assert resource.most_at_once > 32, "calls were in flight together"
+    assert answers == {i: i for i in range(64)}  # every call answered: all ran at once
+    assert resource.most_at_once == 64
 
 
 def test_errors_reach_the_caller_and_a_closed_loop_refuses_calls():

@@ -1,0 +1,36 @@
+"""What a partition leader checks in a client append before it goes to the log."""
+
+from __future__ import annotations
+
+from quorumlog.log.batch import BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.transport.messages import AppendRequest, ErrorCode, ErrorReply
+
+
+def checked_batches(
+    request: AppendRequest, append_bytes_max: int, not_leader: ErrorReply | None
+) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
+    """The request's batches, checked (size, CRCs, types, producer stamp), or why not;
+    `not_leader` is this replica's refusal when it does not lead (after the size check)."""
+    if len(request.batches) > append_bytes_max:
+        return ErrorReply(
+            ErrorCode.TOO_LARGE,
+            f"append of {len(request.batches)} bytes exceeds {append_bytes_max}",
+        )
+    if not_leader is not None:
+        return not_leader
+    try:
+        batches = split_batches(request.batches)
+    except BatchError as exc:
+        return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
+    if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
+        return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
+    if request.producer_id >= 0 and (
+        len(batches) != 1
+        or (batches[0][0].producer_id, batches[0][0].producer_seq)
+        != (request.producer_id, request.producer_seq)
+    ):
+        return ErrorReply(
+            ErrorCode.PROTOCOL,
+            "an idempotent append is one batch stamped with its producer id and sequence",
+        )
+    return batches
