@@ -27,6 +27,12 @@ from quorumlog.log.batch import (
 
 # Below this size zstd's frame overhead outweighs what it saves.
 COMPRESS_BYTES_MIN = 256
+# A larger payload is compressed only if its opening this many bytes shrink by at least
+# 1/PROBE_SAVING_MIN: records that do not compress (already compressed, encrypted,
+# random) then cost a probe rather than a pass of zstd over the whole, which for a 1 MiB
+# batch of them was most of a client's encoding time (1.2 of 1.7 ms).
+COMPRESS_PROBE_BYTES = 16 * 1024
+PROBE_SAVING_MIN = 32
 ZSTD_LEVEL = 1
 DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
 
@@ -61,11 +67,19 @@ def encode_records(
 ) -> tuple[bytes, Compression]:
     """Encode records into a payload; returns the payload and how it is compressed."""
     packed = msgpack.packb(records, use_bin_type=True)
-    if compress and len(packed) >= COMPRESS_BYTES_MIN:
+    if compress and len(packed) >= COMPRESS_BYTES_MIN and _compresses(packed):
         squeezed = _compressor().compress(packed)
         if len(squeezed) < len(packed):
             return squeezed, Compression.ZSTD
     return packed, Compression.NONE
+
+
+def _compresses(packed: bytes) -> bool:
+    """Whether compressing `packed` is worth a try, judged from its opening bytes."""
+    if len(packed) <= 2 * COMPRESS_PROBE_BYTES:
+        return True  # compressing it whole costs about what a probe would
+    probe = _compressor().compress(memoryview(packed)[:COMPRESS_PROBE_BYTES])
+    return len(probe) <= COMPRESS_PROBE_BYTES - COMPRESS_PROBE_BYTES // PROBE_SAVING_MIN
 
 
 def decode_records(payload: bytes | memoryview, compression: Compression) -> list[RawRecord]:

@@ -1,0 +1,58 @@
+"""The record codec's choice of compression: zstd where it pays, raw where it cannot."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from quorumlog.log.batch import Compression, parse_batch
+from quorumlog.log.records import (
+    COMPRESS_PROBE_BYTES,
+    RawRecord,
+    batch_records,
+    encode_records,
+    make_data_batch,
+)
+
+
+def _records(values: list[bytes]) -> list[RawRecord]:
+    return [RawRecord(None, value, 1_000 + i) for i, value in enumerate(values)]
+
+
+def _round_trip(records: list[RawRecord]) -> list[RawRecord]:
+    batch = make_data_batch(records, timestamp_ms=1_000)
+    return batch_records(batch, parse_batch(batch))
+
+
+def test_a_large_batch_of_alike_records_is_compressed():
+    rng = random.Random(1)
+    events = [
+        json.dumps({"user": rng.randrange(10**6), "page": f"/p/{rng.randrange(999)}"}).encode()
+        for _ in range(20_000)
+    ]
+    records = _records(events)
+    payload, compression = encode_records(records)
+    assert compression is Compression.ZSTD
+    assert len(payload) < sum(map(len, events)) // 3
+    assert _round_trip(records) == records
+
+
+def test_a_large_batch_of_random_records_is_stored_raw_and_reads_back():
+    rng = random.Random(2)
+    records = _records([rng.randbytes(1024) for _ in range(1024)])
+    assert 1024 * 1024 > 2 * COMPRESS_PROBE_BYTES  # decided by the probe
+    _, compression = encode_records(records)
+    assert compression is Compression.NONE
+    assert _round_trip(records) == records
+
+
+def test_the_probe_reads_the_opening_bytes_only():
+    # Random first, alike after: the probe sees only the random part (a batch's records
+    # are taken to be alike; such a batch is stored raw, which costs room, not data).
+    rng = random.Random(3)
+    values = [rng.randbytes(1024) for _ in range(2 * COMPRESS_PROBE_BYTES // 1024)]
+    values += [b"a" * 1024] * 512
+    records = _records(values)
+    assert encode_records(records)[1] is Compression.NONE
+    assert encode_records(records[len(values) - 512 :])[1] is Compression.ZSTD
+    assert _round_trip(records) == records
