@@ -229,8 +229,10 @@ def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryvie
 
 
 def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int) -> bytes:
-    """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch)."""
-    patched = bytearray(batch)
-    _BASE_OFFSET_TERM.pack_into(patched, _BASE_OFFSET_POS, base_offset, term)
-    seal_header(patched)
-    return bytes(patched)
+    """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch):
+    a new header joined to the same payload, which is copied once."""
+    view = memoryview(batch)
+    header = bytearray(view[:HEADER_BYTES])
+    _BASE_OFFSET_TERM.pack_into(header, _BASE_OFFSET_POS, base_offset, term)
+    seal_header(header)
+    return b"".join((header, view[HEADER_BYTES:]))
