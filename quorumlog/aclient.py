@@ -7,11 +7,13 @@ broker, which is how a window of appends stays in flight. Use it as
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from functools import partial
 
+import outcome
 import trio
 
 from quorumlog.batcher import Batcher
@@ -35,11 +37,13 @@ from quorumlog.protocol import (
     Prepared,
     Record,
     append_result,
+    batches_of,
     members_of,
     parse_acks,
     prepare,
     records_from,
     route_of,
+    share_reply,
     split,
     status_rows,
     topic_request,
@@ -122,12 +126,89 @@ class AsyncClient(ClientBase):
         level = parse_acks(acks)
         deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
         if partition is None:
+            partition = await self._partition_of(topic, records, deadline)
+        replies = await self._append_prepared(level, topic, partition, prepared, deadline)
+        return append_result(replies, details, topic, partition)
+
+    async def append_each(
+        self,
+        calls: Sequence[tuple[list[bytes | Record], bool]],
+        acks: str,
+        topic: str,
+        partition: int | None,
+    ) -> list[outcome.Outcome | None]:
+        """Appends made at once (the blocking Client's threads), each `(records, details)`
+        still its own call: what `append` would return or raise, an outcome for each. Those
+        to one partition go as one batch (as few as a batch's size allows), as calls riding
+        together do, but without a task and a deadline scope each."""
+        level = parse_acks(acks)
+        deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
+        results: list[outcome.Outcome | None] = [None] * len(calls)  # each set below
+        lanes: dict[int, list[tuple[int, list[Prepared], bool]]] = {}
+        for i, (records, details) in enumerate(calls):
+            try:
+                prepared = prepare(records)
+                if partition is None:
+                    lane = await self._partition_of(topic, records, deadline)
+                else:
+                    lane = partition
+            except QuorumLogError as exc:
+                results[i] = outcome.Error(exc)
+                continue
+            lanes.setdefault(lane, []).append((i, prepared, details))
+
+        async def append_batch(lane: int, batch: list[tuple[int, list[Prepared], bool]]) -> None:
+            records = [r for _, prepared, _ in batch for r in prepared]
+            try:
+                replies = await self._append_prepared(level, topic, lane, records, deadline)
+            except QuorumLogError as exc:  # the batch's outcome, each call its own copy
+                for i, _, _ in batch:
+                    results[i] = outcome.Error(copy.copy(exc))
+                return
+            if len(batch) == 1:  # alone, perhaps in several requests
+                i, _, details = batch[0]
+                results[i] = outcome.Value(append_result(replies, details, topic, lane))
+                return
+            (reply,) = replies
+            at = 0
+            for i, prepared, details in batch:
+                mine = share_reply(reply, at, len(prepared))
+                results[i] = outcome.Value(append_result([mine], details, topic, lane))
+                at += len(prepared)
+
+        batches = [
+            (lane, batch)
+            for lane, items in lanes.items()
+            for batch in batches_of(items, [sum([r.size for r in p]) for _, p, _ in items])
+        ]
+        if len(batches) == 1:
+            await append_batch(*batches[0])
+        elif batches:
+            async with trio.open_nursery() as nursery:
+                for lane, batch in batches:
+                    nursery.start_soon(append_batch, lane, batch)
+        return results
+
+    async def _partition_of(
+        self, topic: str, records: Sequence[bytes | Record], deadline: Callable[[], _Deadline]
+    ) -> int:
+        """Kafka's default partitioner, over the topic's partition count (asked once)."""
+        count = self._partition_counts.get(topic)
+        if count is None:
             with deadline():
                 count = await self._partition_count(topic)
-            partition = self._partition_for(topic, records, count)
+        return self._partition_for(topic, records, count)
+
+    async def _append_prepared(
+        self,
+        level: Acks,
+        topic: str,
+        partition: int,
+        prepared: list[Prepared],
+        deadline: Callable[[], _Deadline],
+    ) -> list[AppendReply]:
         send = partial(self._send_append, level, topic, partition)
-        replies = await self._batcher.append((topic, partition, level), prepared, send, deadline)
-        return append_result(replies, details, topic, partition)
+        return await self._batcher.append((topic, partition, level), prepared, send, deadline)
 
     async def _send_append(
         self, acks: Acks, topic: str, partition: int, records: list[Prepared]

@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 import trio
 
 from quorumlog.errors import OutcomeUnknownError
-from quorumlog.protocol import BATCH_BYTES_MAX, Prepared
+from quorumlog.protocol import BATCH_BYTES_MAX, Prepared, share_reply
 from quorumlog.transport.messages import AppendReply
 
 # Requests per partition under way before appends start to ride together: 2 did best on
@@ -163,7 +163,7 @@ class Batcher:
                 (reply,) = await send([r for call in batch for r in call.records])
                 at = 0
                 for call in batch:
-                    call.replies = [_share(reply, at, len(call.records))]
+                    call.replies = [share_reply(reply, at, len(call.records))]
                     at += len(call.records)
         except BaseException as exc:
             for rider in riders:
@@ -192,17 +192,3 @@ class Batcher:
         while lane.waiting and lane.join(lane.waiting[0]):
             lane.waiting.popleft()
         first.ready.set()
-
-
-def _share(reply: AppendReply, at: int, count: int) -> AppendReply:
-    """A batch's reply as the call whose records start `at` records into it sees it."""
-    if reply.first_offset is None:
-        return reply
-    first = reply.first_offset + at
-    return AppendReply(
-        first,
-        first + count - 1,
-        reply.commit_offset,
-        reply.majority_flushed_offset,
-        reply.majority_dirty_offset,
-    )

@@ -81,7 +81,9 @@ class Client:
         """Append records, as one batch, to one partition of `topic` (None: by the first
         record's key, round robin if unkeyed); returns the offset of the first (None with
         acks="none")."""
-        return self._loop.run(self._client.append, list(records), acks, details, topic, partition)
+        return self._loop.run_together(
+            self._client.append_each, (acks, topic, partition), (list(records), details)
+        )
 
     def read(
         self,

@@ -12,7 +12,7 @@ import random
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from quorumlog.errors import (
     CallTimeoutError,
@@ -183,17 +183,41 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
 
 def split(records: list[Prepared]) -> list[list[Prepared]]:
     """`records` in batches of at most BATCH_BYTES_MAX (a record larger than that alone)."""
-    if sum([r.size for r in records]) <= BATCH_BYTES_MAX:
+    sizes = [r.size for r in records]
+    if sum(sizes) <= BATCH_BYTES_MAX:
         return [records]
-    chunks: list[list[Prepared]] = [[]]
-    size = 0
-    for record in records:
-        if chunks[-1] and size + record.size > BATCH_BYTES_MAX:
+    return batches_of(records, sizes)
+
+
+T = TypeVar("T")
+
+
+def batches_of(items: list[T], sizes: list[int]) -> list[list[T]]:
+    """`items` in order, in runs of at most BATCH_BYTES_MAX by `sizes` (an item larger than
+    that alone)."""
+    chunks: list[list[T]] = [[]]
+    total = 0
+    for item, size in zip(items, sizes, strict=True):
+        if chunks[-1] and total + size > BATCH_BYTES_MAX:
             chunks.append([])
-            size = 0
-        chunks[-1].append(record)
-        size += record.size
+            total = 0
+        chunks[-1].append(item)
+        total += size
     return chunks
+
+
+def share_reply(reply: AppendReply, at: int, count: int) -> AppendReply:
+    """A batch's reply as the call whose `count` records start `at` records into it sees it."""
+    if reply.first_offset is None:
+        return reply
+    first = reply.first_offset + at
+    return AppendReply(
+        first,
+        first + count - 1,
+        reply.commit_offset,
+        reply.majority_flushed_offset,
+        reply.majority_dirty_offset,
+    )
 
 
 def append_result(

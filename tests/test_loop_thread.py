@@ -7,6 +7,7 @@ import gc
 import threading
 import time
 
+import outcome
 import pytest
 import trio
 
@@ -112,3 +113,68 @@ def test_a_client_dropped_without_close_stops_its_thread():
     gc.collect()
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+class Together:
+    """A resource whose `each` serves many items in one call, an outcome per item."""
+
+    def __init__(self) -> None:
+        self.served: list[list[int]] = []
+        self.busy = threading.Event()
+
+    async def __aenter__(self) -> Together:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        pass
+
+    async def block(self, seconds: float) -> None:
+        self.busy.set()
+        time.sleep(seconds)  # holds the loop: calls made meanwhile queue up
+
+    async def each(self, items: list[int], scale: int) -> list[outcome.Outcome]:
+        self.served.append(items)
+        if scale == 0:
+            raise QuorumLogError("refused: all of them")
+        return [
+            outcome.Value(i * scale) if i >= 0 else outcome.Error(QuorumLogError(f"bad {i}"))
+            for i in items
+        ]
+
+
+def _queued_while_busy(loop: LoopThread, resource: Together, calls: list) -> dict:
+    """Run `calls` (key, item) from a thread each while the loop is held busy."""
+    answers: dict = {}
+
+    def call(key: tuple, item: int) -> None:
+        try:
+            answers[item] = loop.run_together(resource.each, key, item)
+        except QuorumLogError as exc:
+            answers[item] = exc
+
+    blocker = threading.Thread(target=loop.run, args=(resource.block, 1.0))
+    blocker.start()
+    resource.busy.wait()
+    threads = [threading.Thread(target=call, args=c) for c in calls]
+    for thread in threads:
+        thread.start()
+    while len(loop._calls) < len(calls):
+        time.sleep(0.01)
+    for thread in [blocker, *threads]:
+        thread.join()
+    return answers
+
+
+def test_calls_queued_together_are_served_by_one_call_and_each_gets_its_own_outcome():
+    resource = Together()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    calls = [((10,), i) for i in (1, 2, -3, 4)] + [((100,), 5), ((0,), 6), ((0,), 7)]
+    answers = _queued_while_busy(loop, resource, calls)
+    loop.close()
+    assert sorted(map(sorted, resource.served)) == [[-3, 1, 2, 4], [5], [6, 7]]
+    assert [answers[i] for i in (1, 2, 4, 5)] == [10, 20, 40, 500]
+    assert str(answers[-3]) == "bad -3"  # its own error; the others of its call succeed
+    # A call that fails fails each caller, each with an error of its own.
+    assert str(answers[6]) == str(answers[7]) == "refused: all of them"
+    assert answers[6] is not answers[7]

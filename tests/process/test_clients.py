@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -106,3 +107,36 @@ def test_wrong_secret_is_refused(tmp_path):
             c.append([b"x"])
     finally:
         cluster.stop_all()
+
+
+def test_threads_sharing_a_client_each_get_their_own_offsets_partition_and_errors(cluster):
+    """Appends from many threads go out together (the loop serves those queued at once in
+    one batch per partition), yet each call's result is its own."""
+    cluster.wait_for_leader()
+    with Client(cluster.brokers, timeout=20) as c:
+        c.create_topic("threads", partitions=3)
+        results: dict[int, object] = {}
+
+        def append(i: int) -> None:
+            records = [Record(key=b"k%d" % (i % 5), value=b"%d-%d" % (i, j)) for j in range(3)]
+            try:
+                results[i] = c.append(records if i != 7 else [], details=True, topic="threads")
+            except QuorumLogError as exc:
+                results[i] = exc
+
+        threads = [threading.Thread(target=append, args=(i,)) for i in range(32)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert isinstance(results.pop(7), QuorumLogError)  # the empty one, alone
+        for i, result in results.items():
+            assert result.last_offset == result.first_offset + 2
+            records = c.read(result.first_offset, 3, topic="threads", partition=result.partition)
+            assert [r.value for r in records] == [b"%d-%d" % (i, j) for j in range(3)]
+            assert {r.key for r in records} == {b"k%d" % (i % 5)}
+        # The same key, the same partition.
+        by_key: dict[int, set[int]] = {}
+        for i, result in results.items():
+            by_key.setdefault(i % 5, set()).add(result.partition)
+        assert all(len(partitions) == 1 for partitions in by_key.values())
