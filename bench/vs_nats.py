@@ -8,7 +8,8 @@ stream's acknowledgement (R3: stored by a majority of the stream's replicas). Mi
 that acknowledgement means: JetStream writes to its file store and acknowledges without an
 fsync (it syncs every 2 minutes by default), so quorumlog does strictly more per record.
 NATS has no batch publish: a call of 64 records publishes them all at once and waits for
-every acknowledgement.
+every acknowledgement. Last, the blocking `Client` shared by 64 threads, beside the
+`AsyncClient` with 64 calls in flight.
 
 nats-server comes from Debian (installed on demand where `apt-get` works as root) and
 nats-py from the `dev` extra; without either the scenario prints one line saying why and
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 
 import trio
 
-from quorumlog.bench.clients import async_run, record_pool
+from quorumlog.bench.clients import async_run, record_pool, threads_run
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import AppendRun, latency_fields, running_cluster
 from quorumlog.localcluster import free_ports
@@ -37,6 +38,8 @@ from quorumlog.localcluster import free_ports
 # (calls in flight, records per call): a sweep of windows for the plot, then big calls.
 CASES = ((1, 1), (4, 1), (16, 1), (64, 1), (64, 64))
 FULL_S, QUICK_S, TINY_S = 5.0, 2.0, 0.5
+THREADS = 64
+CLIENT_SYSTEM = "quorumlog Client, threads, acks=quorum"
 STREAM = "BENCH"
 
 
@@ -182,6 +185,14 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
             base = nats_row["records_s"]
             row["ratio_to_nats"] = row["records_s"] / base if base else 0.0
             rows.append(row)
+        # The blocking Client shared by threads, beside the AsyncClient's row of the window.
+        run_ = threads_run(cluster.brokers, THREADS, 1, "quorum", duration_s, warmup_s)
+        row = _row(CLIENT_SYSTEM, THREADS, 1, run_)
+        same = next(
+            r for r in rows if r["figure"] == f"quorumlog acks=quorum 1 rec/call w{THREADS}"
+        )
+        row["ratio_to_async"] = row["records_s"] / same["records_s"] if same["records_s"] else 0.0
+        rows.append(row)
     return rows
 
 
