@@ -4,7 +4,11 @@ requests to its partition are under way, after one pass of the scheduler in whic
 appends made at the same moment (the tasks an answer woke) join it. One that comes when
 they all are waits, and as soon as one is answered, every append waiting (up to a batch's
 size) goes as one batch, sent by the first of them. A lone append is never held back
-beyond that one pass.
+beyond that one pass, but for one case, Nagle's rule with "a request of several calls" for
+"a full segment": an append that would go alone while a request of several calls is on its
+way waits for that one to be answered, and goes with the calls its callers make then. (In
+a closed loop of 64 calls, the one or two answered a round later than the rest otherwise
+went alone each round, a third of all requests: 16 in flight x1.4, 64 x1.3.)
 
 Each call keeps what it had alone: its records contiguous and atomic in the log (a batch
 is written whole or not at all), its own offsets, its own error, and a deadline no later
@@ -60,10 +64,11 @@ class _Lane:
     made meanwhile ride with it), and the calls waiting (only while IN_FLIGHT requests are
     under way)."""
 
-    __slots__ = ("gathered_bytes", "gathering", "in_flight", "waiting")
+    __slots__ = ("calls_in_flight", "gathered_bytes", "gathering", "in_flight", "waiting")
 
     def __init__(self) -> None:
         self.in_flight = 0
+        self.calls_in_flight = 0  # in the requests under way
         self.gathering: _Call | None = None
         self.gathered_bytes = 0
         self.waiting: deque[_Call] = deque()
@@ -135,10 +140,22 @@ class Batcher:
         that the calls made in the same pass, such as the tasks one answer woke, ride
         along). A call that gives up leaves its place."""
         try:
-            if not call.sends:
-                await call.ready.wait()
-            if call.sends:
+            while True:
+                if not call.sends:
+                    await call.ready.wait()
+                if not call.sends:
+                    break  # answered
                 await trio.lowlevel.checkpoint()
+                if call.riders or lane.calls_in_flight < 2:
+                    break
+                # Alone while a request of several calls is on its way: it goes after
+                # that one, with what its callers append then (see the module's doc).
+                if lane.gathering is call:
+                    lane.gathering = None
+                call.sends = False
+                call.ready = trio.Event()
+                lane.in_flight -= 1
+                lane.waiting.appendleft(call)
         except BaseException:
             if lane.gathering is call:
                 lane.gathering = None
@@ -155,6 +172,7 @@ class Batcher:
 
     async def _send(self, lane: _Lane, first: _Call, send: Send) -> None:
         riders = first.riders
+        lane.calls_in_flight += 1 + len(riders)
         try:
             if not riders:
                 first.replies = await send(first.records)
@@ -174,6 +192,7 @@ class Batcher:
                 )
             raise
         finally:
+            lane.calls_in_flight -= 1 + len(riders)
             for rider in riders:
                 rider.ready.set()
             self._next(lane)

@@ -83,6 +83,42 @@ async def test_appends_made_in_the_same_pass_ride_with_the_first_even_with_a_fre
     assert sorted(log.batches[0]) == [b"v%d" % i for i in range(5)]
 
 
+async def test_a_lone_call_waits_for_a_request_of_several_and_goes_with_their_next_calls(
+    autojump_clock,
+):
+    log, batcher = FakeLog(), Batcher()
+    sent_at: dict[bytes, float] = {}
+
+    async def looping(value: bytes) -> None:  # a closed loop: answered, it appends again
+        await append(batcher, log, value)
+        await append(batcher, log, value + b"'")
+
+    async def lone() -> None:
+        await append(batcher, log, b"lone")
+        sent_at[b"lone"] = trio.current_time() - log.delay_s
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(looping, b"a")
+        nursery.start_soon(looping, b"b")  # same pass: one request of two calls
+        await wait_all_tasks_blocked()
+        nursery.start_soon(lone)  # a slot is free, but alone it would cost a request
+    assert log.batches == [[b"a", b"b"], [b"lone", b"a'", b"b'"]]
+    assert sent_at[b"lone"] == pytest.approx(log.delay_s)  # held one round trip, no more
+
+
+async def test_a_lone_call_goes_at_once_beside_a_request_of_one_call(autojump_clock):
+    # Two callers keep two requests going rather than take turns in one.
+    log, batcher = FakeLog(), Batcher()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(append, batcher, log, b"a")
+        await wait_all_tasks_blocked()
+        nursery.start_soon(append, batcher, log, b"b")
+        await wait_all_tasks_blocked()
+        assert log.batches == [] and trio.current_time() == 0  # both on their way
+    assert log.batches == [[b"a"], [b"b"]]
+    assert trio.current_time() == pytest.approx(log.delay_s)
+
+
 async def test_a_sender_cancelled_before_it_sends_leaves_its_riders_to_go_without_it(
     autojump_clock,
 ):
