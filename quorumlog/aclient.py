@@ -130,7 +130,7 @@ class AsyncClient(ClientBase):
         replies = await self._append_prepared(level, topic, partition, prepared, deadline)
         return append_result(replies, details, topic, partition)
 
-    async def append_each(
+    async def _append_each(
         self,
         calls: Sequence[tuple[list[bytes | Record], bool]],
         acks: str,

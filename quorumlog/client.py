@@ -82,7 +82,7 @@ class Client:
         record's key, round robin if unkeyed); returns the offset of the first (None with
         acks="none")."""
         return self._loop.run_together(
-            self._client.append_each, (acks, topic, partition), (list(records), details)
+            self._client._append_each, (acks, topic, partition), (list(records), details)
         )
 
     def read(
