@@ -126,7 +126,8 @@ class AsyncClient(ClientBase):
         level = parse_acks(acks)
         deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
         if partition is None:
-            partition = await self._partition_of(topic, records, deadline)
+            count = await self._count_within(topic, deadline)
+            partition = self._partition_for(topic, records, count)
         replies = await self._append_prepared(level, topic, partition, prepared, deadline)
         return append_result(replies, details, topic, partition)
 
@@ -144,15 +145,29 @@ class AsyncClient(ClientBase):
         level = parse_acks(acks)
         deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
         results: list[outcome.Outcome | None] = [None] * len(calls)  # each set below
-        lanes: dict[int, list[tuple[int, list[Prepared], bool]]] = {}
+        valid = []
         for i, (records, details) in enumerate(calls):
             try:
-                prepared = prepare(records)
-                if partition is None:
-                    lane = await self._partition_of(topic, records, deadline)
-                else:
-                    lane = partition
+                valid.append((i, records, prepare(records), details))
+            except Exception as exc:  # its own bad input: it fails alone
+                results[i] = outcome.Error(exc)
+        count = 0
+        if partition is None and valid:
+            try:
+                count = await self._count_within(topic, deadline)  # asked once for all
             except QuorumLogError as exc:
+                for i, *_ in valid:
+                    results[i] = outcome.Error(copy.copy(exc))
+                return results
+        lanes: dict[int, list[tuple[int, list[Prepared], bool]]] = {}
+        for i, records, prepared, details in valid:
+            try:
+                lane = (
+                    partition
+                    if partition is not None
+                    else self._partition_for(topic, records, count)
+                )
+            except Exception as exc:
                 results[i] = outcome.Error(exc)
                 continue
             lanes.setdefault(lane, []).append((i, prepared, details))
@@ -161,7 +176,7 @@ class AsyncClient(ClientBase):
             records = [r for _, prepared, _ in batch for r in prepared]
             try:
                 replies = await self._append_prepared(level, topic, lane, records, deadline)
-            except QuorumLogError as exc:  # the batch's outcome, each call its own copy
+            except Exception as exc:  # the batch's outcome, each call its own copy
                 for i, _, _ in batch:
                     results[i] = outcome.Error(copy.copy(exc))
                 return
@@ -189,15 +204,14 @@ class AsyncClient(ClientBase):
                     nursery.start_soon(append_batch, lane, batch)
         return results
 
-    async def _partition_of(
-        self, topic: str, records: Sequence[bytes | Record], deadline: Callable[[], _Deadline]
-    ) -> int:
-        """Kafka's default partitioner, over the topic's partition count (asked once)."""
+    async def _count_within(self, topic: str, deadline: Callable[[], _Deadline]) -> int:
+        """The topic's partition count: known, or asked for within `deadline` (entered only
+        then: a scope with a deadline is the largest cost of a call that needs none)."""
         count = self._partition_counts.get(topic)
         if count is None:
             with deadline():
                 count = await self._partition_count(topic)
-        return self._partition_for(topic, records, count)
+        return count
 
     async def _append_prepared(
         self,

@@ -6,9 +6,10 @@ they all are waits, and as soon as one is answered, every append waiting (up to 
 size) goes as one batch, sent by the first of them. A lone append is never held back
 beyond that one pass, but for one case, Nagle's rule with "a request of several calls" for
 "a full segment": an append that would go alone while a request of several calls is on its
-way waits for that one to be answered, and goes with the calls its callers make then. (In
-a closed loop of 64 calls, the one or two answered a round later than the rest otherwise
-went alone each round, a third of all requests: 16 in flight x1.4, 64 x1.3.)
+way waits for that one to be answered (once: then it goes, alone or not), and goes with the
+calls its callers make then. (In a closed loop of 64 calls, the one or two answered a round
+later than the rest otherwise went alone each round, a third of all requests: 16 in flight
+x1.4, 64 x1.3.)
 
 Each call keeps what it had alone: its records contiguous and atomic in the log (a batch
 is written whole or not at all), its own offsets, its own error, and a deadline no later
@@ -41,7 +42,17 @@ Send = Callable[[list[Prepared]], Awaitable[list[AppendReply]]]
 
 
 class _Call:
-    __slots__ = ("error", "ready", "records", "replies", "riders", "sends", "size", "taken")
+    __slots__ = (
+        "error",
+        "held",
+        "ready",
+        "records",
+        "replies",
+        "riders",
+        "sends",
+        "size",
+        "taken",
+    )
 
     def __init__(self, records: list[Prepared]):
         self.records = records
@@ -50,6 +61,9 @@ class _Call:
         self.sends = False
         self.riders: list[_Call] = []  # those it sends with its own, when it sends
         self.taken = False  # in a batch on its way
+        # Sends when its turn comes, even alone: it waited for a request of several once
+        # already (so never twice), or it is a rider handed back, outside any deadline.
+        self.held = False
         self.replies: list[AppendReply] = []
         self.error: Exception | None = None
 
@@ -112,6 +126,7 @@ class Batcher:
         if lane.join(call):
             # Riding: its sender's deadline, which ends first, bounds this call too
             # (no scope of its own, the largest cost of a call that rides).
+            call.held = True
             await self._wait_turn(lane, call)
             if not call.sends:
                 return call.outcome()
@@ -146,10 +161,11 @@ class Batcher:
                 if not call.sends:
                     break  # answered
                 await trio.lowlevel.checkpoint()
-                if call.riders or lane.calls_in_flight < 2:
+                if call.riders or call.held or lane.calls_in_flight < 2:
                     break
                 # Alone while a request of several calls is on its way: it goes after
                 # that one, with what its callers append then (see the module's doc).
+                call.held = True
                 if lane.gathering is call:
                     lane.gathering = None
                 call.sends = False

@@ -173,19 +173,21 @@ class LoopThread:
         try:
             answer = await outcome.acapture(fn, [call.item for call in group], *args)
             if isinstance(answer, outcome.Value):
-                results = answer.value
-            elif not isinstance(answer.error, trio.Cancelled):
+                if not isinstance(answer.value, list) or len(answer.value) != len(group):
+                    wrong = TypeError(f"{fn!r} answered {len(group)} calls with {answer.value!r}")
+                    answer = outcome.Error(wrong)
+                else:
+                    results = answer.value
+            if isinstance(answer, outcome.Error) and not _cancelled(answer.error):
                 # Each thread raises its own copy (a traceback grows as it is raised).
                 results = [outcome.Error(copy.copy(answer.error)) for _ in group]
         finally:
-            for i, call in enumerate(group):  # every caller answered, whatever came back
-                self._answer(call, results[i] if i < len(results) else None)
+            for call, result in zip(group, results, strict=True):
+                self._answer(call, result)
 
     def _answer(self, call: _Call, result: outcome.Outcome | None) -> None:
-        """Hand the caller its result (None or Cancelled: the loop was closed meanwhile)."""
-        if result is None or (
-            isinstance(result, outcome.Error) and isinstance(result.error, trio.Cancelled)
-        ):
+        """Hand the caller its result (None or cancelled: the loop was closed meanwhile)."""
+        if result is None or (isinstance(result, outcome.Error) and _cancelled(result.error)):
             result = outcome.Error(QuorumLogError(f"the {self._what} was closed during the call"))
         call.result = result
         call.done.release()
@@ -199,3 +201,10 @@ class LoopThread:
         for call in left:
             call.result = outcome.Error(QuorumLogError(f"the {self._what} is closed"))
             call.done.release()
+
+
+def _cancelled(error: BaseException) -> bool:
+    """Whether `error` is trio's cancellation, or a group of nothing else (a nursery's)."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(trio.Cancelled)[1] is None
+    return isinstance(error, trio.Cancelled)

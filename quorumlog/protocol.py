@@ -170,6 +170,8 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
         else:
             if isinstance(record, bytes | bytearray | memoryview):  # a bytes subclass too
                 record = Record(bytes(record))
+            elif not isinstance(record, Record):
+                raise QuorumLogError(f"a record is bytes or a Record, not {type(record).__name__}")
             size = len(record.value) + len(record.key or b"")
             ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
             fields = (record.key, record.value, ts, record.headers)

@@ -119,6 +119,54 @@ async def test_a_lone_call_goes_at_once_beside_a_request_of_one_call(autojump_cl
     assert trio.current_time() == pytest.approx(log.delay_s)
 
 
+async def pairs_every(batcher: Batcher, log: FakeLog, period_s: float, count: int) -> None:
+    """Requests of two calls, one starting every `period_s`."""
+    async with trio.open_nursery() as nursery:
+        for k in range(count):
+            nursery.start_soon(append, batcher, log, b"p%da" % k)
+            nursery.start_soon(append, batcher, log, b"p%db" % k)
+            await trio.sleep(period_s)
+
+
+async def test_a_lone_call_waits_for_a_request_of_several_once_not_again(autojump_clock):
+    # Requests of several keep coming (a round trip is 1 s, one starts every 0.6 s): the
+    # lone call waits for the one on its way when it came, then goes.
+    log, batcher = FakeLog(), Batcher()
+    answered: list[float] = []
+
+    async def lone() -> None:
+        await append(batcher, log, b"lone")
+        answered.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pairs_every, batcher, log, 0.6, 20)
+        await trio.sleep(0.1)
+        nursery.start_soon(lone)
+    assert answered == [pytest.approx(2 * log.delay_s)]
+
+
+async def test_a_rider_handed_back_keeps_its_own_deadline(autojump_clock):
+    # Its sender gives up in its gathering pass, while requests of several are on their
+    # way: handed back, the rider must not wait for one of them outside its deadline.
+    log, batcher = FakeLog(), Batcher()
+    ended: list[float] = []
+
+    async def patient(deadline_at: float) -> None:
+        with pytest.raises(trio.TooSlowError):
+            await append(batcher, log, b"patient", deadline=lambda: trio.fail_at(deadline_at))
+        ended.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pairs_every, batcher, log, 0.6, 20)
+        await trio.sleep(0.1)
+        start = trio.current_time()
+        with trio.CancelScope() as scope:
+            nursery.start_soon(patient, start + 0.5)  # rides with the call below
+            scope.cancel()  # which gives up in the pass it waits for riders
+            await append(batcher, log, b"gives up")
+    assert ended == [pytest.approx(start + 0.5)]  # its own deadline, no later
+
+
 async def test_a_sender_cancelled_before_it_sends_leaves_its_riders_to_go_without_it(
     autojump_clock,
 ):

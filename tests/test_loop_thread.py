@@ -121,6 +121,7 @@ class Together:
     def __init__(self) -> None:
         self.served: list[list[int]] = []
         self.busy = threading.Event()
+        self.go_on = threading.Event()
 
     async def __aenter__(self) -> Together:
         return self
@@ -128,9 +129,9 @@ class Together:
     async def __aexit__(self, *exc) -> None:
         pass
 
-    async def block(self, seconds: float) -> None:
+    async def block(self) -> None:
         self.busy.set()
-        time.sleep(seconds)  # holds the loop: calls made meanwhile queue up
+        self.go_on.wait(timeout=30)  # holds the loop: calls made meanwhile queue up
 
     async def each(self, items: list[int], scale: int) -> list[outcome.Outcome]:
         self.served.append(items)
@@ -152,14 +153,16 @@ def _queued_while_busy(loop: LoopThread, resource: Together, calls: list) -> dic
         except QuorumLogError as exc:
             answers[item] = exc
 
-    blocker = threading.Thread(target=loop.run, args=(resource.block, 1.0))
+    blocker = threading.Thread(target=loop.run, args=(resource.block,))
     blocker.start()
     resource.busy.wait()
     threads = [threading.Thread(target=call, args=c) for c in calls]
     for thread in threads:
         thread.start()
-    while len(loop._calls) < len(calls):
+    deadline = time.monotonic() + 30
+    while len(loop._calls) < len(calls) and time.monotonic() < deadline:
         time.sleep(0.01)
+    resource.go_on.set()
     for thread in [blocker, *threads]:
         thread.join()
     return answers
@@ -178,3 +181,36 @@ def test_calls_queued_together_are_served_by_one_call_and_each_gets_its_own_outc
     # A call that fails fails each caller, each with an error of its own.
     assert str(answers[6]) == str(answers[7]) == "refused: all of them"
     assert answers[6] is not answers[7]
+
+
+def test_a_call_served_together_fails_cleanly_when_the_loop_closes_or_answers_wrongly():
+    class Odd(Together):
+        async def each(self, items: list[int], how: str) -> list[outcome.Outcome]:
+            if how == "short":
+                return []  # a bug in the served function: every caller hears of it
+            self.busy.set()
+            async with trio.open_nursery() as nursery:  # cancelled as a group on close
+                nursery.start_soon(trio.sleep_forever)
+                nursery.start_soon(trio.sleep_forever)
+            return []
+
+    resource = Odd()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    with pytest.raises(TypeError, match="answered 1 calls"):
+        loop.run_together(resource.each, ("short",), 1)
+    got: list[BaseException] = []
+
+    def waiting() -> None:
+        try:
+            loop.run_together(resource.each, ("hang",), 2)
+        except BaseException as exc:  # what reaches the thread, whatever it is
+            got.append(exc)
+
+    thread = threading.Thread(target=waiting)
+    thread.start()
+    resource.busy.wait()
+    loop.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert isinstance(got[0], QuorumLogError) and "closed during the call" in str(got[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 
+from quorumlog.log import records as records_module
 from quorumlog.log.batch import Compression, parse_batch
 from quorumlog.log.records import (
     COMPRESS_PROBE_BYTES,
@@ -37,12 +38,21 @@ def test_a_large_batch_of_alike_records_is_compressed():
     assert _round_trip(records) == records
 
 
-def test_a_large_batch_of_random_records_is_stored_raw_and_reads_back():
+def test_a_large_batch_of_random_records_is_stored_raw_after_a_probe_only(monkeypatch):
+    compressed: list[int] = []
+    real = records_module._compressor
+
+    class Counting:
+        def compress(self, data):
+            compressed.append(len(data))
+            return real().compress(data)
+
+    monkeypatch.setattr(records_module, "_compressor", Counting)
     rng = random.Random(2)
     records = _records([rng.randbytes(1024) for _ in range(1024)])
-    assert 2 * COMPRESS_PROBE_BYTES < 1024 * 1024  # decided by the probe
     _, compression = encode_records(records)
     assert compression is Compression.NONE
+    assert compressed == [COMPRESS_PROBE_BYTES]  # the whole megabyte never went through zstd
     assert _round_trip(records) == records
 
 

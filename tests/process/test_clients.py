@@ -140,3 +140,28 @@ def test_threads_sharing_a_client_each_get_their_own_offsets_partition_and_error
         for i, result in results.items():
             by_key.setdefault(i % 5, set()).add(result.partition)
         assert all(len(partitions) == 1 for partitions in by_key.values())
+
+
+async def test_appends_served_together_each_fail_or_succeed_on_their_own(cluster):
+    """What the blocking Client's threads get when the loop serves their appends at once
+    (AsyncClient._append_each): bad input fails its own call only, and the good calls
+    share a batch yet keep their own offsets."""
+    await trio.to_thread.run_sync(cluster.wait_for_leader)
+    async with AsyncClient(cluster.brokers, timeout=20) as c:
+        calls = [
+            ([b"one", b"two"], False),
+            ([], False),
+            (["not bytes"], False),
+            ([b"three"], True),
+        ]
+        results = await c._append_each(calls, "quorum", "default", None)
+        with pytest.raises(QuorumLogError, match="nothing to append"):
+            results[1].unwrap()
+        with pytest.raises(QuorumLogError, match="not str"):
+            results[2].unwrap()
+        first, details = results[0].unwrap(), results[3].unwrap()
+        assert details.first_offset == details.last_offset == first + 2  # one batch
+        records = await c.read(first, 3)
+        assert [r.value for r in records] == [b"one", b"two", b"three"]
+        with pytest.raises(QuorumLogError, match="not str"):
+            await c.append(["not bytes"])
