@@ -10,16 +10,15 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
-from contextvars import ContextVar
 from functools import partial
 
 import outcome
 import trio
 
 from quorumlog.batcher import Batcher
+from quorumlog.deadline import Deadline, problem
 from quorumlog.errors import (
     AuthError,
-    CallTimeoutError,
     OffsetOutOfRangeError,
     QuorumLogError,
     UnknownTopicError,
@@ -43,7 +42,6 @@ from quorumlog.protocol import (
     prepare,
     records_from,
     route_of,
-    share_reply,
     split,
     status_rows,
     topic_request,
@@ -124,11 +122,12 @@ class AsyncClient(ClientBase):
         records = list(records)
         prepared = prepare(records)
         level = parse_acks(acks)
-        deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
+        deadline = partial(Deadline, self.timeout, trio.current_time() + self.timeout)
         if partition is None:
             count = await self._count_within(topic, deadline)
             partition = self._partition_for(topic, records, count)
-        replies = await self._append_prepared(level, topic, partition, prepared, deadline)
+        send = partial(self._send_append, level, topic, partition)
+        replies = await self._batcher.append((topic, partition, level), prepared, send, deadline)
         return append_result(replies, details, topic, partition)
 
     async def _append_each(
@@ -143,7 +142,7 @@ class AsyncClient(ClientBase):
         to one partition go as one batch (as few as a batch's size allows), as calls riding
         together do, but without a task and a deadline scope each."""
         level = parse_acks(acks)
-        deadline = partial(_Deadline, self.timeout, trio.current_time() + self.timeout)
+        deadline = partial(Deadline, self.timeout, trio.current_time() + self.timeout)
         results: list[outcome.Outcome | None] = [None] * len(calls)  # each set below
         valid = []
         for i, (records, details) in enumerate(calls):
@@ -173,23 +172,18 @@ class AsyncClient(ClientBase):
             lanes.setdefault(lane, []).append((i, prepared, details))
 
         async def append_batch(lane: int, batch: list[tuple[int, list[Prepared], bool]]) -> None:
-            records = [r for _, prepared, _ in batch for r in prepared]
+            send = partial(self._send_append, level, topic, lane)
+            records_each = [prepared for _, prepared, _ in batch]
             try:
-                replies = await self._append_prepared(level, topic, lane, records, deadline)
+                each = await self._batcher.append_together(
+                    (topic, lane, level), records_each, send, deadline
+                )
             except Exception as exc:  # the batch's outcome, each call its own copy
                 for i, _, _ in batch:
                     results[i] = outcome.Error(copy.copy(exc))
                 return
-            if len(batch) == 1:  # alone, perhaps in several requests
-                i, _, details = batch[0]
+            for (i, _, details), replies in zip(batch, each, strict=True):
                 results[i] = outcome.Value(append_result(replies, details, topic, lane))
-                return
-            (reply,) = replies
-            at = 0
-            for i, prepared, details in batch:
-                mine = share_reply(reply, at, len(prepared))
-                results[i] = outcome.Value(append_result([mine], details, topic, lane))
-                at += len(prepared)
 
         batches = [
             (lane, batch)
@@ -204,7 +198,7 @@ class AsyncClient(ClientBase):
                     nursery.start_soon(append_batch, lane, batch)
         return results
 
-    async def _count_within(self, topic: str, deadline: Callable[[], _Deadline]) -> int:
+    async def _count_within(self, topic: str, deadline: Callable[[], Deadline]) -> int:
         """The topic's partition count: known, or asked for within `deadline` (entered only
         then: a scope with a deadline is the largest cost of a call that needs none)."""
         count = self._partition_counts.get(topic)
@@ -212,17 +206,6 @@ class AsyncClient(ClientBase):
             with deadline():
                 count = await self._partition_count(topic)
         return count
-
-    async def _append_prepared(
-        self,
-        level: Acks,
-        topic: str,
-        partition: int,
-        prepared: list[Prepared],
-        deadline: Callable[[], _Deadline],
-    ) -> list[AppendReply]:
-        send = partial(self._send_append, level, topic, partition)
-        return await self._batcher.append((topic, partition, level), prepared, send, deadline)
 
     async def _send_append(
         self, acks: Acks, topic: str, partition: int, records: list[Prepared]
@@ -396,8 +379,8 @@ class AsyncClient(ClientBase):
 
     # ------------------------------------------------------------------- plumbing
 
-    def _deadline(self) -> _Deadline:
-        return _Deadline(self.timeout)
+    def _deadline(self) -> Deadline:
+        return Deadline(self.timeout)
 
     async def _call(
         self,
@@ -430,14 +413,14 @@ class AsyncClient(ClientBase):
                 finally:
                     if waiting is not None:
                         self._leader_watch.done(waiting)
-                    _problem.set(attempts.problem)
+                    problem.set(attempts.problem)
             if attempt.cancelled_caught:
                 unknown = True
                 if waiting is not None and waiting.moved_to is not None:
                     attempts.on_replaced(address, waiting.moved_to)
                 else:
                     attempts.on_unreachable(address, UnreachableError(f"{address} went silent"))
-                _problem.set(attempts.problem)
+                problem.set(attempts.problem)
             if unknown and as_retry is not None:
                 message = as_retry(message)
             await trio.sleep(attempts.pause_s())
@@ -480,36 +463,6 @@ class AsyncClient(ClientBase):
         finally:
             if self._connections.get(address) is connection:
                 del self._connections[address]
-
-
-# Why the current call's last try failed, for the message of its timeout (per task).
-_problem: ContextVar[str | None] = ContextVar("quorumlog_call_problem", default=None)
-
-
-class _Deadline:
-    """`fail_after` that raises the client's CallTimeoutError, saying why the last try
-    failed; a plain class rather than a generator, since every call enters one."""
-
-    __slots__ = ("_scope", "_timeout_s", "_token")
-
-    def __init__(self, timeout_s: float, at: float | None = None):
-        self._timeout_s = timeout_s
-        self._scope = trio.CancelScope(
-            deadline=trio.current_time() + timeout_s if at is None else at
-        )
-
-    def __enter__(self) -> None:
-        self._token = _problem.set(None)
-        self._scope.__enter__()
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        suppressed = self._scope.__exit__(exc_type, exc, tb)
-        problem = _problem.get()
-        _problem.reset(self._token)
-        if self._scope.cancelled_caught:
-            why = f": {problem}" if problem else ""
-            raise CallTimeoutError(f"gave up after {self._timeout_s:g} s{why}") from None
-        return suppressed
 
 
 def _retry(request: Message) -> Message:

@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 import trio
 
 from quorumlog.errors import OutcomeUnknownError
-from quorumlog.protocol import BATCH_BYTES_MAX, Prepared, share_reply
+from quorumlog.protocol import BATCH_BYTES_MAX, Prepared
 from quorumlog.transport.messages import AppendReply
 
 # Requests per partition under way before appends start to ride together: 2 did best on
@@ -150,6 +150,21 @@ class Batcher:
             raise
         return call.outcome()
 
+    async def append_together(
+        self,
+        lane_key: Hashable,
+        calls: list[list[Prepared]],
+        send: Send,
+        deadline: Callable[[], AbstractContextManager],
+    ) -> list[list[AppendReply]]:
+        """Calls made at once by one caller (the blocking Client's threads, at most a
+        batch's size), appended as one: the replies each would have had alone."""
+        replies = await self.append(lane_key, [r for c in calls for r in c], send, deadline)
+        if len(calls) == 1:  # alone, perhaps in several requests
+            return [replies]
+        (reply,) = replies
+        return [[mine] for mine in shares(reply, [len(c) for c in calls])]
+
     async def _wait_turn(self, lane: _Lane, call: _Call) -> None:
         """Until the call is answered or may send (then once through the scheduler, so
         that the calls made in the same pass, such as the tasks one answer woke, ride
@@ -195,10 +210,9 @@ class Batcher:
             else:
                 batch = [first, *riders]
                 (reply,) = await send([r for call in batch for r in call.records])
-                at = 0
-                for call in batch:
-                    call.replies = [share_reply(reply, at, len(call.records))]
-                    at += len(call.records)
+                counts = [len(call.records) for call in batch]
+                for call, mine in zip(batch, shares(reply, counts), strict=True):
+                    call.replies = [mine]
         except BaseException as exc:
             for rider in riders:
                 rider.error = (
@@ -227,3 +241,24 @@ class Batcher:
         while lane.waiting and lane.join(lane.waiting[0]):
             lane.waiting.popleft()
         first.ready.set()
+
+
+def shares(reply: AppendReply, counts: list[int]) -> list[AppendReply]:
+    """A batch's reply as each of the calls whose `counts` records it carried, in order,
+    sees it."""
+    if reply.first_offset is None:
+        return [reply] * len(counts)
+    out = []
+    first = reply.first_offset
+    for count in counts:
+        out.append(
+            AppendReply(
+                first,
+                first + count - 1,
+                reply.commit_offset,
+                reply.majority_flushed_offset,
+                reply.majority_dirty_offset,
+            )
+        )
+        first += count
+    return out

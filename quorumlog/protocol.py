@@ -208,20 +208,6 @@ def batches_of(items: list[T], sizes: list[int]) -> list[list[T]]:
     return chunks
 
 
-def share_reply(reply: AppendReply, at: int, count: int) -> AppendReply:
-    """A batch's reply as the call whose `count` records start `at` records into it sees it."""
-    if reply.first_offset is None:
-        return reply
-    first = reply.first_offset + at
-    return AppendReply(
-        first,
-        first + count - 1,
-        reply.commit_offset,
-        reply.majority_flushed_offset,
-        reply.majority_dirty_offset,
-    )
-
-
 def append_result(
     replies: list[AppendReply], details: bool, topic: str = DEFAULT_TOPIC, partition: int = 0
 ) -> int | AppendResult | None:
