@@ -4,6 +4,7 @@ benchmarks and the process tests."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,15 +19,39 @@ QUORUMLOG = [sys.executable, "-m", "quorumlog.cli"]
 
 
 def free_ports(count: int) -> list[int]:
-    sockets, ports = [], []
-    for _ in range(count):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        sockets.append(s)
-        ports.append(s.getsockname()[1])
-    for s in sockets:
-        s.close()
+    """Ports free now on 127.0.0.1 for nodes started later, distinct within this process.
+
+    Taken below the kernel's range of ephemeral ports: a port from that range (what binding
+    port 0 gives) can be taken by any outgoing connection before the node binds it, which
+    made a test cluster fail now and then with "Address already in use"."""
+    low = _ephemeral_low() - 1
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _pick.randrange(_PORTS_FROM, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        ports.append(port)
     return ports
+
+
+_PORTS_FROM = 10_000
+_pick = random.Random()  # not the simulation's: ports need no replay
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return max(low, _PORTS_FROM + 1000)
 
 
 @dataclass
