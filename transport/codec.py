@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
-import threading
 import types
 import typing
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from quorumlog.log.records import packb
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.messages import MESSAGE_TYPES, Message
 
@@ -37,19 +37,6 @@ _INT_MAX = 2**63 - 1
 # A bytes field at least this long is written as it is, between the packed fields around
 # it, rather than copied through msgpack's buffer (measured: the copy costs more from here).
 _SPLICE_BYTES_MIN = 16 * 1024
-
-_packers = threading.local()
-
-
-def _packb(value: object) -> bytes:
-    # A Packer is reused (cheaper than msgpack.packb's new one per call) but never shared
-    # between threads: sync clients may run trio loops in several.
-    try:
-        pack = _packers.pack
-    except AttributeError:
-        pack = _packers.pack = msgpack.Packer(use_bin_type=True).pack
-    return pack(value)
-
 
 _FIXARRAY = [bytes([0x90 | length]) for length in range(16)]  # msgpack's one-byte array header
 
@@ -250,7 +237,7 @@ def encode_frame_parts(
     fields = spec.get_fields(message)
     index = spec.splice_index
     if index is None or len(fields[index]) < _SPLICE_BYTES_MIN:
-        body = _packb([spec.tag, correlation_id, *fields])
+        body = packb([spec.tag, correlation_id, *fields])
         parts: tuple[bytes, ...] = (LENGTH_PREFIX.pack(len(body)) + body,)
         body_bytes = len(body)
     else:
@@ -270,8 +257,8 @@ def _spliced_parts(
     # msgpack packs the fields before and after the big one as arrays of their own; every
     # body has fewer than 16 items, so an array header is one byte and is swapped for the
     # whole body's.
-    before = _packb([spec.tag, correlation_id, *fields[:index]])
-    after = _packb(fields[index + 1 :])
+    before = packb([spec.tag, correlation_id, *fields[:index]])
+    after = packb(fields[index + 1 :])
     big = fields[index]
     head = _FIXARRAY[spec.length] + before[1:] + _bin_header(len(big))
     tail = after[1:]
