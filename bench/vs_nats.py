@@ -8,8 +8,10 @@ stream's acknowledgement (R3: stored by a majority of the stream's replicas). Mi
 that acknowledgement means: JetStream writes to its file store and acknowledges without an
 fsync (it syncs every 2 minutes by default), so quorumlog does strictly more per record.
 NATS has no batch publish: a call of 64 records publishes them all at once and waits for
-every acknowledgement. Last, the blocking `Client` shared by 64 threads, beside the
-`AsyncClient` with 64 calls in flight.
+every acknowledgement. Then the blocking `Client` shared by 64 threads, beside the
+`AsyncClient` with 64 calls in flight. Last, what the disk itself gives three replicas on
+this one machine: three loops at once, each writing 1 MiB and fsyncing it, as a replica
+does with 64 calls of 64 records in flight; the 64-record row's MB/s is set beside it.
 
 nats-server comes from Debian (installed on demand where `apt-get` works as root) and
 nats-py from the `dev` extra; without either the scenario prints one line saying why and
@@ -32,15 +34,23 @@ import trio
 
 from quorumlog.bench.clients import async_run, record_pool, threads_run
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import AppendRun, latency_fields, running_cluster
+from quorumlog.bench.workload import (
+    AppendRun,
+    latency_fields,
+    raw_disk_mb_s,
+    running_cluster,
+)
 from quorumlog.localcluster import free_ports
 
 # (calls in flight, records per call): a sweep of windows for the plot, then big calls.
 CASES = ((1, 1), (4, 1), (16, 1), (64, 1), (64, 64))
 FULL_S, QUICK_S, TINY_S = 5.0, 2.0, 0.5
 THREADS = 64
+MIB = 1024 * 1024
 CLIENT_SYSTEM = "quorumlog Client, threads, acks=quorum"
 STREAM = "BENCH"
+DISK_FIGURE = "raw disk: 3 writers at once, 1 MiB + fsync each"
+DISK_MIB = {"tiny": 4, "quick": 32, "full": 64}  # written by each writer, each of 3 runs
 
 
 def nats_server() -> str | None:
@@ -193,7 +203,20 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         )
         row["ratio_to_async"] = row["records_s"] / same["records_s"] if same["records_s"] else 0.0
         rows.append(row)
+    rows.append(_disk_row(DISK_MIB["tiny" if tiny else "quick" if quick else "full"]))
+    big = next(r for r in rows if r["figure"] == "quorumlog acks=quorum 64 rec/call w64")
+    big["ratio_to_disk"] = big["mb_s"] / rows[-1]["mb_s"]
     return rows
+
+
+def _disk_row(mib: int) -> dict:
+    """The disk's own ceiling for three replicas here (each writer's MB/s)."""
+    directory = tempfile.mkdtemp(prefix="quorumlog-bench-disk-")  # where the nodes' data was
+    try:
+        mb_s = raw_disk_mb_s(directory, os.urandom(MIB), mib * MIB, fsync_every=1, writers=3)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"figure": DISK_FIGURE, "system": "raw disk", "writers": 3, "mb_s": mb_s}
 
 
 if __name__ == "__main__":

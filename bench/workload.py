@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -443,17 +444,27 @@ def closed_loop_row(
 # --- baselines ----------------------------------------------------------------------------
 
 
-def raw_disk_mb_s(directory: str, batch: bytes, total_bytes: int, fsync_every: float) -> float:
+def raw_disk_mb_s(
+    directory: str, batch: bytes, total_bytes: int, fsync_every: float, writers: int = 1
+) -> float:
     """bench/storage.py's raw loop: write the same batches, fsync every `fsync_every` of
-    them; MB/s of batch bytes, median of three runs."""
+    them; MB/s of batch bytes, median of three runs. With `writers`, that many loops run at
+    once, each on a file of its own (the replicas of a cluster on one machine share its
+    disk): the MB/s of each, taken from the slowest."""
     count = max(1, total_bytes // len(batch))
-    path = os.path.join(directory, "raw-disk")
-    seconds = []
-    for _ in range(3):
+    paths = [os.path.join(directory, f"raw-disk-{i}") for i in range(writers)]
+
+    def append(path: str) -> float:
         if os.path.exists(path):
             os.remove(path)
-        seconds.append(_raw_append(path, batch, count, fsync_every))
-    os.remove(path)
+        return _raw_append(path, batch, count, fsync_every)
+
+    seconds = []
+    with ThreadPoolExecutor(writers) as pool:  # the loop's writes and fsyncs free the GIL
+        for _ in range(3):
+            seconds.append(max(pool.map(append, paths)))
+    for path in paths:
+        os.remove(path)
     return count * len(batch) / MB / sorted(seconds)[1]
 
 

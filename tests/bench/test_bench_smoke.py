@@ -363,6 +363,8 @@ def test_vs_nats_smallest(tmp_path):
         assert ours["errors"] == 0
     threads = rows[f"{vs_nats.CLIENT_SYSTEM} 1 rec/call w{vs_nats.THREADS}"]
     _positive(threads, "records_s", "p50_ms", "ratio_to_async")
+    _positive(rows[vs_nats.DISK_FIGURE], "mb_s")
+    _positive(rows["quorumlog acks=quorum 64 rec/call w64"], "ratio_to_disk")
     _no_serve_left()
 
 
