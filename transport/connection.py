@@ -11,6 +11,7 @@ answered, without a task of its own.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -29,12 +30,14 @@ from quorumlog.transport.messages import (
 from quorumlog.transport.network import ConnectionInfo, Handler, Limits, request_taker
 
 # Frame pieces gathered into one write (the kernel's own limit, IOV_MAX, is 1024), and
-# passed to one sendmsg call: each call takes what the socket has room for, and handing it
+# passed to one writev call: each call takes what the socket has room for, and handing it
 # hundreds of pieces it will not reach costs more than the call.
 WRITE_PARTS_MAX = 512
-SENDMSG_PARTS_MAX = 16
+WRITEV_PARTS_MAX = 16
 # Streams without scatter-gather get small pieces joined up to this many bytes.
 JOIN_BYTES_MAX = 256 * 1024
+# Reads in a row that found bytes waiting, before the reader lets the other tasks run.
+READS_UNWAITED_MAX = 8
 
 
 class _Pending:
@@ -60,10 +63,10 @@ class Connection:
     ) -> None:
         self.info = info
         self._stream = stream
-        # A plain socket is read into the decoder's buffer and written with sendmsg; other
-        # streams (TLS, test streams, platforms without sendmsg) go through the Stream API.
+        # A plain socket is read into the decoder's buffer and written with writev; other
+        # streams (TLS, test streams, platforms without writev) go through the Stream API.
         socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._socket = socket if hasattr(socket, "sendmsg") else None
+        self._socket = socket if hasattr(os, "writev") else None
         self._decoder = decoder
         self._limits = limits
         self._handler = handler
@@ -214,13 +217,20 @@ class Connection:
                 for part in parts:
                     await self._stream.send_all(part)
             return
-        # One sendmsg for many frames and for the pieces of a large one: no copy, and no
-        # tiny writes that would each wake the reader for a few bytes.
+        # One writev for many frames and for the pieces of a large one: no copy, and no
+        # tiny writes that would each wake the reader for a few bytes. On the socket's own
+        # descriptor: a trio socket call that does not block still passes through the
+        # scheduler once more after it, a pass for every write; this loop already passes
+        # through it when it waits for frames to send.
+        fd = self._socket.fileno()
         views = [memoryview(part) for part in parts if part]
         first = 0
         while first < len(views):
             try:
-                sent = await self._socket.sendmsg(views[first : first + SENDMSG_PARTS_MAX])
+                sent = os.writev(fd, views[first : first + WRITEV_PARTS_MAX])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self._socket)
+                continue
             except OSError as exc:
                 raise trio.BrokenResourceError(str(exc)) from exc
             while sent:
@@ -234,8 +244,10 @@ class Connection:
     async def _read_loop(self) -> None:
         decoder = self._decoder
         socket = self._socket
+        fd = socket.fileno() if socket is not None else -1
         handler = self._handler
         info = self.info
+        reads_unwaited = 0
         while True:
             while (frame := decoder.next_frame()) is not None:
                 one_way = frame.correlation_id == 0 and type(frame.message) not in HANDSHAKE_TYPES
@@ -245,20 +257,35 @@ class Connection:
                     await self._dispatch(frame)
             with decoder.get_buffer() as room:
                 if socket is not None:
-                    # Straight into the decoder's buffer: one copy fewer per frame.
+                    # Straight into the decoder's buffer (one copy fewer per frame), from
+                    # the descriptor: a read that finds bytes waiting does not pass through
+                    # the scheduler (trio's recv_into would, after every call). One in
+                    # READS_UNWAITED_MAX does, so that a peer sending without pause cannot
+                    # keep the node's other tasks from running.
                     try:
-                        received = await socket.recv_into(room)
+                        received = os.readv(fd, [room])
+                    except BlockingIOError:
+                        received = -1
                     except OSError as exc:
                         raise trio.BrokenResourceError(str(exc)) from exc
                 else:
                     data = await self._stream.receive_some(len(room))
                     received = len(data)
                     room[:received] = data
+            if received < 0:
+                reads_unwaited = 0
+                await trio.lowlevel.wait_readable(socket)
+                continue
             if not received:
                 if decoder.buffered_bytes:
                     raise ConnectionClosed("closed by the remote in the middle of a frame")
                 return
             decoder.buffer_updated(received)
+            if socket is not None:
+                reads_unwaited += 1
+                if reads_unwaited >= READS_UNWAITED_MAX:
+                    reads_unwaited = 0
+                    await trio.lowlevel.checkpoint()
 
     async def _dispatch(self, frame: Frame) -> None:
         message = frame.message

@@ -1,11 +1,13 @@
 """Connection over in-memory streams: pipelining, one-way order, limits, endings."""
 
 import random
+import socket
 
 import pytest
 import trio
 import trio.testing
 
+from quorumlog.transport import connection
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError
@@ -276,3 +278,45 @@ async def test_a_handler_may_take_requests_and_answer_them_later(autojump_clock)
     expected = {o: ReadReply(b"at once" if o % 2 else b"later", o, 0) for o in range(12)}
     assert answers == expected
     assert status == StatusReply({"served": True}) and taker.served == 1
+
+
+async def test_a_peer_sending_without_pause_does_not_keep_other_tasks_from_running(
+    monkeypatch,
+):
+    """Over a real socket, whose reads need not wait while bytes are there: the reader still
+    lets the node's other tasks run (heartbeats, timers) between reads."""
+    monkeypatch.setattr(connection, "READS_UNWAITED_MAX", 1)
+    # About 400 KB: several reads (64 KiB, then more), all there before the first.
+    frames = [encode_frame(0, Heartbeat(1, term, 1, 0, 0, 0)) for term in range(20_000)]
+    ours, theirs = socket.socketpair()
+    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    flood = b"".join(frames)
+    with theirs:
+        while flood:  # all of it waiting before the reader starts
+            flood = flood[theirs.send(flood) :]
+    handled = 0
+    seen_by_other_task = []
+
+    async def handler(peer, message):
+        nonlocal handled
+        handled += 1  # without a pause of its own
+
+    async def other_task():
+        while True:
+            seen_by_other_task.append(handled)
+            await trio.sleep(0)
+
+    server = Connection(
+        trio.SocketStream(trio.socket.from_stdlib_socket(ours)),
+        CLIENT,
+        decoder=FrameDecoder(),
+        limits=Limits(),
+        handler=handler,
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other_task)
+        with trio.fail_after(10):
+            assert await server.run() is None  # to the end of the flood
+        nursery.cancel_scope.cancel()
+    assert handled == len(frames)
+    assert any(0 < count < handled for count in seen_by_other_task)
