@@ -434,6 +434,9 @@ class AsyncClient(ClientBase):
             raise
 
     async def _connection(self, address: str) -> Connection:
+        connection = self._connections.get(address)
+        if connection is not None:  # the common case, without a lock's pass of the scheduler
+            return connection
         lock = self._dialing.setdefault(address, trio.Lock())
         async with lock:
             connection = self._connections.get(address)
