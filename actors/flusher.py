@@ -76,16 +76,8 @@ class Flusher:
                     await self._urgent.wait()
             self._wanted = trio.Event()
             self._urgent = trio.Event()
-            # Taken without a pass of the scheduler when free (`async with` would yield
-            # after taking it, a pass for every fsync): only `forget` ever holds it else.
-            try:
-                self._pass.acquire_nowait()
-            except trio.WouldBlock:
-                await self._pass.acquire()
-            try:
+            async with self._pass:
                 await self._flush_pass()
-            finally:
-                self._pass.release()
 
     def _run_all(self, jobs: list[FlushJob]) -> None:
         """Blocking, on the node's storage thread."""
