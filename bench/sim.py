@@ -13,26 +13,33 @@ from quorumlog.bench.report import print_table
 from quorumlog.bench.sim_checks import Violation
 from quorumlog.bench.simulation import run_seed
 
-# (cluster size, with membership changes, with three topics of four partitions)
+# (cluster size, with membership changes, with three topics of four partitions, the
+# followers' `[raft] follower_flush`)
 KINDS = (
-    (3, False, False),
-    (5, False, False),
-    (3, True, False),
-    (5, True, False),
-    (3, False, True),
-    (5, True, True),
+    (3, False, False, "quorum"),
+    (5, False, False, "quorum"),
+    (3, True, False, "quorum"),
+    (5, True, False, "quorum"),
+    (3, False, True, "quorum"),
+    (5, True, True, "quorum"),
+    (3, False, False, "lazy"),
 )
 
 
 def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000) -> list[dict]:
     per_kind = seeds or (25 if quick else 250)
     rows = []
-    for size, membership, topics in KINDS:
+    for size, membership, topics, follower_flush in KINDS:
         failed: list[str] = []
         start = time.perf_counter()
         for seed in range(first_seed, first_seed + per_kind):
             try:
-                kind = {"size": size, "membership": membership, "topics": topics}
+                kind = {
+                    "size": size,
+                    "membership": membership,
+                    "topics": topics,
+                    "follower_flush": follower_flush,
+                }
                 if run_seed(seed, **kind) != run_seed(seed, **kind):
                     failed.append(f"seed {seed}: did not replay")
             except Violation as exc:
@@ -43,13 +50,15 @@ def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000)
         rows.append(
             {
                 "figure": f"{size} nodes{' + membership changes' if membership else ''}"
-                f"{' + 3 topics x 4 partitions' if topics else ''}",
+                f"{' + 3 topics x 4 partitions' if topics else ''}"
+                f"{f', follower_flush={follower_flush}' if follower_flush != 'quorum' else ''}",
                 "seeds": per_kind,
                 "failed": len(failed),
                 "seeds_s": per_kind / elapsed,
                 "replay": (
                     f"python -c 'from quorumlog.bench.simulation import run_seed; "
-                    f"run_seed(SEED, size={size}, membership={membership}, topics={topics})'"
+                    f"run_seed(SEED, size={size}, membership={membership}, topics={topics}, "
+                    f"follower_flush={follower_flush!r})'"
                 ),
             }
         )

@@ -17,7 +17,7 @@ import functools
 import hashlib
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 import trio.testing
@@ -404,8 +404,9 @@ async def _scenario(
     chaos_s: float,
     membership: bool,
     topics: bool,
+    follower_flush: str,
 ) -> str:
-    cluster = Cluster(seed, size)
+    cluster = Cluster(seed, size, replace(SETTINGS, follower_flush=follower_flush))
     with _commits_checked(cluster):
         return await _run(cluster, membership, topics, clients, appends, chaos_s)
 
@@ -459,8 +460,10 @@ def run_seed(
     chaos_s: float = 5.0,
     membership: bool = False,
     topics: bool = False,
+    follower_flush: str = "quorum",
 ) -> str:
-    """Run one seed; returns its trace hash. Raises Violation with the seed in the message."""
+    """Run one seed; returns its trace hash. Raises Violation with the seed in the message.
+    `follower_flush` is the `[raft]` setting of every node (raft/settings.py)."""
     run_module = trio._core._run
     state = run_module._r.getstate()
     old = run_module._ALLOW_DETERMINISTIC_SCHEDULING
@@ -476,6 +479,7 @@ def run_seed(
             chaos_s,
             membership,
             topics,
+            follower_flush,
             clock=trio.testing.MockClock(autojump_threshold=0),
         )
     finally:

@@ -241,7 +241,7 @@ def test_sim_smallest(tmp_path):
     from quorumlog.bench import sim
 
     rows = _written(tmp_path, "sim", sim.run(seeds=1))
-    assert [r["failed"] for r in rows] == [0] * 6
+    assert [r["failed"] for r in rows] == [0] * len(sim.KINDS)
     assert all(r["seeds"] == 1 and "run_seed" in r["replay"] for r in rows)
 
 

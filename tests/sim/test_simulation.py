@@ -1,7 +1,7 @@
 """Seeded simulations of whole clusters; a seed run twice must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T)"
+  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T, follower_flush=F)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -21,6 +21,9 @@ MEMBERSHIP_SEEDS_5 = range(3000, 3030)
 # Three topics of four partitions besides `default` and the controller: 14 groups a node.
 TOPIC_SEEDS_3 = range(4000, 4030)
 TOPIC_SEEDS_5 = range(5000, 5020)
+# Followers that answer before they flush (`lazy`) or flush every message (`always`): the
+# other `[raft] follower_flush` settings (every other kind runs the default, `quorum`).
+FOLLOWER_FLUSH_SEEDS_3 = range(6000, 6030)
 
 
 # Every seed's invariants are checked; one in REPLAY_EVERY also runs twice to show that
@@ -29,10 +32,10 @@ TOPIC_SEEDS_5 = range(5000, 5020)
 REPLAY_EVERY = 4
 
 
-def check_seed(seed: int, size: int, membership: bool = False, topics: bool = False) -> None:
-    first = run_seed(seed, size=size, membership=membership, topics=topics)
+def check_seed(seed: int, size: int, **kind) -> None:
+    first = run_seed(seed, size=size, **kind)
     if seed % REPLAY_EVERY == 0:
-        second = run_seed(seed, size=size, membership=membership, topics=topics)
+        second = run_seed(seed, size=size, **kind)
         assert first == second, f"seed {seed} did not replay: lost determinism"
 
 
@@ -66,14 +69,20 @@ def test_five_nodes_many_groups(seed):
     check_seed(seed, 5, membership=seed % 3 == 0, topics=True)
 
 
-def test_a_commit_counting_an_unflushed_replica_is_caught(monkeypatch):
+@pytest.mark.parametrize("seed", FOLLOWER_FLUSH_SEEDS_3)
+def test_three_nodes_other_follower_flush(seed):
+    check_seed(seed, 3, follower_flush=("lazy", "always")[seed % 2])
+
+
+@pytest.mark.parametrize("follower_flush", ["quorum", "lazy"])
+def test_a_commit_counting_an_unflushed_replica_is_caught(monkeypatch, follower_flush):
     """The checker can fail: with followers counted by what they hold rather than what
     they flushed, some of the first seeds report a commit no majority had flushed."""
     monkeypatch.setattr(Progress, "acked_offset", property(lambda p: p.match_offset))
     caught = []
     for seed in range(5):
         try:
-            run_seed(seed, size=3)
+            run_seed(seed, size=3, follower_flush=follower_flush)
         except* Violation:
             caught.append(seed)
     assert caught, "no seed caught a commit of unflushed records"
