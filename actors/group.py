@@ -398,7 +398,7 @@ class GroupActor:
             return self.core.heartbeat_reply()
         item = PeerInput(sender, message)
         try:
-            self._inbox.send_nowait(item)  # the read that brought it was the checkpoint
+            self._inbox.send_nowait(item)  # the reader passes through the scheduler enough
         except trio.WouldBlock:
             await self._inbox.send(item)
         return None

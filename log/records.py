@@ -34,6 +34,9 @@ COMPRESS_BYTES_MIN = 256
 COMPRESS_PROBE_BYTES = 16 * 1024
 PROBE_SAVING_MIN = 32
 ZSTD_LEVEL = 1
+# A thread's Packer keeps the buffer it grew; after a value larger than this (a client's
+# batches are at most 1 MiB) it is dropped rather than kept.
+PACKER_KEPT_BYTES_MAX = 2 * 1024 * 1024
 DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
 
 
@@ -63,7 +66,10 @@ def packb(value: object) -> bytes:
     pack = getattr(_codecs, "pack", None)
     if pack is None:
         pack = _codecs.pack = msgpack.Packer(use_bin_type=True).pack
-    return pack(value)
+    packed = pack(value)
+    if len(packed) > PACKER_KEPT_BYTES_MAX:
+        del _codecs.pack  # its buffer, grown to this size, is not kept for the thread
+    return packed
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:

@@ -430,7 +430,8 @@ class AsyncClient(ClientBase):
         try:
             return await connection.request(message)
         except ConnectionClosed:
-            self._connections.pop(address, None)
+            if self._connections.get(address) is connection:  # not a newer one dialled since
+                del self._connections[address]
             raise
 
     async def _connection(self, address: str) -> Connection:

@@ -19,7 +19,7 @@ import trio
 
 from quorumlog.transport.codec import Frame, encode_frame_parts
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError, TransportError
-from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.framing import READ_BYTES_MAX, FrameDecoder
 from quorumlog.transport.messages import (
     HANDSHAKE_TYPES,
     REPLY_TYPES,
@@ -36,8 +36,9 @@ WRITE_PARTS_MAX = 512
 WRITEV_PARTS_MAX = 16
 # Streams without scatter-gather get small pieces joined up to this many bytes.
 JOIN_BYTES_MAX = 256 * 1024
-# Reads in a row that found bytes waiting, before the reader lets the other tasks run.
-READS_UNWAITED_MAX = 8
+# Bytes read without waiting before the reader lets the other tasks run: what one read of
+# trio's took at most (the decoder's largest read).
+READ_BYTES_UNWAITED_MAX = READ_BYTES_MAX
 
 
 class _Pending:
@@ -222,10 +223,12 @@ class Connection:
         # descriptor: a trio socket call that does not block still passes through the
         # scheduler once more after it, a pass for every write; this loop already passes
         # through it when it waits for frames to send.
-        fd = self._socket.fileno()
         views = [memoryview(part) for part in parts if part]
         first = 0
         while first < len(views):
+            fd = self._socket.fileno()  # each time: -1 once the socket is closed
+            if fd < 0:
+                raise trio.ClosedResourceError("the socket was closed")
             try:
                 sent = os.writev(fd, views[first : first + WRITEV_PARTS_MAX])
             except BlockingIOError:
@@ -244,10 +247,9 @@ class Connection:
     async def _read_loop(self) -> None:
         decoder = self._decoder
         socket = self._socket
-        fd = socket.fileno() if socket is not None else -1
         handler = self._handler
         info = self.info
-        reads_unwaited = 0
+        unwaited = 0  # bytes read since the reader last passed through the scheduler
         while True:
             while (frame := decoder.next_frame()) is not None:
                 one_way = frame.correlation_id == 0 and type(frame.message) not in HANDSHAKE_TYPES
@@ -255,25 +257,23 @@ class Connection:
                     await handler(info, frame.message)  # Raft's path, without the detour
                 else:
                     await self._dispatch(frame)
+            if self._ended:  # the writer failed: read no more requests that cannot be answered
+                return
             with decoder.get_buffer() as room:
                 if socket is not None:
                     # Straight into the decoder's buffer (one copy fewer per frame), from
                     # the descriptor: a read that finds bytes waiting does not pass through
-                    # the scheduler (trio's recv_into would, after every call). One in
-                    # READS_UNWAITED_MAX does, so that a peer sending without pause cannot
-                    # keep the node's other tasks from running.
-                    try:
-                        received = os.readv(fd, [room])
-                    except BlockingIOError:
-                        received = -1
-                    except OSError as exc:
-                        raise trio.BrokenResourceError(str(exc)) from exc
+                    # the scheduler (trio's recv_into would, after every call). One does
+                    # after READ_BYTES_UNWAITED_MAX, as often as trio's reads of at most
+                    # that much did, so that a peer sending without pause cannot keep the
+                    # node's other tasks from running.
+                    received = self._read_now(socket, room)
                 else:
                     data = await self._stream.receive_some(len(room))
                     received = len(data)
                     room[:received] = data
             if received < 0:
-                reads_unwaited = 0
+                unwaited = 0
                 await trio.lowlevel.wait_readable(socket)
                 continue
             if not received:
@@ -281,11 +281,23 @@ class Connection:
                     raise ConnectionClosed("closed by the remote in the middle of a frame")
                 return
             decoder.buffer_updated(received)
-            if socket is not None:
-                reads_unwaited += 1
-                if reads_unwaited >= READS_UNWAITED_MAX:
-                    reads_unwaited = 0
-                    await trio.lowlevel.checkpoint()
+            unwaited += received
+            if socket is not None and unwaited >= READ_BYTES_UNWAITED_MAX:
+                unwaited = 0
+                await trio.lowlevel.checkpoint()
+
+    @staticmethod
+    def _read_now(socket: trio.socket.SocketType, room: memoryview) -> int:
+        """Bytes read into `room` without waiting; -1 if none were there."""
+        fd = socket.fileno()  # each time: -1 once the socket is closed, never a reused one
+        if fd < 0:
+            raise trio.ClosedResourceError("the socket was closed")
+        try:
+            return os.readv(fd, [room])
+        except BlockingIOError:
+            return -1
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
 
     async def _dispatch(self, frame: Frame) -> None:
         message = frame.message
@@ -303,7 +315,7 @@ class Connection:
             return
         slots = self._serving_slots
         try:
-            slots.acquire_nowait()  # the read that brought this frame was the checkpoint
+            slots.acquire_nowait()  # the reader passes through the scheduler often enough
         except trio.WouldBlock:
             await slots.acquire()
         take = self._take_request

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 
+import msgpack
+
 from quorumlog.log import records as records_module
 from quorumlog.log.batch import Compression, parse_batch
 from quorumlog.log.records import (
@@ -66,3 +68,14 @@ def test_the_probe_reads_the_opening_bytes_only():
     assert encode_records(records)[1] is Compression.NONE
     assert encode_records(records[len(values) - 512 :])[1] is Compression.ZSTD
     assert _round_trip(records) == records
+
+
+def test_a_thread_does_not_keep_a_packer_grown_by_a_large_value():
+    records = records_module
+    small = records.packb([b"x"])
+    kept = records._codecs.pack
+    assert records.packb([b"x"]) == small and records._codecs.pack is kept
+    large = [b"y" * (records.PACKER_KEPT_BYTES_MAX + 1)]
+    assert records.packb(large) == msgpack.packb(large)
+    assert getattr(records._codecs, "pack", None) is None  # dropped with its buffer
+    assert records.packb([b"x"]) == small  # and made again when next needed

@@ -13,6 +13,7 @@ from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.messages import (
+    AppendEntries,
     ErrorCode,
     ErrorReply,
     Heartbeat,
@@ -285,15 +286,13 @@ async def test_a_peer_sending_without_pause_does_not_keep_other_tasks_from_runni
 ):
     """Over a real socket, whose reads need not wait while bytes are there: the reader still
     lets the node's other tasks run (heartbeats, timers) between reads."""
-    monkeypatch.setattr(connection, "READS_UNWAITED_MAX", 1)
-    # About 400 KB: several reads (64 KiB, then more), all there before the first.
-    frames = [encode_frame(0, Heartbeat(1, term, 1, 0, 0, 0)) for term in range(20_000)]
+    monkeypatch.setattr(connection, "READ_BYTES_UNWAITED_MAX", 1)
+    # About 90 KB: two reads (64 KiB, then the rest), all there before the first.
+    frames = [encode_frame(0, Heartbeat(1, term, 1, 0, 0, 0)) for term in range(6000)]
     ours, theirs = socket.socketpair()
-    theirs.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
-    flood = b"".join(frames)
+    theirs.settimeout(5)  # a socket buffer too small for the flood fails here, not hangs
     with theirs:
-        while flood:  # all of it waiting before the reader starts
-            flood = flood[theirs.send(flood) :]
+        theirs.sendall(b"".join(frames))
     handled = 0
     seen_by_other_task = []
 
@@ -320,3 +319,36 @@ async def test_a_peer_sending_without_pause_does_not_keep_other_tasks_from_runni
         nursery.cancel_scope.cancel()
     assert handled == len(frames)
     assert any(0 < count < handled for count in seen_by_other_task)
+
+
+async def test_a_frame_larger_than_the_socket_buffers_goes_out_whole():
+    """The writer waits for room and goes on where the socket stopped taking bytes."""
+    batches = bytes(range(256)) * 8 * 1024  # 2 MiB
+    ours, theirs = socket.socketpair()
+    for end in (ours, theirs):
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * 1024)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    received = []
+
+    async def handler(peer, message):
+        received.append(message)
+        await trio.sleep(0.001)  # a slow reader: the sender finds the socket full
+
+    def stream(end):
+        return trio.SocketStream(trio.socket.from_stdlib_socket(end))
+
+    sender = Connection(stream(ours), SERVER, decoder=FrameDecoder(), limits=Limits())
+    reader = Connection(
+        stream(theirs), CLIENT, decoder=FrameDecoder(), limits=Limits(), handler=handler
+    )
+    message = AppendEntries(1, 2, 1, 0, 0, 0, batches, True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sender.run)
+        nursery.start_soon(reader.run)
+        for _ in range(3):
+            assert sender.send_nowait(message)
+        with trio.fail_after(30):
+            while len(received) < 3:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert received == [message] * 3
