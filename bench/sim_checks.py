@@ -1,17 +1,23 @@
 """The simulation's final checks: what every Raft group's replicas hold after the faults
-healed, against what the clients were told (I1-I3, I6, I7; bench/simulation.py runs them)."""
+healed, against what the clients were told (I1-I3, I6, I7; bench/simulation.py runs them),
+and I4 on every leader at the moment it commits."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from quorumlog.log.records import batch_records
+from quorumlog.membership.quorum import has_quorum
+from quorumlog.raft.core import RaftCore
 from quorumlog.transport.messages import Acks
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
     from quorumlog.bench.simulation import Cluster, Outcome, Route
+    from quorumlog.membership.config import Configuration
 
 
 class Violation(AssertionError):
@@ -107,3 +113,47 @@ def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: 
                 f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
                 f"found at {where.get(outcome.value)}"
             )
+
+
+@contextlib.contextmanager
+def commits_checked(cluster: Cluster) -> Iterator[None]:
+    """Every commit of a leader is checked as it happens: checked a few ms later, the
+    followers would have flushed by then whatever the leader counted."""
+    original = RaftCore._commit_to
+
+    def commit_to(core: RaftCore, offset: int) -> None:
+        # The configuration the commit was decided under: committing may put another one
+        # in force (a learner promoted, say), which did not count for this commit.
+        config = core.config
+        original(core, offset)
+        if core.is_leader:
+            check_commit_flushed(cluster, core, config)
+
+    RaftCore._commit_to = commit_to
+    try:
+        yield
+    finally:
+        RaftCore._commit_to = original
+
+
+def check_commit_flushed(cluster: Cluster, core: RaftCore, config: Configuration) -> None:
+    """I4 on a leader, at the moment it commits: the offset is flushed on a majority of
+    the voters of `config`, the configuration it decided under, with or without itself
+    (dissertation 10.2.1). A voter that is down, or holds no replica now, cannot be
+    looked at and is given the benefit of the doubt."""
+    leader, gid, offset = core.id, core.group_id, core.commit_offset
+    term = core.term_at(offset)
+    holding = set()
+    for v in config.members:
+        node = cluster.nodes[v].node if v in cluster.nodes else None
+        group = node.groups.get(gid) if node is not None else None
+        if (
+            group is None
+            or offset < group.log.log_start_offset
+            or (group.log.flushed_offset >= offset and group.core.term_at(offset) == term)
+        ):
+            holding.add(v)
+    if not has_quorum(config, holding):
+        cluster.failures.append(
+            f"node {leader} group {gid} committed {offset}, flushed only on {sorted(holding)}"
+        )

@@ -12,11 +12,9 @@ heal the checker verifies the invariants in every Raft group. Trio's scheduler i
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import trio
@@ -25,7 +23,7 @@ import trio.testing
 from quorumlog.actors.group import GroupActor
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
-from quorumlog.bench.sim_checks import check_cluster, committed_log
+from quorumlog.bench.sim_checks import check_cluster, commits_checked, committed_log
 from quorumlog.bench.sim_faults import chaos, membership_chaos
 from quorumlog.log.files import StorageError
 from quorumlog.log.memdisk import MemoryFileSystem
@@ -33,7 +31,6 @@ from quorumlog.log.records import make_data_batch
 from quorumlog.log.wal import LogConfig
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import has_quorum
-from quorumlog.raft.core import RaftCore
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
@@ -228,28 +225,6 @@ class Cluster:
             self._check_active_configs()
             await trio.sleep(0.005)
 
-    def check_commit_flushed(self, core: RaftCore, config: Configuration) -> None:
-        """I4 on a leader, at the moment it commits: the offset is flushed on a majority of
-        the voters of `config`, the configuration it decided under, with or without itself
-        (dissertation 10.2.1). A voter that is down, or holds no replica now, cannot be
-        looked at and is given the benefit of the doubt."""
-        leader, gid, offset = core.id, core.group_id, core.commit_offset
-        term = core.term_at(offset)
-        holding = set()
-        for v in config.members:
-            node = self.nodes[v].node if v in self.nodes else None
-            group = node.groups.get(gid) if node is not None else None
-            if (
-                group is None
-                or offset < group.log.log_start_offset
-                or (group.log.flushed_offset >= offset and group.core.term_at(offset) == term)
-            ):
-                holding.add(v)
-        if not has_quorum(config, holding):
-            self.failures.append(
-                f"node {leader} group {gid} committed {offset}, flushed only on {sorted(holding)}"
-            )
-
     def _check_active_configs(self) -> None:
         """A configuration and the one that follows it in some log, both in effect
         somewhere, must have majorities that meet (the joint rule at every step). Older
@@ -420,7 +395,7 @@ async def _scenario(
     follower_flush: str,
 ) -> str:
     cluster = Cluster(seed, size, replace(SETTINGS, follower_flush=follower_flush))
-    with _commits_checked(cluster):
+    with commits_checked(cluster):
         return await _run(cluster, membership, topics, clients, appends, chaos_s)
 
 
@@ -445,27 +420,6 @@ async def _run(
         digest = cluster.trace_hash()
         nursery.cancel_scope.cancel()
     return digest
-
-
-@contextlib.contextmanager
-def _commits_checked(cluster: Cluster) -> Iterator[None]:
-    """Every commit of a leader is checked as it happens: checked a few ms later, the
-    followers would have flushed by then whatever the leader counted."""
-    original = RaftCore._commit_to
-
-    def commit_to(core: RaftCore, offset: int) -> None:
-        # The configuration the commit was decided under: committing may put another one
-        # in force (a learner promoted, say), which did not count for this commit.
-        config = core.config
-        original(core, offset)
-        if core.is_leader:
-            cluster.check_commit_flushed(core, config)
-
-    RaftCore._commit_to = commit_to
-    try:
-        yield
-    finally:
-        RaftCore._commit_to = original
 
 
 def run_seed(
