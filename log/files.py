@@ -38,6 +38,7 @@ class File(Protocol):
     def append(self, data: bytes | memoryview) -> None: ...
     def truncate(self, size: int) -> None: ...
     def fsync(self) -> None: ...
+    def drop_cached(self, start: int, end: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -164,6 +165,15 @@ class OsFile:
         if self._journal is not None and size != self._durable:
             self._durable = size
             self._journal.record(self._path, size)
+
+    def drop_cached(self, start: int, end: int) -> None:
+        """Tell the kernel it may drop the cached pages of [start, end), which are durable:
+        a later read comes from the disk. Advice only: it changes no data."""
+        if hasattr(os, "posix_fadvise"):  # not on macOS
+            try:
+                os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
+            except OSError as exc:
+                raise StorageError(f"fadvise of {self._path} failed: {exc}") from exc
 
     def close(self) -> None:
         os.close(self._fd)

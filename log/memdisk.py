@@ -51,6 +51,9 @@ class MemoryFile:
             raise StorageError(f"fsync of {self._path} failed: injected fault")
         self._inode.durable = bytes(self._inode.data)
 
+    def drop_cached(self, start: int, end: int) -> None:
+        pass  # no page cache here: the bytes are the disk
+
     def close(self) -> None:
         pass
 

@@ -69,6 +69,8 @@ class Segment:
         self.file = file
         self.index_interval_bytes = index_interval_bytes
         self.size_bytes = 0
+        # The file's bytes below this are out of the page cache (Log.page_cache_window_bytes).
+        self.uncached_to = 0
         self.last_offset = base_offset - 1
         self.max_timestamp_ms = -1
         # Sparse index: base offset and file position of one batch every index_interval_bytes.
@@ -256,6 +258,7 @@ class Segment:
         self.file.truncate(position)
         self._read_ends.clear()
         self.size_bytes = position
+        self.uncached_to = min(self.uncached_to, position)
         self.last_offset = offset - 1
         keep = bisect.bisect_left(self.index_offsets, offset)
         del self.index_offsets[keep:]

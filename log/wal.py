@@ -24,7 +24,7 @@ import structlog
 
 from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
 from quorumlog.log.files import CorruptionError, File, FileSystem, read_whole_file
-from quorumlog.log.flushjob import FlushJob
+from quorumlog.log.flushjob import FlushJob, uncache_ranges
 from quorumlog.log.segment import Segment, parse_segment_file_name, segment_file_name
 from quorumlog.log.tailcache import LogChunk, TailCache
 
@@ -65,10 +65,18 @@ class LogConfig:
     # A new leader whose clock is behind the largest stamp in its log by at most this
     # waits it out before stamping; further behind, it stamps that stamp plus one.
     timestamp_wait_max_ms: int = 1000
+    # Only the newest this many bytes of the log stay in the kernel's page cache once
+    # durable (more than the log ever holds: the kernel decides). A log is written once and
+    # read mostly at its tail: keeping the rest costs fresh memory for every write (eight
+    # times the cost of the write itself where a VM's memory is touched for the first time,
+    # docs/decisions.md), while a reader that far behind would soon read from the disk.
+    page_cache_window_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"timestamp_type is one of {', '.join(TIMESTAMP_TYPES)}")
+        if self.page_cache_window_bytes < 0:
+            raise ValueError("page_cache_window_bytes is at least 0")
 
 
 class Log:
@@ -397,7 +405,18 @@ class Log:
         self._dir_dirty = False
         self._flushing = True
         return FlushJob(
-            self._fs, self._dir, self.dirty_offset, self._truncations, files, indexes, sync_dir
+            self._fs,
+            self._dir,
+            self.dirty_offset,
+            self._truncations,
+            files,
+            indexes,
+            sync_dir,
+            uncache_ranges(
+                self._segments,
+                self._config.page_cache_window_bytes,
+                self._config.segment_bytes_max,
+            ),
         )
 
     def end_flush(self, job: FlushJob, durable: bool) -> int:

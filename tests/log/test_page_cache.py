@@ -1,0 +1,119 @@
+"""The log keeps only its newest `page_cache_window_bytes` in the kernel's page cache once
+they are durable, and reads back what it let go. Real files: residency is asked of the
+kernel itself (mincore), so these run only on Linux."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import sys
+
+import pytest
+
+from quorumlog.log.files import OsFileSystem
+from quorumlog.log.wal import Log, LogConfig
+from tests.log.helpers import batch_of, open_log, read_all
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="mincore and fadvise: Linux")
+
+PAGE = mmap.PAGESIZE
+KIB = 1024
+
+
+def resident_pages(path: str) -> list[int]:
+    """The numbers of the file's pages that the kernel holds in its page cache."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return []
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return [page for page, bits in enumerate(vec) if bits & 1]
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def config(window: int) -> LogConfig:
+    return LogConfig(
+        segment_bytes_max=256 * KIB,
+        index_interval_bytes=16 * KIB,
+        verify_on_open=False,
+        page_cache_window_bytes=window,
+    )
+
+
+def append_mib(log: Log, mib: int = 1) -> list[bytes]:
+    """About `mib` MiB of incompressible records, 8 KiB a batch."""
+    values = []
+    for _ in range(mib * 128):
+        batch = [os.urandom(1000) for _ in range(8)]
+        log.append([batch_of(*batch)], term=1)
+        values.extend(batch)
+    return values
+
+
+def residency(log: Log) -> list[tuple[int, int]]:
+    """(pages resident, pages in the file) of every segment, oldest first."""
+    return [(len(resident_pages(s.path)), (s.size_bytes + PAGE - 1) // PAGE) for s in log._segments]
+
+
+async def test_only_the_window_stays_in_the_page_cache(tmp_path):
+    window = 128 * KIB
+    log = open_log(OsFileSystem(), str(tmp_path / "log"), config(window))
+    values = append_mib(log, 2)
+    await log.flush()
+
+    pages = residency(log)
+    assert len(pages) >= 8 and log._segments[-1].size_bytes > window
+    newest = log._segments[-1]
+    # Whole pages: the newest `window` bytes, rounded out to the page that holds their first.
+    first_kept = (newest.size_bytes - window) // PAGE
+    assert resident_pages(newest.path) == list(range(first_kept, pages[-1][1]))
+    assert all(resident <= 1 for resident, _ in pages[:-1]), pages  # a partial last page
+
+    assert [v for _, v in read_all(log)] == values  # what was dropped reads from the disk
+
+
+async def test_a_window_larger_than_the_log_leaves_it_all_cached(tmp_path):
+    log = open_log(OsFileSystem(), str(tmp_path / "log"), config(1 << 40))
+    append_mib(log)
+    await log.flush()
+    assert all(resident == total for resident, total in residency(log))
+
+
+async def test_a_truncated_and_rewritten_range_leaves_the_cache_again(tmp_path):
+    """A suffix truncation below what was dropped moves the mark back: the new bytes there
+    leave the cache once the window has passed them."""
+    log = open_log(OsFileSystem(), str(tmp_path / "log"), config(64 * KIB))
+    append_mib(log)
+    await log.flush()
+    second = log._segments[1]
+    cut = second.base_offset + 8 * 4  # four batches into the second segment
+    log.truncate_suffix(cut)
+    cut_page = second.size_bytes // PAGE
+    values = append_mib(log)
+    await log.flush()
+
+    assert log._segments[1] is second
+    last_page = second.size_bytes // PAGE  # partial: it stays
+    assert [p for p in resident_pages(second.path) if p >= cut_page] == [last_page]
+    assert [v for _, v in read_all(log, cut)] == values
