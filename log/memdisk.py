@@ -139,7 +139,9 @@ class MemoryFileSystem:
     def crash(self, rng: random.Random | None = None) -> None:
         """Lose everything not fsynced. With `rng`, keep a torn prefix of unsynced appends."""
         self._names = dict(self._durable_names)
-        for inode in set(self._names.values()):
+        # In path order, each inode once (two durable names may share one): the rng's draws
+        # must not follow a set's order, which for these id-hashed objects varies per run.
+        for inode in dict.fromkeys(inode for _, inode in sorted(self._names.items())):
             kept = inode.durable
             extra = bytes(inode.data[len(kept) :])
             if rng is not None and extra and inode.data.startswith(kept):

@@ -56,6 +56,8 @@ class FollowerRules:
                 self.verified_offset = prev
                 if req.base_config:
                     self._adopt_base_config(req.base_config, prev)
+                else:
+                    self._forget_config(prev)
         elif prev > log.dirty_offset:
             self._reject(sender, log.dirty_offset, log.last_term)
             return
@@ -105,6 +107,16 @@ class FollowerRules:
             self.flush_urgent = True
         else:
             self._send(sender, self._append_reply(AppendResult.SUCCESS))
+
+    def _forget_config(self, offset: int) -> None:
+        """Our log starts again after `offset`, and the leader's committed configuration is
+        in the entries it sends from there. Until they come this node knows none (and acts
+        as a learner): the one it had is older than them, and no entry of the new log
+        follows it, so a truncation must not fall back to it."""
+        self.configs = ConfigTracker(None, offset)
+        self.meta = replace(self.meta, config=None, config_offset=offset)
+        self.metadata_dirty = True
+        self._config_changed()
 
     def _adopt_base_config(self, data: bytes, offset: int) -> None:
         """The committed configuration in force at `offset`, just below our log, which

@@ -460,6 +460,33 @@ def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without
         leader.propose_config(make_electable(leader.config, 4))
 
 
+def test_a_node_restarted_at_the_leaders_start_without_a_base_config_forgets_its_own():
+    """A witness that was down while the change adding it committed: its log starts at
+    that change, which the first message carries instead of a base configuration. The
+    configuration it knew before (as a voter of an older one) precedes nothing in its new
+    log, so it is dropped, durably, rather than kept as what a truncation returns to."""
+    leader = committed_leader_with_records(5)
+    joining = add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
+    config_offset = leader.propose_config(joining)
+    flush(leader.log)
+    reply = AppendEntriesReply(
+        0, 2, leader.term, config_offset, config_offset, AppendResult.SUCCESS, -1, -1
+    )
+    leader.step(2, reply, 10.0)
+    leader.on_flushed(10.0)
+    assert leader.commit_offset >= config_offset, "committed before 4 heard anything"
+    first = first_message_to(leader, 4)
+    assert (first.prev_offset, first.prev_term) == (config_offset - 1, UNKNOWN_TERM)
+    assert not first.base_config, "the committed configuration is in the entries"
+
+    older = Configuration.bootstrap({**PEERS, 4: "127.0.0.1:7004"})
+    witness = make_core(4, term=leader.term, config=older)
+    witness.step(1, first, 10.0)
+    assert witness.config == joining and witness.role is Role.LEARNER
+    assert witness.configs.previous is None, "nothing in its log precedes the change"
+    assert witness.meta.config is None and witness.metadata_dirty
+
+
 def test_a_witness_of_the_controllers_group_copies_the_whole_log():
     leader = committed_leader_with_records(3)
     leader.witnesses_from_commit = False  # every member applies this group's whole log
