@@ -98,11 +98,23 @@ class ControllerActor:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_leader_updates)
             while True:
+                # Taken before the work: a round that commits more while `_reconcile`
+                # awaits sets it, so the loop goes round again. Waiting on the event of
+                # after the work would miss that commit until the group's next round,
+                # which a quiet group never has.
+                group = self.group
+                round_done = group.round_done
                 if self._apply_committed():
                     await self._reconcile()
                     self._signal()
                 self._report_to_new_controller()
-                await self.group.round_done.wait()
+                if self.group is group:  # not reopened meanwhile (node.py, _reopen)
+                    await round_done.wait()
+
+    @property
+    def behind(self) -> bool:
+        """Whether committed controller entries wait to be applied here."""
+        return self._next_offset <= self.group.core.commit_offset
 
     def _signal(self) -> None:
         self.changed.set()

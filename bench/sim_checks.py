@@ -47,6 +47,8 @@ def check_cluster(cluster: Cluster, converged: bool) -> None:
             if not cluster.group_converged(gid)
         }
         problems.append(f"I7: these groups did not converge after the faults healed: {stuck}")
+        if behind := cluster.controllers_behind():
+            problems.append(f"I7: the controllers of nodes {behind} did not apply all committed")
     for (gid, term), who in cluster.leaders.items():
         if len(who) > 1:
             problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")

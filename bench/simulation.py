@@ -362,10 +362,22 @@ class Cluster:
             for m in leader.core.config.members
         )
 
+    def controllers_behind(self) -> list[int]:
+        """Running nodes whose controller has not applied all it committed: the replicas
+        they host would not follow the cluster's metadata."""
+        return [
+            i
+            for i, s in sorted(self.nodes.items())
+            if s.node is not None and s.node.controller_actor.behind
+        ]
+
     async def wait_converged(self, timeout_s: float) -> bool:
-        """I7: in every group a leader exists and every member holds and commits its log."""
+        """I7: in every group a leader exists and every member holds and commits its log,
+        and every node applied what its controller committed."""
         with trio.move_on_after(timeout_s):
-            while not all(self.group_converged(gid) for gid in self.group_ids()):
+            while self.controllers_behind() or not all(
+                self.group_converged(gid) for gid in self.group_ids()
+            ):
                 await trio.sleep(0.05)
             return True
         return False

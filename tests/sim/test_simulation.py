@@ -8,7 +8,9 @@ More seeds: quorumlog bench sim --seeds N
 from __future__ import annotations
 
 import pytest
+import trio
 
+from quorumlog.actors.controller import ControllerActor
 from quorumlog.bench.sim_checks import Violation
 from quorumlog.bench.simulation import run_seed
 from quorumlog.raft.progress import Progress
@@ -85,6 +87,22 @@ FOUND_SEEDS = [(seed, 5, {"membership": True, "topics": True}) for seed in (1011
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
 def test_seeds_found_by_the_bench(seed, size, kind):
     assert run_seed(seed, size=size, **kind) == run_seed(seed, size=size, **kind)
+
+
+@pytest.mark.parametrize("seed", [10000, 10003])
+def test_a_controller_applies_what_commits_while_it_creates_replicas(seed, monkeypatch):
+    """Creating a node's replicas takes its disk's time; the controller group may commit
+    more meanwhile and then go quiet. Here every reconcile takes 50 ms more: each node
+    must still apply everything committed (its loop once waited for the round after the
+    one that committed, which a quiet group never has; seed 10014 of `bench sim`)."""
+    reconcile = ControllerActor._reconcile
+
+    async def slow_reconcile(self):
+        await reconcile(self)
+        await trio.sleep(0.05)
+
+    monkeypatch.setattr(ControllerActor, "_reconcile", slow_reconcile)
+    run_seed(seed, size=3, membership=True, topics=True)
 
 
 @pytest.mark.parametrize("follower_flush", ["quorum", "lazy"])
