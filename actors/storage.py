@@ -28,9 +28,10 @@ from dataclasses import dataclass, field, replace
 import structlog
 
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
-from quorumlog.log.wal import Log, LogConfig, RunSync
+from quorumlog.log.wal import Log, RunSync
 from quorumlog.membership.config import Configuration, InvalidConfigurationError
 
 logger = structlog.get_logger("quorumlog.storage")

@@ -25,10 +25,10 @@ from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
 from quorumlog.bench.sim_checks import check_cluster, commits_checked, committed_log
 from quorumlog.bench.sim_faults import chaos, membership_chaos
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import StorageError
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.records import make_data_batch
-from quorumlog.log.wal import LogConfig
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import has_quorum
 from quorumlog.raft.settings import RaftSettings

@@ -29,9 +29,10 @@ import trio
 
 from quorumlog.actors.worker import WorkerThread
 from quorumlog.bench.report import median
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import OsFileSystem
 from quorumlog.log.records import make_data_batch
-from quorumlog.log.wal import Log, LogConfig, run_inline
+from quorumlog.log.wal import Log, run_inline
 
 RECORD_BYTES = 1024
 BATCH_RECORDS = 64

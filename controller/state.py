@@ -22,7 +22,7 @@ from quorumlog.controller.commands import (
     RegisterBroker,
     SetReplicas,
 )
-from quorumlog.log.wal import TIMESTAMP_TYPES
+from quorumlog.log.config import TIMESTAMP_TYPES
 
 CONTROLLER_GROUP = 0
 DEFAULT_TOPIC = "default"

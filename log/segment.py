@@ -69,7 +69,7 @@ class Segment:
         self.file = file
         self.index_interval_bytes = index_interval_bytes
         self.size_bytes = 0
-        # The file's bytes below this are out of the page cache (Log.page_cache_window_bytes).
+        # The file's bytes below this are out of the page cache (LogConfig.page_cache_window_bytes).
         self.uncached_to = 0
         self.last_offset = base_offset - 1
         self.max_timestamp_ms = -1

@@ -17,12 +17,12 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, File, FileSystem, read_whole_file
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
 from quorumlog.log.segment import Segment, parse_segment_file_name, segment_file_name
@@ -44,39 +44,6 @@ def _base_offset(segment: Segment) -> int:
 
 class OffsetOutOfRangeError(LookupError):
     """An offset before the log start (or otherwise not held by this log)."""
-
-
-TIMESTAMP_TYPES = ("create", "log_append")
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    segment_bytes_max: int = 128 * 1024 * 1024
-    index_interval_bytes: int = 16 * 1024
-    # Retention: None keeps everything. Only committed records are ever dropped; a follower
-    # that needs dropped ones starts its log again at the leader's log start.
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
-    # Check every batch of every segment on open (about 1 s per GiB), not only the newest.
-    verify_on_open: bool = True
-    # Whose clock a record's timestamp is (`default`'s; a topic sets its own): "create",
-    # its producer's, or "log_append", its leader's as it appends (actors/stamper.py).
-    timestamp_type: str = "create"
-    # A new leader whose clock is behind the largest stamp in its log by at most this
-    # waits it out before stamping; further behind, it stamps that stamp plus one.
-    timestamp_wait_max_ms: int = 1000
-    # Only the newest this many bytes of the log stay in the kernel's page cache once
-    # durable (more than the log ever holds: the kernel decides). A log is written once and
-    # read mostly at its tail: keeping the rest costs fresh memory for every write (eight
-    # times the cost of the write itself where a VM's memory is touched for the first time,
-    # docs/decisions.md), while a reader that far behind would soon read from the disk.
-    page_cache_window_bytes: int = 64 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        if self.timestamp_type not in TIMESTAMP_TYPES:
-            raise ValueError(f"timestamp_type is one of {', '.join(TIMESTAMP_TYPES)}")
-        if self.page_cache_window_bytes < 0:
-            raise ValueError("page_cache_window_bytes is at least 0")
 
 
 class Log:

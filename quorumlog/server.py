@@ -24,6 +24,7 @@ from quorumlog.actors.node import Node
 from quorumlog.actors.storage import BootstrapError, open_storage
 from quorumlog.actors.worker import WorkerThread
 from quorumlog.allocator import keep_freed_memory
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
     CorruptionError,
@@ -31,7 +32,6 @@ from quorumlog.log.files import (
     StorageError,
     SyncJournal,
 )
-from quorumlog.log.wal import LogConfig
 from quorumlog.metrics import serve_metrics
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.addresses import is_loopback, parse_address

@@ -11,10 +11,11 @@ import random
 import pytest
 
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
+from quorumlog.log.config import LogConfig
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
-from quorumlog.log.wal import Log, LogConfig, run_inline
+from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.changes import ConfigChangeError, add_learner, make_electable
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from quorumlog.log.batch import split_batches
+from quorumlog.log.config import LogConfig
 from quorumlog.log.records import batch_records, make_data_batch
-from quorumlog.log.wal import Log, LogConfig, run_inline
+from quorumlog.log.wal import Log, run_inline
 
 SMALL = LogConfig(segment_bytes_max=2_000, index_interval_bytes=300)
 

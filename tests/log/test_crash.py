@@ -13,9 +13,9 @@ import random
 import pytest
 
 from quorumlog.log.batch import split_batches
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, OsFileSystem
 from quorumlog.log.segment import SEGMENT_SUFFIX
-from quorumlog.log.wal import LogConfig
 from tests.log.helpers import batch_of, open_log, read_all
 
 CONFIG = LogConfig(segment_bytes_max=4_000, index_interval_bytes=500)

@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import OsFileSystem
-from quorumlog.log.wal import Log, LogConfig
+from quorumlog.log.wal import Log
 from tests.log.helpers import batch_of, open_log, read_all
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="mincore and fadvise: Linux")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from quorumlog.log.batch import parse_batch, split_batches
+from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, OsFileSystem
 from quorumlog.log.memdisk import MemoryFileSystem
-from quorumlog.log.wal import Log, LogConfig, OffsetOutOfRangeError
+from quorumlog.log.wal import Log, OffsetOutOfRangeError
 from tests.log.helpers import SMALL, batch_of, open_log, read_all, values_in
 
 
