@@ -70,9 +70,9 @@ def log_dir(tmp_path) -> str:
     return str(tmp_path / "log")
 
 
-def config(window: int) -> LogConfig:
+def config(window: int, segment_bytes: int = 256 * KIB) -> LogConfig:
     return LogConfig(
-        segment_bytes_max=256 * KIB,
+        segment_bytes_max=segment_bytes,
         index_interval_bytes=16 * KIB,
         verify_on_open=False,
         page_cache_window_bytes=window,
@@ -106,9 +106,31 @@ async def test_only_the_window_stays_in_the_page_cache(log_dir):
     # Whole pages: the newest `window` bytes, rounded out to the page that holds their first.
     first_kept = (newest.size_bytes - window) // PAGE
     assert resident_pages(newest.path) == list(range(first_kept, pages[-1][1]))
-    assert all(resident <= 1 for resident, _ in pages[:-1]), pages  # a partial last page
+    assert all(resident == 0 for resident, _ in pages[:-1]), pages  # sealed: to the last page
 
     assert [v for _, v in read_all(log)] == values  # what was dropped reads from the disk
+
+
+async def test_a_flush_after_every_small_write_leaves_no_large_folio_behind(log_dir):
+    """The kernel caches a large write as one large folio, which it drops only whole: the
+    ranges of many small flushes cut through folios, and each must go all the same."""
+    config = LogConfig(
+        segment_bytes_max=4 * 1024 * KIB,
+        index_interval_bytes=64 * KIB,
+        verify_on_open=False,
+        page_cache_window_bytes=256 * KIB,
+    )
+    log = open_log(OsFileSystem(), log_dir, config)
+    for _ in range(160):  # 64 KiB writes, each flushed: about 10 MiB
+        log.append([batch_of(*[os.urandom(1000) for _ in range(8)]) for _ in range(8)], term=1)
+        await log.flush()
+
+    pages = residency(log)
+    assert len(pages) >= 3
+    assert all(resident == 0 for resident, _ in pages[:-1]), pages
+    newest = log._segments[-1]
+    window_and_a_folio = (256 * KIB + 2 * 1024 * KIB) // PAGE + 1
+    assert len(resident_pages(newest.path)) <= window_and_a_folio, pages[-1]
 
 
 async def test_a_window_larger_than_the_log_leaves_it_all_cached(tmp_path):
@@ -120,18 +142,20 @@ async def test_a_window_larger_than_the_log_leaves_it_all_cached(tmp_path):
 
 async def test_a_truncated_and_rewritten_range_leaves_the_cache_again(log_dir):
     """A suffix truncation below what was dropped moves the mark back: the new bytes there
-    leave the cache once the window has passed them."""
-    log = open_log(OsFileSystem(), log_dir, config(64 * KIB))
-    append_mib(log)
+    leave the cache once the window has passed them. One segment of several 2 MiB blocks,
+    so that the mark, not the folio rounding, decides."""
+    log = open_log(OsFileSystem(), log_dir, config(64 * KIB, segment_bytes=16 * 1024 * KIB))
+    append_mib(log, 6)
     await log.flush()
-    second = log._segments[1]
-    cut = second.base_offset + 8 * 4  # four batches into the second segment
+    segment = log._segments[-1]
+    assert segment.uncached_to > 5 * 1024 * KIB
+    cut = segment.base_offset + 8 * 384  # about 3 MiB in
     log.truncate_suffix(cut)
-    cut_page = second.size_bytes // PAGE
-    values = append_mib(log)
+    cut_page = segment.size_bytes // PAGE
+    values = append_mib(log, 4)
     await log.flush()
 
-    assert log._segments[1] is second
-    last_page = second.size_bytes // PAGE  # partial: it stays
-    assert [p for p in resident_pages(second.path) if p >= cut_page] == [last_page]
+    assert log._segments == [segment]
+    edge = (segment.size_bytes - 64 * KIB) // PAGE
+    assert [p for p in resident_pages(segment.path) if cut_page <= p < edge] == []
     assert [v for _, v in read_all(log, cut)] == values
