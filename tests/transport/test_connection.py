@@ -7,7 +7,7 @@ import pytest
 import trio
 import trio.testing
 
-from quorumlog.transport import connection
+from quorumlog.transport import connection, framing
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError
@@ -287,7 +287,10 @@ async def test_a_peer_sending_without_pause_does_not_keep_other_tasks_from_runni
     """Over a real socket, whose reads need not wait while bytes are there: the reader still
     lets the node's other tasks run (heartbeats, timers) between reads."""
     monkeypatch.setattr(connection, "READ_BYTES_UNWAITED_MAX", 1)
-    # About 90 KB: two reads (64 KiB, then the rest), all there before the first.
+    # Reads of 1 KiB: about 90 of them, all there before the first. (With two reads the
+    # scheduler's coin, which of the two runnable tasks goes first, decided the test.)
+    monkeypatch.setattr(framing, "READ_BYTES_MIN", 1024)
+    monkeypatch.setattr(framing, "READ_BYTES_MAX", 1024)
     frames = [encode_frame(0, Heartbeat(1, term, 1, 0, 0, 0)) for term in range(6000)]
     ours, theirs = socket.socketpair()
     theirs.settimeout(5)  # a socket buffer too small for the flood fails here, not hangs
