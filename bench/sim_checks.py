@@ -37,9 +37,12 @@ def committed_log(group: GroupActor) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def check_cluster(cluster: Cluster, converged: bool) -> None:
+def check_cluster(cluster: Cluster, converged: bool, placed: bool) -> None:
     """Raise Violation naming every broken invariant of a run that ended."""
     problems = list(cluster.failures)
+    if not placed:
+        off = cluster.partitions_not_placed()
+        problems.append(f"I7: these partitions did not reach their replica sets: {off}")
     if not converged:
         stuck = {
             gid: {i: g.core.status() for i, g in cluster.replicas(gid).items()}

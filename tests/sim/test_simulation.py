@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from quorumlog.actors.controller import ControllerActor
+from quorumlog.actors.mover import ReplicaMover
 from quorumlog.bench.sim_checks import Violation
 from quorumlog.bench.simulation import run_seed
 from quorumlog.raft.progress import Progress
@@ -117,3 +118,15 @@ def test_a_commit_counting_an_unflushed_replica_is_caught(monkeypatch, follower_
         except* Violation:
             caught.append(seed)
     assert caught, "no seed caught a commit of unflushed records"
+
+
+def test_a_move_that_is_never_driven_is_caught(monkeypatch):
+    """The checker can fail: with a controller that commits new replica sets but never
+    drives the partitions' groups to them, seed 30000 ends with partitions off theirs."""
+    monkeypatch.setattr(ReplicaMover, "_drive_moved", lambda self, nursery: None)
+    caught: list[str] = []
+    try:
+        run_seed(30000, size=3, membership=True, topics=True)
+    except* Violation as group:
+        caught = [str(e) for e in group.exceptions]
+    assert any("did not reach their replica sets" in c for c in caught), caught
