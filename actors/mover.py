@@ -105,13 +105,17 @@ class ReplicaMover:
             nursery.start_soon(self._drive_default, wanted)
 
     def _default_target(self) -> dict[str, str] | None:
-        """The controller's voters, if `default` (as this node sees it) has others and
-        neither group is in the middle of a change."""
+        """The controller's voters, if `default` (as this node sees it) has others, or
+        learners the controller's group does not have (one staged by a call cut short
+        before it was promoted, one left by a removal cut short), and neither group is in
+        the middle of a joint change nor the controller's group has learners of its own."""
         wanted = self.controller.group.core.configs.committed
         here = self.node.default_group.core.config
         if wanted is None or wanted.is_joint or wanted.learners:
             return None
-        if here is not None and (here.is_joint or here.learners or here.voters == wanted.voters):
+        if here is not None and (
+            here.is_joint or (here.voters == wanted.voters and not here.learners)
+        ):
             return None
         return {str(n): wanted.addresses[n] for n in sorted(wanted.voters)}
 
