@@ -210,11 +210,14 @@ class RaftCore(
 
     def become_follower(self, term: int, leader_id: int | None, now: float) -> None:
         was = self.role
+        if term > self.term or leader_id != self.leader_id:
+            # What matched the log of one leader in one term proves nothing about the next,
+            # even the same node's: it may have lost its unflushed tail and won again
+            # without it (seed 30095), and our copy of that tail must not commit.
+            self.verified_offset = -1
         if term > self.term:
             self._set_term(term, None)
         self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
-        if leader_id != self.leader_id:
-            self.verified_offset = -1
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()

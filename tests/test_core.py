@@ -27,6 +27,7 @@ from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,
+    Heartbeat,
     HeartbeatReply,
     TimeoutNow,
     VoteReply,
@@ -318,6 +319,29 @@ def test_a_follower_commits_only_what_it_flushed_and_verified():
     assert core.commit_offset == 1
     (_, first), (_, report) = core.take_outbox()
     assert first.last_flushed == -1 and report.last_flushed == 1, "the flush is reported at once"
+
+
+def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
+    """Seed 30095: node 2 led, sent offset 1 and lost it in a crash before its own flush,
+    then led the next term without it and committed another entry there. A follower that
+    flushed the lost one must not count it as verified by the same leader's new term."""
+    core = make_core(term=1)
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    leader_log.append([batch_of(b"a")], term=1)
+    leader_log.append([batch_of(b"lost in node 2's crash")], term=1)
+    sent = leader_log.read(0, 1 << 20).data
+    core.step(2, AppendEntries(0, 1, 2, -1, 0, 0, sent, False), now=1.0)
+    flush(core.log)
+    core.on_flushed(1.0)
+    assert core.commit_offset == 0 and core.verified_offset == 1
+
+    # Term 2, node 2 again, its offset 1 now a barrier of term 2, committed with node 3.
+    core.step(2, Heartbeat(0, 2, 2, 0, 1, 1), now=2.0)
+    assert core.commit_offset == 0, "committed an entry the leader does not have"
+    core.take_outbox()
+    core.step(2, AppendEntries(0, 2, 2, 1, 2, 1, b"", False), now=2.0)
+    ((_, reply),) = core.take_outbox()
+    assert reply.result is AppendResult.FAILURE and core.commit_offset == 0
 
 
 def test_a_leader_cut_off_from_the_majority_steps_down():

@@ -85,6 +85,9 @@ def test_three_nodes_other_follower_flush(seed):
 FOUND_SEEDS = [(seed, 5, {"membership": True, "topics": True}) for seed in (10111, 10216, 10226)]
 # `default` kept a learner staged by a call cut short, for good (the mover left it alone).
 FOUND_SEEDS += [(seed, 3, {"membership": True, "topics": False}) for seed in (30015, 30018)]
+# A follower committed what a leader sent before it crashed and lost it, once the same
+# node led again (the run hung: the two then exchanged rejections at one instant).
+FOUND_SEEDS += [(30095, 5, {"membership": True, "topics": True})]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
