@@ -23,7 +23,7 @@ import trio.testing
 from quorumlog.actors.group import GroupActor
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
-from quorumlog.bench.sim_checks import check_cluster, commits_checked, committed_log
+from quorumlog.bench.sim_checks import Violation, check_cluster, commits_checked, committed_log
 from quorumlog.bench.sim_faults import chaos, membership_chaos
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from quorumlog.log.config import LogConfig
@@ -55,6 +55,9 @@ ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
 # and timestamps must still never go back (seed 002; checked in bench/sim_checks.py).
 LOG_CONFIG = LogConfig(timestamp_type="log_append", timestamp_wait_max_ms=1000)
 CLOCK_SKEW_MAX_S = 2.0
+# Scheduler passes at one simulated instant before a run counts as stuck: a few dozen at
+# most in healthy runs.
+STANDSTILL_PASSES = 100_000
 WALL_CLOCK_START_S = 1.8e9
 SKEW_SEED = 0x5EED
 
@@ -464,8 +467,36 @@ async def _scenario(
     follower_flush: str,
 ) -> str:
     cluster = Cluster(seed, size, replace(SETTINGS, follower_flush=follower_flush))
-    with commits_checked(cluster):
-        return await _run(cluster, membership, topics, clients, appends, chaos_s)
+    with commits_checked(cluster), trio.CancelScope() as scope:
+        watchdog = _StandStill(scope)
+        trio.lowlevel.add_instrument(watchdog)
+        try:
+            return await _run(cluster, membership, topics, clients, appends, chaos_s)
+        finally:
+            trio.lowlevel.remove_instrument(watchdog)
+    raise Violation(
+        f"seed {seed}: {STANDSTILL_PASSES} passes of the scheduler at simulated time "
+        f"{watchdog.instant:.3f} s: a loop that takes no time (the run would never end)"
+    )
+
+
+class _StandStill(trio.abc.Instrument):
+    """Cancels the run when the scheduler passes STANDSTILL_PASSES times without the
+    simulated clock moving: tasks that wake each other at one instant for ever (seed 30095
+    once hung `bench sim` so) would keep the clock from ever jumping."""
+
+    def __init__(self, scope: trio.CancelScope):
+        self.scope = scope
+        self.instant = -1.0
+        self.passes = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        now = trio.current_time()
+        if now != self.instant:
+            self.instant, self.passes = now, 0
+        self.passes += 1
+        if self.passes == STANDSTILL_PASSES:
+            self.scope.cancel()
 
 
 async def _run(

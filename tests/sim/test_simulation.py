@@ -13,7 +13,7 @@ import trio
 from quorumlog.actors.controller import ControllerActor
 from quorumlog.actors.mover import ReplicaMover
 from quorumlog.bench.sim_checks import Violation
-from quorumlog.bench.simulation import run_seed
+from quorumlog.bench.simulation import Cluster, run_seed
 from quorumlog.raft.progress import Progress
 
 SEEDS_3 = range(120)
@@ -140,3 +140,20 @@ def test_a_group_left_off_its_members_is_caught(monkeypatch, seed, topics, left_
     except* Violation as group:
         caught = [str(e) for e in group.exceptions]
     assert any("did not reach their replica sets" in c for c in caught), caught
+
+
+def test_a_run_whose_clock_stands_still_fails_instead_of_hanging(monkeypatch):
+    """Tasks that wake each other at one instant for ever keep the simulated clock from
+    jumping: the run is stopped with its seed (seed 30095 once hung so)."""
+
+    async def spin(self, nursery):
+        while True:
+            await trio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(Cluster, "heal_all", spin)
+    caught: list[str] = []
+    try:
+        run_seed(7, size=3)
+    except* Violation as group:
+        caught = [str(e) for e in group.exceptions]
+    assert any("a loop that takes no time" in c for c in caught), caught
