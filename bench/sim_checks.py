@@ -1,6 +1,8 @@
 """The simulation's final checks: what every Raft group's replicas hold after the faults
 healed, against what the clients were told (I1-I3, I6, I7; bench/simulation.py runs them),
-and I4 on every leader at the moment it commits."""
+and whether each partition's group came to the voters its controller committed (I7); I4
+on every leader at the moment it commits; and a watchdog for a run whose clock stands
+still."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import trio
+
+from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from quorumlog.log.records import batch_records
 from quorumlog.membership.quorum import has_quorum
@@ -22,6 +27,11 @@ if TYPE_CHECKING:
 
 class Violation(AssertionError):
     pass
+
+
+# Scheduler passes at one simulated instant before a run counts as stuck: a few dozen at
+# most in healthy runs.
+STANDSTILL_PASSES = 100_000
 
 
 def committed_log(group: GroupActor) -> list[tuple[int, int, bytes]]:
@@ -41,7 +51,7 @@ def check_cluster(cluster: Cluster, converged: bool, placed: bool) -> None:
     """Raise Violation naming every broken invariant of a run that ended."""
     problems = list(cluster.failures)
     if not placed:
-        off = cluster.partitions_not_placed()
+        off = partitions_not_placed(cluster)
         problems.append(f"I7: these partitions did not reach their replica sets: {off}")
     if not converged:
         stuck = {
@@ -162,3 +172,67 @@ def check_commit_flushed(cluster: Cluster, core: RaftCore, config: Configuration
         cluster.failures.append(
             f"node {leader} group {gid} committed {offset}, flushed only on {sorted(holding)}"
         )
+
+
+def partitions_not_placed(cluster: Cluster) -> list[str]:
+    """Partitions whose group's voters are not what the controller's leader committed
+    for them, or that keep learners: a move that never finished, or `default` left
+    behind the cluster's membership (its voters, when the controller's group is in no
+    change and has no learners: see the mover)."""
+    controller = cluster.leader_of(CONTROLLER_GROUP)
+    if controller is None or controller.core.config is None:
+        return ["the controller has no leader"]
+    membership = controller.core.config
+    node = next(
+        s.node for s in cluster.nodes.values() if s.node and controller in s.node.groups.values()
+    )
+    off = []
+    for topic in node.controller_actor.state.topics.values():
+        for p in topic.partitions:
+            if p.group_id != DEFAULT_GROUP:
+                wanted = set(p.replicas)
+            elif membership.learners or membership.is_joint:
+                continue
+            else:
+                wanted = membership.voters
+            leader = cluster.leader_of(p.group_id)
+            config = None if leader is None else leader.core.config
+            if config is None:
+                off.append(f"{p.topic}/{p.partition}: no leader")
+            elif p.group_id == DEFAULT_GROUP and _tail_only(leader, wanted - config.voters):
+                continue  # only an operator can mend it: "add a full replica instead"
+            elif config.voters != wanted or config.learners:
+                off.append(
+                    f"{p.topic}/{p.partition} (group {p.group_id}): wanted {sorted(wanted)}, "
+                    f"voters {sorted(config.voters)}, learners {sorted(config.learners)}"
+                )
+    return off
+
+
+def _tail_only(leader: GroupActor, node_ids: set[int]) -> bool:
+    """Whether one of `node_ids` holds only the tail of the leader's log (it joined as a
+    witness): it may not become a full voter, so `default` cannot follow by itself."""
+    core = leader.core
+    progress = [core.progress.get(n) for n in node_ids]
+    return any(
+        p is not None and p.log_start is not None and not core.holds_the_log(p) for p in progress
+    )
+
+
+class StandStill(trio.abc.Instrument):
+    """Cancels the run when the scheduler passes STANDSTILL_PASSES times without the
+    simulated clock moving: tasks that wake each other at one instant for ever (seed 30095
+    once hung `bench sim` so) would keep the clock from ever jumping."""
+
+    def __init__(self, scope: trio.CancelScope):
+        self.scope = scope
+        self.instant = -1.0
+        self.passes = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        now = trio.current_time()
+        if now != self.instant:
+            self.instant, self.passes = now, 0
+        self.passes += 1
+        if self.passes == STANDSTILL_PASSES:
+            self.scope.cancel()

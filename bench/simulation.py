@@ -23,9 +23,16 @@ import trio.testing
 from quorumlog.actors.group import GroupActor
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
-from quorumlog.bench.sim_checks import Violation, check_cluster, commits_checked, committed_log
+from quorumlog.bench.sim_checks import (
+    STANDSTILL_PASSES,
+    StandStill,
+    Violation,
+    check_cluster,
+    commits_checked,
+    committed_log,
+    partitions_not_placed,
+)
 from quorumlog.bench.sim_faults import chaos, membership_chaos
-from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import StorageError
 from quorumlog.log.memdisk import MemoryFileSystem
@@ -55,9 +62,6 @@ ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
 # and timestamps must still never go back (seed 002; checked in bench/sim_checks.py).
 LOG_CONFIG = LogConfig(timestamp_type="log_append", timestamp_wait_max_ms=1000)
 CLOCK_SKEW_MAX_S = 2.0
-# Scheduler passes at one simulated instant before a run counts as stuck: a few dozen at
-# most in healthy runs.
-STANDSTILL_PASSES = 100_000
 WALL_CLOCK_START_S = 1.8e9
 SKEW_SEED = 0x5EED
 
@@ -379,44 +383,10 @@ class Cluster:
             if s.node is not None and s.node.controller_actor.behind
         ]
 
-    def partitions_not_placed(self) -> list[str]:
-        """Partitions whose group's voters are not what the controller's leader committed
-        for them, or that keep learners: a move that never finished, or `default` left
-        behind the cluster's membership (its voters, when the controller's group is in no
-        change and has no learners: see the mover)."""
-        controller = self.leader_of(CONTROLLER_GROUP)
-        if controller is None or controller.core.config is None:
-            return ["the controller has no leader"]
-        membership = controller.core.config
-        node = next(
-            s.node for s in self.nodes.values() if s.node and controller in s.node.groups.values()
-        )
-        off = []
-        for topic in node.controller_actor.state.topics.values():
-            for p in topic.partitions:
-                if p.group_id != DEFAULT_GROUP:
-                    wanted = set(p.replicas)
-                elif membership.learners or membership.is_joint:
-                    continue
-                else:
-                    wanted = membership.voters
-                leader = self.leader_of(p.group_id)
-                config = None if leader is None else leader.core.config
-                if config is None:
-                    off.append(f"{p.topic}/{p.partition}: no leader")
-                elif p.group_id == DEFAULT_GROUP and _tail_only(leader, wanted - config.voters):
-                    continue  # only an operator can mend it: "add a full replica instead"
-                elif config.voters != wanted or config.learners:
-                    off.append(
-                        f"{p.topic}/{p.partition} (group {p.group_id}): wanted {sorted(wanted)}, "
-                        f"voters {sorted(config.voters)}, learners {sorted(config.learners)}"
-                    )
-        return off
-
     async def wait_placed(self, timeout_s: float) -> bool:
         """I7: every partition's group holds the voters its controller committed."""
         with trio.move_on_after(timeout_s):
-            while self.partitions_not_placed():
+            while partitions_not_placed(self):
                 await trio.sleep(0.5)
             return True
         return False
@@ -446,16 +416,6 @@ class Cluster:
         return digest.hexdigest()
 
 
-def _tail_only(leader: GroupActor, node_ids: set[int]) -> bool:
-    """Whether one of `node_ids` holds only the tail of the leader's log (it joined as a
-    witness): it may not become a full voter, so `default` cannot follow by itself."""
-    core = leader.core
-    progress = [core.progress.get(n) for n in node_ids]
-    return any(
-        p is not None and p.log_start is not None and not core.holds_the_log(p) for p in progress
-    )
-
-
 async def _scenario(
     seed: int,
     size: int,
@@ -468,7 +428,7 @@ async def _scenario(
 ) -> str:
     cluster = Cluster(seed, size, replace(SETTINGS, follower_flush=follower_flush))
     with commits_checked(cluster), trio.CancelScope() as scope:
-        watchdog = _StandStill(scope)
+        watchdog = StandStill(scope)
         trio.lowlevel.add_instrument(watchdog)
         try:
             return await _run(cluster, membership, topics, clients, appends, chaos_s)
@@ -478,25 +438,6 @@ async def _scenario(
         f"seed {seed}: {STANDSTILL_PASSES} passes of the scheduler at simulated time "
         f"{watchdog.instant:.3f} s: a loop that takes no time (the run would never end)"
     )
-
-
-class _StandStill(trio.abc.Instrument):
-    """Cancels the run when the scheduler passes STANDSTILL_PASSES times without the
-    simulated clock moving: tasks that wake each other at one instant for ever (seed 30095
-    once hung `bench sim` so) would keep the clock from ever jumping."""
-
-    def __init__(self, scope: trio.CancelScope):
-        self.scope = scope
-        self.instant = -1.0
-        self.passes = 0
-
-    def before_io_wait(self, timeout: float) -> None:
-        now = trio.current_time()
-        if now != self.instant:
-            self.instant, self.passes = now, 0
-        self.passes += 1
-        if self.passes == STANDSTILL_PASSES:
-            self.scope.cancel()
 
 
 async def _run(
