@@ -214,3 +214,85 @@ def test_a_call_served_together_fails_cleanly_when_the_loop_closes_or_answers_wr
     thread.join(timeout=10)
     assert not thread.is_alive()
     assert isinstance(got[0], QuorumLogError) and "closed during the call" in str(got[0])
+
+
+class CountedWaits:
+    """The loop's lingering lock, counting the waits on it (acquires with a timeout)."""
+
+    def __init__(self, lock) -> None:
+        self._lock = lock
+        self.waits = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if timeout != -1:
+            self.waits += 1
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def _served_together_first(loop: LoopThread, resource: Together, items: list[int]) -> None:
+    """One call each from threads of their own, queued while the loop is busy, so that one
+    `each` serves them all: the loop then expects that many calls back."""
+    resource.busy.clear()
+    resource.go_on.clear()
+    answers = _queued_while_busy(loop, resource, [((1,), i) for i in items])
+    assert sorted(answers) == items and resource.served[-1] == sorted(resource.served[-1])
+
+
+def test_threads_an_answer_released_ride_together_again_though_they_come_back_one_by_one(
+    monkeypatch,
+):
+    # Long enough that only the rule, never the clock, ends the wait here.
+    monkeypatch.setattr("quorumlog.loop_thread.LINGER_GAP_S", 30.0)
+    monkeypatch.setattr("quorumlog.loop_thread.LINGER_MAX_S", 30.0)
+    resource = Together()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    first = threading.Barrier(4)
+    served: dict[int, int] = {}
+
+    def caller(i: int) -> None:
+        first.wait()  # all four queue while the loop is held busy, then come back apart
+        served[i] = loop.run_together(resource.each, (1,), i)
+        time.sleep(0.05 * i)
+        served[10 + i] = loop.run_together(resource.each, (1,), 10 + i)
+
+    blocker = threading.Thread(target=loop.run, args=(resource.block,))
+    blocker.start()
+    resource.busy.wait()
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    while len(loop._calls) < 4:
+        time.sleep(0.01)
+    resource.go_on.set()
+    for thread in [blocker, *threads]:
+        thread.join()
+    loop.close()
+    assert served == {i: i for i in [0, 1, 2, 3, 10, 11, 12, 13]}
+    # The second calls came 50 ms apart, and still went as one.
+    assert sorted(map(sorted, resource.served)) == [[0, 1, 2, 3], [10, 11, 12, 13]]
+
+
+def test_a_lone_thread_and_a_call_after_a_pause_never_wait_for_company(monkeypatch):
+    monkeypatch.setattr("quorumlog.loop_thread.LINGER_GAP_S", 0.05)
+    monkeypatch.setattr("quorumlog.loop_thread.LINGER_MAX_S", 0.2)
+    resource = Together()
+    loop = LoopThread(resource, "client")
+    waits = loop._gathered = CountedWaits(loop._gathered)
+    loop.start()
+    for i in range(5):  # each answered alone: the one call it expects is the next one
+        assert loop.run_together(resource.each, (1,), i) == i
+    assert waits.waits == 0
+    _served_together_first(loop, resource, [1, 2, 3])
+    time.sleep(0.5)  # the three threads went on to other things
+    assert loop.run_together(resource.each, (1,), 4) == 4
+    assert waits.waits == 0
+    # Without the pause, a call alone where three were answered waits one gap for the
+    # others (they never come): what the counter sees when the loop lingers.
+    _served_together_first(loop, resource, [1, 2, 3])
+    assert loop.run_together(resource.each, (1,), 5) == 5
+    assert waits.waits == 1
+    loop.close()
