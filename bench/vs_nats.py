@@ -9,9 +9,13 @@ that acknowledgement means: JetStream writes to its file store and acknowledges 
 fsync (it syncs every 2 minutes by default), so quorumlog does strictly more per record.
 NATS has no batch publish: a call of 64 records publishes them all at once and waits for
 every acknowledgement. Then the blocking `Client` shared by 64 threads, beside the
-`AsyncClient` with 64 calls in flight. Last, what the disk itself gives three replicas on
-this one machine: three loops at once, each writing 1 MiB and fsyncing it, as a replica
-does with 64 calls of 64 records in flight; the 64-record row's MB/s is set beside it.
+`AsyncClient` with 64 calls in flight. Both clusters run at once, and each case is measured
+on NATS and right after on quorumlog, in each of three rounds: a figure is the median
+round's rate, its percentiles are over the calls of all rounds, and a ratio is the median
+of the rounds' ratios (every round's rate and ratio are kept beside, to show the noise).
+Last, what the disk itself gives three replicas on this one machine: three loops at once,
+each writing 1 MiB and fsyncing it, as a replica does with 64 calls of 64 records in
+flight; the 64-record row's MB/s is set beside it.
 
 nats-server comes from Debian (installed on demand where `apt-get` works as root) and
 nats-py from the `dev` extra; without either the scenario prints one line saying why and
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +50,7 @@ from quorumlog.localcluster import free_ports
 # (calls in flight, records per call): a sweep of windows for the plot, then big calls.
 CASES = ((1, 1), (4, 1), (16, 1), (64, 1), (64, 64))
 FULL_S, QUICK_S, TINY_S = 5.0, 2.0, 0.5
+FULL_ROUNDS = 3  # each figure is the median of this many rounds (one with --quick)
 THREADS = 64
 MIB = 1024 * 1024
 CLIENT_SYSTEM = "quorumlog Client, threads, acks=quorum"
@@ -159,17 +165,32 @@ async def _nats_run(
         await nc.close()
 
 
-def _row(system: str, window: int, per_call: int, run: AppendRun) -> dict:
+def _row(system: str, window: int, per_call: int, runs: list[AppendRun]) -> dict:
+    """One figure over its rounds: the median round's rate, percentiles over every call."""
+    rates = [run.records_s for run in runs]
+    records_s = statistics.median(rates)
     return {
         "figure": f"{system} {per_call} rec/call w{window}",
         "system": system,
         "window": window,
         "records_per_append": per_call,
-        "records_s": run.records_s,
-        "mb_s": run.mb_s,
-        **latency_fields(run.latencies_s),
-        "errors": run.errors,
+        "records_s": records_s,
+        "records_s_rounds": rates,
+        "mb_s": statistics.median([run.mb_s for run in runs]),
+        **latency_fields([lat for run in runs for lat in run.latencies_s]),
+        "errors": sum(run.errors for run in runs),
     }
+
+
+def _ratio(row: dict, base: dict, key: str) -> None:
+    """`row[key]`: the median of its rounds' ratios to `base`'s, each round against the
+    one measured right before it (the rounds' ratios are kept beside, to show the noise)."""
+    rounds = [
+        mine / theirs if theirs else 0.0
+        for mine, theirs in zip(row["records_s_rounds"], base["records_s_rounds"], strict=True)
+    ]
+    row[key] = statistics.median(rounds)
+    row[f"{key}_rounds"] = rounds
 
 
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
@@ -179,30 +200,44 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         return [{"figure": "vs-nats skipped", "reason": why}]
     duration_s = TINY_S if tiny else QUICK_S if quick else FULL_S
     warmup_s = duration_s / 5
+    rounds = 1 if tiny or quick else FULL_ROUNDS
     binary = nats_server()
     assert binary is not None
-    rows: list[dict] = []
-    with nats_cluster(binary) as urls:
-        for window, per_call in CASES:
-            run_ = asyncio.run(_nats_run(urls, window, per_call, duration_s, warmup_s))
-            rows.append(_row("NATS JetStream R3", window, per_call, run_))
-    with running_cluster("vs-nats") as cluster:
-        for (window, per_call), nats_row in zip(CASES, list(rows), strict=True):
-            run_ = trio.run(
-                async_run, cluster.brokers, window, per_call, "quorum", duration_s, warmup_s
+    nats_runs: dict[tuple[int, int], list[AppendRun]] = {case: [] for case in CASES}
+    our_runs: dict[tuple[int, int], list[AppendRun]] = {case: [] for case in CASES}
+    thread_runs: list[AppendRun] = []
+    # Both clusters up at once, each case measured on one right after the other, in every
+    # round: the machine's speed moves from minute to minute.
+    with nats_cluster(binary) as urls, running_cluster("vs-nats") as cluster:
+        for _ in range(rounds):
+            for window, per_call in CASES:
+                nats_runs[window, per_call].append(
+                    asyncio.run(_nats_run(urls, window, per_call, duration_s, warmup_s))
+                )
+                our_runs[window, per_call].append(
+                    trio.run(
+                        async_run,
+                        cluster.brokers,
+                        window,
+                        per_call,
+                        "quorum",
+                        duration_s,
+                        warmup_s,
+                    )
+                )
+            # The blocking Client shared by threads, right after the AsyncClient's row.
+            thread_runs.append(
+                threads_run(cluster.brokers, THREADS, 1, "quorum", duration_s, warmup_s)
             )
-            row = _row("quorumlog acks=quorum", window, per_call, run_)
-            base = nats_row["records_s"]
-            row["ratio_to_nats"] = row["records_s"] / base if base else 0.0
-            rows.append(row)
-        # The blocking Client shared by threads, beside the AsyncClient's row of the window.
-        run_ = threads_run(cluster.brokers, THREADS, 1, "quorum", duration_s, warmup_s)
-        row = _row(CLIENT_SYSTEM, THREADS, 1, run_)
-        same = next(
-            r for r in rows if r["figure"] == f"quorumlog acks=quorum 1 rec/call w{THREADS}"
-        )
-        row["ratio_to_async"] = row["records_s"] / same["records_s"] if same["records_s"] else 0.0
+    rows = [_row("NATS JetStream R3", *case, runs) for case, runs in nats_runs.items()]
+    for (case, runs), nats_row in zip(our_runs.items(), list(rows), strict=True):
+        row = _row("quorumlog acks=quorum", *case, runs)
+        _ratio(row, nats_row, "ratio_to_nats")
         rows.append(row)
+    row = _row(CLIENT_SYSTEM, THREADS, 1, thread_runs)
+    same = next(r for r in rows if r["figure"] == f"quorumlog acks=quorum 1 rec/call w{THREADS}")
+    _ratio(row, same, "ratio_to_async")
+    rows.append(row)
     rows.append(_disk_row(DISK_MIB["tiny" if tiny else "quick" if quick else "full"]))
     big = next(r for r in rows if r["figure"] == "quorumlog acks=quorum 64 rec/call w64")
     big["ratio_to_disk"] = big["mb_s"] / rows[-1]["mb_s"]

@@ -361,6 +361,7 @@ def test_vs_nats_smallest(tmp_path):
         _positive(nats, "records_s", "p50_ms")
         _positive(ours, "records_s", "p50_ms", "ratio_to_nats")
         assert ours["errors"] == 0
+        assert len(ours["ratio_to_nats_rounds"]) == 1  # one round at this size
     threads = rows[f"{vs_nats.CLIENT_SYSTEM} 1 rec/call w{vs_nats.THREADS}"]
     _positive(threads, "records_s", "p50_ms", "ratio_to_async")
     _positive(rows[vs_nats.DISK_FIGURE], "mb_s")
