@@ -108,13 +108,19 @@ class ReplicaMover:
         """The controller's voters, if `default` (as this node sees it) has others, or
         learners the controller's group does not have (one staged by a call cut short
         before it was promoted, one left by a removal cut short), and neither group is in
-        the middle of a joint change nor the controller's group has learners of its own."""
+        the middle of a joint change nor the controller's group has learners of its own.
+        A copy of `default` that knows no leader is not trusted: this node may have been
+        removed from it, and then its copy stops at the last configuration it was sent
+        (seed 30311: it still listed this node, so `default` was never given it back)."""
         wanted = self.controller.group.core.configs.committed
-        here = self.node.default_group.core.config
+        core = self.node.default_group.core
+        here = core.config
         if wanted is None or wanted.is_joint or wanted.learners:
             return None
-        if here is not None and (
-            here.is_joint or (here.voters == wanted.voters and not here.learners)
+        if (
+            here is not None
+            and core.leader_id is not None
+            and (here.is_joint or (here.voters == wanted.voters and not here.learners))
         ):
             return None
         return {str(n): wanted.addresses[n] for n in sorted(wanted.voters)}

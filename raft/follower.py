@@ -159,7 +159,8 @@ class FollowerRules:
 
     def _commit_to(self, offset: int) -> None:
         self.commit_offset = offset
-        if self.configs.commit(offset):
+        changed = self.configs.commit(offset)
+        if changed:
             # The committed configuration is durable state too (seed 000: "made durable on
             # commit"); the node persists it before sending anything.
             self.meta = replace(
@@ -175,8 +176,12 @@ class FollowerRules:
                 offset=self.configs.committed_offset,
                 config=self.configs.committed.to_json(),
             )
-            if self.role is Role.LEADER:
-                self._leader_config_committed()
+        committed = self.configs.committed
+        if self.role is Role.LEADER and (changed or (committed is not None and committed.is_joint)):
+            # Also a joint configuration that committed under an earlier leader: this one
+            # leaves it once its own term's first entry commits, or no one ever would
+            # (seed 30217: a leader crashed between the two entries).
+            self._leader_config_committed()
 
     def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
         self._send(

@@ -16,8 +16,14 @@ from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
 from quorumlog.log.wal import Log, run_inline
-from quorumlog.membership.changes import ConfigChangeError, add_learner, make_electable
+from quorumlog.membership.changes import (
+    ConfigChangeError,
+    add_learner,
+    enter_joint,
+    make_electable,
+)
 from quorumlog.membership.config import Configuration
+from quorumlog.raft.configs import config_batch
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.raft.election import barrier_batch
 from quorumlog.raft.replication import UNKNOWN_TERM
@@ -342,6 +348,29 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
     core.step(2, AppendEntries(0, 2, 2, 1, 2, 1, b"", False), now=2.0)
     ((_, reply),) = core.take_outbox()
     assert reply.result is AppendResult.FAILURE and core.commit_offset == 0
+
+
+def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last_one():
+    """Seed 30217: a leader committed C(old,new) and crashed before it appended C(new).
+    Whoever leads next leaves C(old,new) itself once its own term's first entry commits,
+    or the group stays joint for good."""
+    joint = enter_joint(BOOTSTRAP, {1: PEERS[1], 2: PEERS[2]})
+    core = make_core(term=1)
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    leader_log.append([config_batch(joint)], term=1)
+    sent = leader_log.read(0, 1 << 20).data
+    core.step(2, AppendEntries(0, 1, 2, -1, 0, 0, sent, False), now=1.0)
+    flush(core.log)
+    core.on_flushed(1.0)
+    assert core.commit_offset == 0 and core.configs.committed.is_joint
+
+    elect(core, now=10.0)  # its barrier at offset 1
+    flush(core.log)
+    core.on_flushed(10.0)
+    core.step(2, AppendEntriesReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.0)
+    assert core.commit_offset == 1
+    assert core.log.dirty_offset == 2, "C(new) is appended after the barrier"
+    assert not core.config.is_joint and core.config.voters == {1, 2}
 
 
 def test_a_leader_cut_off_from_the_majority_steps_down():

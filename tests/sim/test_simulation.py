@@ -88,6 +88,12 @@ FOUND_SEEDS += [(seed, 3, {"membership": True, "topics": False}) for seed in (30
 # A follower committed what a leader sent before it crashed and lost it, once the same
 # node led again (the run hung: the two then exchanged rejections at one instant).
 FOUND_SEEDS += [(30095, 5, {"membership": True, "topics": True})]
+# 30217: a joint configuration committed under a leader that crashed before it appended
+# C(new) stayed joint for good under the next (raft/follower.py). 30311: the controller's
+# leader, removed from `default` by a call cut short, trusted its own stale copy of
+# `default`'s configuration, which still listed it, and never gave it back (the mover).
+FOUND_SEEDS += [(30217, 5, {"membership": True, "topics": False})]
+FOUND_SEEDS += [(30311, 3, {"membership": True, "topics": False})]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
