@@ -176,12 +176,15 @@ class FollowerRules:
                 offset=self.configs.committed_offset,
                 config=self.configs.committed.to_json(),
             )
-        committed = self.configs.committed
-        if self.role is Role.LEADER and (changed or (committed is not None and committed.is_joint)):
-            # Also a joint configuration that committed under an earlier leader: this one
-            # leaves it once its own term's first entry commits, or no one ever would
-            # (seed 30217: a leader crashed between the two entries).
+        if self.role is Role.LEADER and (changed or self._joint_left_behind()):
             self._leader_config_committed()
+
+    def _joint_left_behind(self) -> bool:
+        """A joint configuration that committed under an earlier leader, not yet left: this
+        leader leaves it once its own term's first entry commits, or no one ever would
+        (seed 30217: a leader crashed between the two entries)."""
+        committed = self.configs.committed
+        return committed is not None and committed.is_joint and not self.configs.change_in_flight
 
     def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
         self._send(

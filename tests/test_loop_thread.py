@@ -238,7 +238,7 @@ def _served_together_first(loop: LoopThread, resource: Together, items: list[int
     resource.busy.clear()
     resource.go_on.clear()
     answers = _queued_while_busy(loop, resource, [((1,), i) for i in items])
-    assert sorted(answers) == items and resource.served[-1] == sorted(resource.served[-1])
+    assert sorted(answers) == items and sorted(resource.served[-1]) == items
 
 
 def test_threads_an_answer_released_ride_together_again_though_they_come_back_one_by_one(
