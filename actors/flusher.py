@@ -2,7 +2,7 @@
 commit across partitions.
 
 A group asks for a flush after each round of inputs that left its log ahead of its
-flushed offset. Each partition has its own log; with `fsync_threads` > 1 the files of a
+flushed offset. Each partition has its own log; with the node's fsync threads the files of a
 pass are synced by that many threads at once, so that the file system's journal commits
 them together (100 partitions each appending: a pass of 25 ms one file after another,
 about 5 ms with 16 threads; docs/decisions.md, "One log per partition"). An urgent request (quorum appends waiting, a follower that owes a reply,
@@ -45,11 +45,11 @@ class Flusher:
         interval_s: float,
         stats: NodeStats,
         disk_health: DiskHealth,
-        fsync_threads: int = 1,
+        pool: ThreadPoolExecutor | None = None,
     ):
         self._run_sync = run_sync
         self._disk_health = disk_health
-        self._pool = ThreadPoolExecutor(fsync_threads, "fsync") if fsync_threads > 1 else None
+        self._pool = pool  # the node's fsync threads (None: one file after another)
         self._interval_s = interval_s
         self._stats = stats
         self._asked: dict[int, GroupActor] = {}  # by group id, in the order they asked

@@ -25,6 +25,7 @@ import structlog
 import trio
 
 from quorumlog.actors.append_check import checked_batches
+from quorumlog.actors.campaigns import CampaignSlots
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
 from quorumlog.actors.heartbeats import HeartbeatManager
@@ -39,16 +40,18 @@ from quorumlog.actors.mailbox import (
     QuorumWaiter,
     WakeUp,
 )
+from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.read_index import read_index, unsettled
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.batch import BatchHeader
-from quorumlog.log.wal import OffsetOutOfRangeError, RunSync
+from quorumlog.log.wal import OffsetOutOfRangeError
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.raft.producers import StaleSequenceError
+from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import (
     Acks,
@@ -82,20 +85,21 @@ class GroupActor:
         *,
         settings: RaftSettings,
         rng: random.Random,
-        run_sync: RunSync,
         stats: NodeStats,
         flusher: Flusher,
+        metadata_writer: MetadataWriter,
+        campaign_slots: CampaignSlots,
         heartbeats: HeartbeatManager,
         disk_health: DiskHealth,
         on_changed: Callable[[GroupActor], None],
         wall_clock_ms: Callable[[], int],
+        peer_alive: Callable[[int], bool],
     ):
         self.node_id = node_id
         self.group_id = group_id = storage.group_id
         self.storage = storage
         self.settings = settings
         self.stats = stats
-        self._run_sync = run_sync
         self._on_changed = on_changed
         self.log = storage.log
         self.core = RaftCore(
@@ -107,9 +111,13 @@ class GroupActor:
             rng,
             trio.current_time(),
             witnesses_from_commit=group_id != CONTROLLER_GROUP,
+            peer_alive=peer_alive,
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
+        self._metadata_writer = metadata_writer
+        self._campaign_slots = campaign_slots
+        self._campaigning = False  # an attempt of its own holds one of the slots
         self._heartbeats = heartbeats
         self._disk_health = disk_health
         self._led = False  # registered with the heartbeats as this group's leader
@@ -158,7 +166,7 @@ class GroupActor:
         appends: list[ClientAppend] = []
         while True:
             core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
-            with trio.move_on_at(min(core.next_deadline(), self._hold_release_s())):
+            with trio.move_on_at(min(self._next_deadline(), self._hold_release_s())):
                 item = await mailbox.receive()
                 if core.quiet:  # before the input: it must see what the node heard
                     core.wake(
@@ -185,10 +193,30 @@ class GroupActor:
                 # not_leader, as it should).
                 self._append(appends, now)
                 appends = []
-            if now >= core.next_deadline():
+            if now >= self._next_deadline() and not (
+                core.campaign_due(now) and not self._campaign_slot()
+            ):
                 core.tick(now)
             core.pump()
             await self._perform()
+
+    def _next_deadline(self) -> float:
+        """When the core's timers want a tick (none while waiting for a campaign slot)."""
+        if self._campaign_slots.waiting(self.group_id):
+            return math.inf
+        return self.core.next_deadline()
+
+    def _campaign_slot(self) -> bool:
+        """Whether this group may campaign now; if not, the node's slots wake it when its
+        turn comes (actors/campaigns.py)."""
+        if self.group_id == CONTROLLER_GROUP:
+            return True  # the cluster's metadata (and every topic call) waits for no one
+        slots = self._campaign_slots
+        if self._campaigning:  # the attempt its slot served timed out: behind those waiting
+            self._campaigning = False
+            slots.give_back(self.group_id)
+        self._campaigning = slots.take(self.group_id, self.wake_up)
+        return self._campaigning
 
     def _handle_input(self, item: object, appends: list[ClientAppend]) -> None:
         core = self.core
@@ -267,12 +295,15 @@ class GroupActor:
             self._leader_seen = (core.leader_id, core.term)
             self._on_changed(self)
         for to, message in core.take_outbox():
-            if type(message) is not Heartbeat:  # the node sends them batched
-                transport.send_nowait(to, message)
+            if type(message) is not Heartbeat and not transport.send_nowait(to, message):
+                self.stats.messages_dropped += 1  # the node sends heartbeats batched
         if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
         self._answer_waiters()
+        if core.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            self._campaigning = False
+            self._campaign_slots.give_back(self.group_id)
         self.round_done.set()  # wakes admin calls waiting for a state of the core
         self.round_done = trio.Event()
         log = self.log
@@ -345,7 +376,7 @@ class GroupActor:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""
         core = self.core
         core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
-        await self._run_sync(self.storage.store.save, core.meta)
+        await self._metadata_writer.save(self.storage.store, core.meta)
 
     async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
         """Run `fn(core)` in the main loop and return its result (or raise its error)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 
 import structlog
@@ -21,6 +22,7 @@ import trio
 
 from quorumlog.actors.admin import handle_admin
 from quorumlog.actors.balancer import balance_leaders
+from quorumlog.actors.campaigns import CampaignSlots
 from quorumlog.actors.controller import ControllerActor
 from quorumlog.actors.coordinator import Coordinator
 from quorumlog.actors.disk_health import DiskHealth, hand_over_from_slow_disk
@@ -29,6 +31,7 @@ from quorumlog.actors.group import GroupActor
 from quorumlog.actors.group_calls import CALLS
 from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.manager import GroupManager
+from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.mover import ReplicaMover
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
@@ -119,9 +122,14 @@ class Node:
         self._rng = rng
         self._run_sync = run_sync
         self.disk_health = DiskHealth(node_id, settings)
+        # Threads for the fsyncs of one pass, many files at once (each pass runs on the
+        # storage thread: the flusher's and the metadata writer's take turns).
+        pool = ThreadPoolExecutor(fsync_threads, "fsync") if fsync_threads > 1 else None
         self.flusher = Flusher(
-            run_sync, settings.leader_flush_interval_s, self.stats, self.disk_health, fsync_threads
+            run_sync, settings.leader_flush_interval_s, self.stats, self.disk_health, pool
         )
+        self.metadata_writer = MetadataWriter(run_sync, pool)
+        self.campaign_slots = CampaignSlots()
         self.heartbeats = HeartbeatManager(
             node_id, settings, lambda: self.groups, self.send_nowait, self.stats, self.disk_health
         )
@@ -143,14 +151,20 @@ class Node:
             storage,
             settings=self.settings,
             rng=random.Random(self._rng.getrandbits(64)),
-            run_sync=self._run_sync,
             stats=self.stats,
             flusher=self.flusher,
+            metadata_writer=self.metadata_writer,
+            campaign_slots=self.campaign_slots,
             heartbeats=self.heartbeats,
             disk_health=self.disk_health,
             on_changed=self._group_changed,
             wall_clock_ms=self.wall_clock_ms,
+            peer_alive=self.peer_alive,
         )
+
+    def peer_alive(self, peer: int) -> bool:
+        """Whether this node has a connection to the peer's (a crashed node's closes)."""
+        return self._transport is not None and self._transport.connected(peer)
 
     @property
     def default_group(self) -> GroupActor:
@@ -173,6 +187,7 @@ class Node:
             self._transport = transport
             self._update_peers()
             nursery.start_soon(self.flusher.run)
+            nursery.start_soon(self.metadata_writer.run)
             nursery.start_soon(self.heartbeats.run)
             self._manager = GroupManager(nursery, transport, self._reopen)
             for group in list(self.groups.values()):
@@ -207,6 +222,7 @@ class Node:
         """A fresh actor for a group whose task crashed, from its files."""
         await self.flusher.forget(old.group_id)
         self.heartbeats.forget(old.group_id)
+        self.campaign_slots.forget(old.group_id)
         group = self._group(
             self.storage.reopen(old.storage, random.Random(self._rng.getrandbits(64)))
         )
@@ -256,6 +272,7 @@ class Node:
         await self._manager.stop(group.group_id)
         await self.flusher.forget(group.group_id)
         self.heartbeats.forget(group.group_id)
+        self.campaign_slots.forget(group.group_id)
         await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
         self._update_peers()
         logger.info(
@@ -263,7 +280,10 @@ class Node:
         )
 
     def send_nowait(self, peer: int, message: Message) -> bool:
-        return self._transport is not None and self._transport.send_nowait(peer, message)
+        sent = self._transport is not None and self._transport.send_nowait(peer, message)
+        if not sent:
+            self.stats.messages_dropped += 1
+        return sent
 
     def address_of(self, node_id: int | None) -> str | None:
         if node_id is None:
@@ -301,6 +321,8 @@ class Node:
         out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
         out["partitions_hosted"] = len(self.partitions)
         out["heartbeats_sent"] = self.stats.heartbeats_sent
+        out["messages_dropped"] = self.stats.messages_dropped
+        out["elections_started"] = sum(g.core.elections_started for g in self.groups.values())
         out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address

@@ -58,6 +58,8 @@ class NodeStats:
     append_latency_s: dict[str, Histogram] = field(default_factory=dict)
     fsync_latency_s: Histogram = field(default_factory=Histogram)
     heartbeats_sent: int = 0  # heartbeat messages (batches of every group) to all peers
+    # Peer messages not sent: no link to the peer, or its send queue was full (Raft resends).
+    messages_dropped: int = 0
 
     def append_done(self, acks: str, size: int, seconds: float) -> None:
         self.appends[acks] += 1

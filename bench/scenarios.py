@@ -15,6 +15,7 @@ SCENARIOS = {
     "membership": "quorumlog.bench.membership",
     "scale": "quorumlog.bench.scale",
     "partitions": "quorumlog.bench.partitions",
+    "elections": "quorumlog.bench.elections",
     "sim": "quorumlog.bench.sim",
     "nemesis": "quorumlog.bench.nemesis",
     "spark": "quorumlog.bench.spark",

@@ -87,6 +87,10 @@ class SimNode:
     fsync_s: float = 0.0
     # How far its wall clock is off (seconds): leaders stamp `default`'s batches with it.
     clock_skew_s: float = 0.0
+    # One blocking call at a time, as on the node's one storage thread (the election
+    # storms need it; the other kinds let calls overlap).
+    one_storage_thread: bool = False
+    storage_thread: trio.Lock = field(default_factory=trio.Lock)
 
     def wall_clock_ms(self) -> int:
         return int((WALL_CLOCK_START_S + trio.current_time() + self.clock_skew_s) * 1000)
@@ -94,6 +98,10 @@ class SimNode:
     async def run_sync(self, fn, *args):
         """The in-memory disk's blocking calls, taking as long as this node's disk does:
         nothing is durable before the wait ends (a crash meanwhile loses it)."""
+        if self.one_storage_thread:
+            async with self.storage_thread:
+                await trio.sleep(self.fsync_s)
+                return fn(*args)
         if self.fsync_s:
             await trio.sleep(self.fsync_s)
         return fn(*args)
@@ -465,6 +473,21 @@ async def _run(
     return digest
 
 
+def run_deterministic(seed: int, async_fn, *args):
+    """`trio.run(async_fn, *args)` on a mock clock, with trio's scheduler seeded: the same
+    seed replays the same run."""
+    run_module = trio._core._run
+    state = run_module._r.getstate()
+    old = run_module._ALLOW_DETERMINISTIC_SCHEDULING
+    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
+    run_module._r.seed(seed)
+    try:
+        return trio.run(async_fn, *args, clock=trio.testing.MockClock(autojump_threshold=0))
+    finally:
+        run_module._ALLOW_DETERMINISTIC_SCHEDULING = old
+        run_module._r.setstate(state)
+
+
 def run_seed(
     seed: int,
     size: int = 3,
@@ -477,24 +500,6 @@ def run_seed(
 ) -> str:
     """Run one seed; returns its trace hash. Raises Violation with the seed in the message.
     `follower_flush` is the `[raft]` setting of every node (raft/settings.py)."""
-    run_module = trio._core._run
-    state = run_module._r.getstate()
-    old = run_module._ALLOW_DETERMINISTIC_SCHEDULING
-    run_module._ALLOW_DETERMINISTIC_SCHEDULING = True
-    run_module._r.seed(seed)
-    try:
-        return trio.run(
-            _scenario,
-            seed,
-            size,
-            clients,
-            appends,
-            chaos_s,
-            membership,
-            topics,
-            follower_flush,
-            clock=trio.testing.MockClock(autojump_threshold=0),
-        )
-    finally:
-        run_module._ALLOW_DETERMINISTIC_SCHEDULING = old
-        run_module._r.setstate(state)
+    return run_deterministic(
+        seed, _scenario, seed, size, clients, appends, chaos_s, membership, topics, follower_flush
+    )

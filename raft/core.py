@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -39,7 +39,7 @@ from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import ConfigTracker, config_of
-from quorumlog.raft.election import ElectionRules
+from quorumlog.raft.election import ELECTION_BACKOFF, ELECTION_BACKOFF_MAX, ElectionRules
 from quorumlog.raft.follower import FollowerRules
 from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
@@ -90,6 +90,7 @@ class RaftCore(
         now: float,
         *,
         witnesses_from_commit: bool = True,
+        peer_alive: Callable[[int], bool] = lambda node_id: True,
     ):
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
@@ -100,6 +101,9 @@ class RaftCore(
         # Whether a witness may join with the uncommitted tail only: not where every member
         # applies the whole log to a state machine it serves (the controller's group).
         self.witnesses_from_commit = witnesses_from_commit
+        # Whether a peer's node looks alive (its link is up): who comes first in an
+        # election (raft/election.py).
+        self.peer_alive = peer_alive
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
@@ -128,6 +132,9 @@ class RaftCore(
         self.reported_flushed = -1
         self.producers = ProducerTable()
         self.elections_started = 0
+        # Elections started since a leader was last heard of: they widen the timeout.
+        self.failed_elections = 0
+        self._turn_waited = False  # the election timer ran out once and gave others a turn
         self.recovery_bytes_sent = 0
         self._replay_tail()
         self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
@@ -195,9 +202,13 @@ class RaftCore(
         # A node whose disk was slow lately campaigns an election timeout late, so that a
         # healthy voter wins first (actors/disk_health.py), and still when none does.
         late = s.election_timeout_max_s if self.campaign_late else 0.0
-        self.election_deadline_s = (
-            now + late + self.rng.uniform(s.election_timeout_min_s, s.election_timeout_max_s)
+        backoff = min(ELECTION_BACKOFF**self.failed_elections, ELECTION_BACKOFF_MAX)
+        high = (
+            s.election_timeout_min_s
+            + (s.election_timeout_max_s - s.election_timeout_min_s) * backoff
         )
+        self.election_deadline_s = now + late + self.rng.uniform(s.election_timeout_min_s, high)
+        self._turn_waited = False
 
     def _in_lease(self, now: float) -> bool:
         """Heard from a live leader within the minimum election timeout (or we lead)."""
@@ -246,10 +257,7 @@ class RaftCore(
                 self._maybe_promote()
                 self.pump()
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
-            if self._can_lead():
-                self._start_pre_vote(now)
-            else:
-                self._reset_election_deadline(now)  # a witness votes, never campaigns
+            self._on_election_timeout(now)
 
     def step(self, sender: int, message: Message, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""

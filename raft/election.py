@@ -1,7 +1,22 @@
 """Elections: pre-vote, campaigns, votes, a new leader's first steps, and a leader
-that lost touch with its majority stepping down (Raft 5.2, dissertation 9.6; seeds 000-002)."""
+that lost touch with its majority stepping down (Raft 5.2, dissertation 9.6; seeds 000-002).
+
+With hundreds of groups per node, elections are paced so that they converge however many
+start at once (docs/decisions.md, "Elections with many partitions"):
+- each group orders its voters the same way on every node (`election_order`, a shuffle by
+  group id); when its timer runs out, a voter waits one more turn for each voter before it
+  in that order that could lead and whose node looks alive, so that after a crash one
+  survivor campaigns per group instead of all of them splitting the vote;
+- each election that finds no leader widens the range of the next timeout (randomized
+  backoff, as Kudu's), until a round trip fits in it whatever the load;
+- the node lets only so many groups campaign at once (actors/campaigns.py).
+Only timers change: terms, votes and the log check decide as before.
+"""
 
 from __future__ import annotations
+
+import functools
+import hashlib
 
 import structlog
 
@@ -11,6 +26,23 @@ from quorumlog.raft.roles import Role
 from quorumlog.transport.messages import VoteReply, VoteRequest
 
 logger = structlog.get_logger("quorumlog.raft")
+
+
+# Each election that finds no leader multiplies the range of the next timeout by this,
+# up to ELECTION_BACKOFF_MAX times the configured maximum.
+ELECTION_BACKOFF = 1.5
+ELECTION_BACKOFF_MAX = 10.0
+
+
+@functools.lru_cache(maxsize=8192)
+def election_order(group_id: int, voters: frozenset[int]) -> tuple[int, ...]:
+    """The order in which a group's voters take their turn to campaign: a shuffle by group
+    id, the same on every node, that spreads the first turns evenly over the nodes."""
+
+    def key(node_id: int) -> bytes:  # a real hash: CRC32's linearity gave node 1 half
+        return hashlib.blake2b(b"%d:%d" % (group_id, node_id), digest_size=8).digest()
+
+    return tuple(sorted(voters, key=key))
 
 
 def barrier_batch() -> bytes:
@@ -26,7 +58,39 @@ class ElectionRules:
         (its placement spreads leaders evenly)."""
         self.election_deadline_s = now
 
+    def campaign_due(self, now: float) -> bool:
+        """Whether a tick now starts a pre-vote: the election timer ran out, and this
+        voter's turn in the group's order came (the node may still make it wait for a
+        campaign slot: actors/campaigns.py)."""
+        if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
+            return False
+        return self._can_lead() and (self._turn_waited or self._campaign_rank() == 0)
+
+    def _campaign_rank(self) -> int:
+        """How many voters come before this one in the group's order that could lead and
+        whose node looks alive: the turns it gives them before it campaigns."""
+        rank = 0
+        for node_id in election_order(self.group_id, self.config.voters):
+            if node_id == self.id:
+                break
+            if self._can_lead(node_id) and self.peer_alive(node_id):
+                rank += 1
+        return rank
+
+    def _on_election_timeout(self, now: float) -> None:
+        if self.campaign_due(now):
+            self._start_pre_vote(now)
+        elif not self._can_lead():
+            self._reset_election_deadline(now)  # a witness votes, never campaigns
+        else:
+            # Voters before this one campaign first: a turn each (the range of a timeout).
+            s = self.settings
+            self._turn_waited = True
+            turn = s.election_timeout_max_s - s.election_timeout_min_s
+            self.election_deadline_s = now + self._campaign_rank() * turn
+
     def _start_pre_vote(self, now: float) -> None:
+        self.failed_elections += 1  # until a leader is heard of
         self.role = Role.PRE_CANDIDATE
         self.leader_id = None
         self.votes = {self.id: True}
@@ -77,6 +141,7 @@ class ElectionRules:
     def _become_leader(self, now: float) -> None:
         self.role = Role.LEADER
         self.leader_id = self.id
+        self.failed_elections = 0
         self.leader_since_s = now
         self.votes.clear()
         self.progress = {}

@@ -31,6 +31,7 @@ class FollowerRules:
         if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) or self.leader_id != leader_id:
             self.become_follower(self.term, leader_id, now)
         self.last_leader_contact_s = now
+        self.failed_elections = 0
         self._reset_election_deadline(now)
 
     def _on_append_entries(self, sender: int, req: AppendEntries, now: float) -> None:

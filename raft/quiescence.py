@@ -1,7 +1,8 @@
 """Quiet groups: an idle group runs no timers at all (CockroachDB's quiescence).
 
 A group whose every replica holds, has flushed and has committed the same log has nothing
-to do until something happens. Its leader stops ticking and its followers stop their
+to do until something happens (a replica whose node is down is left out: it gets what it
+lacks when its link connects again). Its leader stops ticking and its followers stop their
 election timers; the node's heartbeat manager keeps them alive with one batched message
 per node pair per interval, in which such a group costs only its id, and watches the
 peers: a leader node that goes silent, or stops naming a group, wakes that group's
@@ -46,12 +47,16 @@ class QuiescenceRules:
                 and self.transfer is None
                 and not self.configs.change_in_flight
                 and not self.config.learners_to_promote
+                # A follower whose node is down waits for it to come back: its link's
+                # reconnection wakes the group (PeerConnected), and a leader kept awake
+                # by it would retransmit to nobody, a node down costing a core.
                 and all(
                     p.match_offset == dirty
                     and p.flushed_offset == dirty
                     and not p.inflight
                     and not p.probing
                     for p in self.progress.values()
+                    if self.peer_alive(p.node_id)
                 )
             )
         return (

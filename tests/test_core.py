@@ -7,9 +7,11 @@ sent comes out of `take_outbox`. The in-memory disk stands in for the log's file
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
+from quorumlog.actors.campaigns import CampaignSlots
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.memdisk import MemoryFileSystem
@@ -25,7 +27,12 @@ from quorumlog.membership.changes import (
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch
 from quorumlog.raft.core import Proposal, RaftCore
-from quorumlog.raft.election import barrier_batch
+from quorumlog.raft.election import (
+    ELECTION_BACKOFF,
+    ELECTION_BACKOFF_MAX,
+    barrier_batch,
+    election_order,
+)
 from quorumlog.raft.replication import UNKNOWN_TERM
 from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
@@ -67,7 +74,11 @@ def make_core(
     log = Log.open(fs, "/log", log_config, run_sync=run_inline)
     wire = config.to_wire() if config is not None else None
     meta = ConsensusMetadata("x", current_term=term, config=wire)
-    return RaftCore(node_id, 0, log, meta, settings, random.Random(node_id), now)
+    # No peer's node looks alive, so a core campaigns as soon as its own timer runs out:
+    # the turns of the group's election order are tested on their own.
+    return RaftCore(
+        node_id, 0, log, meta, settings, random.Random(node_id), now, peer_alive=lambda n: False
+    )
 
 
 def elect(core: RaftCore, now: float = 10.0) -> None:
@@ -559,3 +570,76 @@ def test_a_link_that_connects_gets_at_once_what_was_sent_before_it_was_up():
     core.peer_connected(2)
     (probe,) = sent_to_2(core)  # at once, long before the retransmit timeout
     assert probe.prev_offset == core.log.dirty_offset, "does it hold our last entry?"
+
+
+# ------------------------------------------------------------- elections with many groups
+
+
+def test_every_node_comes_first_in_about_a_third_of_the_groups_and_all_agree():
+    voters = frozenset({1, 2, 3})
+    orders = [election_order(group, voters) for group in range(3000)]
+    assert all(sorted(order) == [1, 2, 3] for order in orders)
+    firsts = Counter(order[0] for order in orders)
+    assert all(900 < firsts[n] < 1100 for n in voters), firsts
+    seconds = Counter(order[1] for order in orders if order[0] == 1)
+    assert all(400 < seconds[n] < 600 for n in (2, 3)), "a lost node's groups spread too"
+
+
+def _core_in_place(place: int, alive: set[int]) -> RaftCore:
+    """A core of group 0 whose node stands at `place` in the group's election order."""
+    node_id = election_order(0, BOOTSTRAP.voters)[place]
+    core = make_core(node_id)
+    core.peer_alive = lambda n: n in alive
+    return core
+
+
+def test_a_voter_gives_one_turn_to_each_live_voter_before_it_in_the_order():
+    turn = SETTINGS.election_timeout_max_s - SETTINGS.election_timeout_min_s
+    core = _core_in_place(2, alive={1, 2, 3})
+    deadline = core.election_deadline_s
+    core.tick(deadline)
+    assert core.role is Role.FOLLOWER and not core.take_outbox(), "the two before it go first"
+    assert core.election_deadline_s == pytest.approx(deadline + 2 * turn)
+    core.tick(core.election_deadline_s)
+    assert core.role is Role.PRE_CANDIDATE, "their turns passed: it campaigns"
+
+
+def test_a_voter_whose_node_is_down_gets_no_turn():
+    first = election_order(0, BOOTSTRAP.voters)[0]
+    core = _core_in_place(1, alive=set(BOOTSTRAP.voters) - {first})
+    core.tick(core.election_deadline_s)
+    assert core.role is Role.PRE_CANDIDATE, "the one before it is down: no wait"
+
+
+def test_elections_that_find_no_leader_widen_the_timeout_until_a_leader_is_heard():
+    core = make_core()
+    now = 0.0
+    timeouts = []
+    for _ in range(12):  # pre-votes that nobody answers
+        now = core.election_deadline_s
+        core.tick(now)
+        core.take_outbox()
+        timeouts.append(core.election_deadline_s - now)
+    s = SETTINGS
+    assert max(timeouts[:2]) <= s.election_timeout_max_s * ELECTION_BACKOFF**2
+    assert max(timeouts[6:]) > s.election_timeout_max_s * 2, timeouts
+    assert max(timeouts) <= s.election_timeout_max_s * ELECTION_BACKOFF_MAX
+    core.step(2, Heartbeat(0, core.term, 2, -1, 0, -1), now)
+    assert core.election_deadline_s - now <= s.election_timeout_max_s, "a leader resets it"
+
+
+def test_campaign_slots_are_taken_in_turn_and_passed_on_when_given_back():
+    slots = CampaignSlots(limit=2)
+    woken = []
+    assert slots.take(1, lambda: woken.append(1)) and slots.take(2, lambda: woken.append(2))
+    assert not slots.take(3, lambda: woken.append(3)) and slots.waiting(3)
+    assert not slots.take(4, lambda: woken.append(4))
+    assert slots.take(1, lambda: None), "a holder keeps its slot"
+    slots.give_back(1)
+    assert woken == [3] and not slots.waiting(3) and slots.take(3, lambda: None)
+    assert not slots.take(5, lambda: woken.append(5)), "behind 4, which waited first"
+    slots.forget(4)
+    slots.give_back(2)
+    assert woken == [3, 5] and slots.holders == 2
+    slots.give_back(9)  # never held one: nothing changes
+    assert slots.holders == 2

@@ -16,6 +16,11 @@ network time pass in moments.
 
 What TCP adds and this leaves out: handshakes, TLS and redialling. A link is up whenever
 both of its ends are attached, and requests are not limited by `inflight_max`.
+
+Simulated time costs nothing, so a node would handle any load at once. `set_cpu` gives a
+node a price per message received: its messages are handled one at a time, each taking
+that long, as on a node whose one core is busy (the election storms of many groups need
+it to show).
 """
 
 from __future__ import annotations
@@ -109,6 +114,8 @@ class MemoryNetwork:
         self._endpoints: dict[EndpointId, _Endpoint] = {}
         self._links: dict[tuple[EndpointId, EndpointId], _Link] = {}
         self._client_numbers = itertools.count(1)
+        self._cpu_s: dict[EndpointId, float] = {}
+        self._cpus: dict[EndpointId, trio.Lock] = {}  # held while a message is handled
 
     # --- faults ------------------------------------------------------------------------
 
@@ -138,6 +145,11 @@ class MemoryNetwork:
 
     def heal(self) -> None:
         self._cut.clear()
+
+    def set_cpu(self, endpoint_id: EndpointId, per_message_s: float) -> None:
+        """Each message `endpoint_id` receives from now on takes it this long, one at a
+        time (0: free)."""
+        self._cpu_s[endpoint_id] = per_message_s
 
     # --- attaching ---------------------------------------------------------------------
 
@@ -255,6 +267,11 @@ class MemoryNetwork:
                 heapq.heappop(link.queue)
                 if self._is_cut(link.src, link.dst):
                     continue  # the link was cut while the frame was in flight
+                if cost_s := self._cpu_s.get(link.dst):
+                    async with self._cpus.setdefault(link.dst, trio.Lock()):
+                        await trio.sleep(cost_s)
+                    if link.dst not in self._endpoints or link.src not in self._endpoints:
+                        continue  # an end left meanwhile
                 sender = self._endpoints[link.src]
                 await receiver.receive(
                     sender.id, sender.info, decode_frame(frame, self._limits.frame_bytes_max)
@@ -284,6 +301,10 @@ class _Endpoint:
 
     def post(self, dst: EndpointId, message: Message) -> bool:
         return self._network._post(self.id, dst, 0, message)
+
+    def attached(self, other: EndpointId) -> bool:
+        """Whether `other` is on the network now (a link to it is up)."""
+        return other in self._network._endpoints
 
     async def request(self, dst: EndpointId, message: Message) -> Message:
         correlation_id = self._next_correlation_id
@@ -356,6 +377,9 @@ class MemoryTransport:
         if not self._reachable(peer_id):
             raise ConnectionClosed(f"no connection to peer {peer_id}")
         return await self._endpoint.request(peer_id, message)
+
+    def connected(self, peer_id: int) -> bool:
+        return peer_id in self._peers and self._endpoint.attached(peer_id)
 
     def _reachable(self, peer_id: int) -> bool:
         # As over TCP: a peer, or a node that reached this one (over TCP it dialled in), even

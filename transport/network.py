@@ -39,6 +39,8 @@ A node's actors see three things, whatever the network underneath:
      ConnectionClosed if there is no connection or it breaks before the reply. It has no
      timeout of its own: wrap it in `trio.move_on_after` / `fail_after`.
    - `set_peers({peer_id: "host:port"})` the peers to keep links to; links to others close.
+   - `connected(peer_id) -> bool` whether this node's link to that peer is up now (a
+     crashed peer's closes at once; a cut network may leave it up for a while).
 
 3. For clients, a `ClientConnection` to one node: `await request(message) -> reply` and
    `send_nowait(message) -> bool`, with the same meaning as above.
@@ -117,6 +119,8 @@ class NodeTransport(Protocol):
     async def request(self, peer_id: int, message: Message) -> Message: ...
 
     def set_peers(self, peers: Mapping[int, str]) -> None: ...
+
+    def connected(self, peer_id: int) -> bool: ...
 
 
 class ClientConnection(Protocol):

@@ -125,6 +125,18 @@ def test_partitions_smallest(tmp_path):
     _positive(move, "s", "mb_s", "append_same_mb_s")
 
 
+def test_elections_smallest(tmp_path):
+    from quorumlog.bench import elections
+
+    rows = _by_figure(_written(tmp_path, "elections", elections.run(tiny=True)))
+    _positive(rows["create 20 partitions x 3: s until every one leads"], "s")
+    for event in ("one node lost", "two restarted", "all restarted"):
+        row = rows[f"20 partitions x 3, {event}: s until every partition leads"]
+        _positive(row, "s", "target_s", "term_max")
+        assert len(row["cpu_cores"]) == (2 if event == "one node lost" else 3), row
+    _no_serve_left()
+
+
 def test_produce(tmp_path):
     rows = _by_figure(_written(tmp_path, "produce", produce.run(quick=True, tiny=True)))
     for figure in (
