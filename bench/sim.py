@@ -11,6 +11,7 @@ import time
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.sim_checks import Violation
+from quorumlog.bench.sim_elections import run_elections
 from quorumlog.bench.simulation import run_seed
 
 # (cluster size, with membership changes, with three topics of four partitions, the
@@ -60,6 +61,33 @@ def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000)
                     f"run_seed(SEED, size={size}, membership={membership}, topics={topics}, "
                     f"follower_flush={follower_flush!r})'"
                 ),
+            }
+        )
+        for line in failed:
+            print(line, file=sys.stderr)
+    rows += _election_rows(max(1, per_kind // 25), first_seed)
+    return rows
+
+
+def _election_rows(seeds: int, first_seed: int) -> list[dict]:
+    """The elections kind (bench/sim_elections.py): 15-30 s a seed, so a 25th as many."""
+    rows = []
+    for restart_all in (False, True):
+        failed, elapsed = [], []
+        for seed in range(first_seed, first_seed + seeds):
+            try:
+                elapsed.append(run_elections(seed, restart_all=restart_all))
+            except* Violation as group:
+                failed += [str(e)[:300] for e in group.exceptions]
+        rows.append(
+            {
+                "figure": f"3 nodes, 600 partitions, {'all restarted' if restart_all else 'one lost'}"
+                ": simulated s until every group leads",
+                "seeds": seeds,
+                "failed": len(failed),
+                "max_s": max(elapsed, default=None),
+                "replay": "python -c 'from quorumlog.bench.sim_elections import run_elections; "
+                f"run_elections(SEED, restart_all={restart_all})'",
             }
         )
         for line in failed:

@@ -98,6 +98,6 @@ async def _scenario(seed: int, partitions: int, restart_all: bool) -> float:
     return elapsed
 
 
-def run_elections(seed: int, partitions: int = 300, restart_all: bool = False) -> float:
+def run_elections(seed: int, partitions: int = 600, restart_all: bool = False) -> float:
     """Simulated seconds until every group leads again; raises Violation past the bound."""
     return run_deterministic(seed, _scenario, seed, partitions, restart_all)

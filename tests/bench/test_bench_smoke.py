@@ -253,8 +253,12 @@ def test_sim_smallest(tmp_path):
     from quorumlog.bench import sim
 
     rows = _written(tmp_path, "sim", sim.run(seeds=1))
-    assert [r["failed"] for r in rows] == [0] * len(sim.KINDS)
-    assert all(r["seeds"] == 1 and "run_seed" in r["replay"] for r in rows)
+    assert [r["failed"] for r in rows] == [0] * (len(sim.KINDS) + 2), "and the elections kind"
+    assert all(r["seeds"] == 1 for r in rows)
+    assert all(
+        ("run_elections" if "every group leads" in r["figure"] else "run_seed") in r["replay"]
+        for r in rows
+    )
 
 
 def test_scale_smallest(tmp_path):

@@ -171,5 +171,5 @@ def test_a_run_whose_clock_stands_still_fails_instead_of_hanging(monkeypatch):
 # saves batched, the restart left 536 groups leaderless after 30 s of simulated time.
 @pytest.mark.parametrize("restart_all", [False, True], ids=["one-lost", "all-restarted"])
 def test_every_group_of_hundreds_elects_again_within_the_bound(restart_all):
-    elapsed = run_elections(40, partitions=600, restart_all=restart_all)
+    elapsed = run_elections(40, restart_all=restart_all)
     assert elapsed <= (ALL_RESTARTED_BOUND_S if restart_all else ONE_LOST_BOUND_S)
