@@ -1,5 +1,7 @@
 """A node's data directory: one folder per Raft group replica, opened by the rules.
 
+    DIR/lock                      held by the process serving DIR (quorumlog/data_lock.py)
+    DIR/node                      the id of the node DIR belongs to (JSON)
     DIR/controller/               group 0, the controller (cluster metadata)
     DIR/topics/NAME/PARTITION/    one partition's group
         consensus.meta            term, vote, last committed configuration, incarnation
@@ -42,8 +44,15 @@ TOPICS_DIR = "topics"
 GROUP_FILE = "group"
 
 
+NODE_FILE = "node"
+
+
 class BootstrapError(Exception):
     """The data directory is empty and nothing says how to start the cluster."""
+
+
+class WrongNodeError(Exception):
+    """The data directory belongs to another node id."""
 
 
 @dataclass(slots=True)
@@ -254,6 +263,7 @@ def open_storage(
     fs: FileSystem,
     data_dir: str,
     *,
+    node_id: int,
     peers: Mapping[int, str] | None,
     rng: random.Random,
     join: bool = False,
@@ -261,8 +271,10 @@ def open_storage(
     run_sync: RunSync,
     repair: bool = False,
 ) -> NodeStorage:
-    """Open every group replica in `data_dir`, bootstrapping a new node first."""
+    """Open every group replica in `data_dir`, bootstrapping a new node first. Raises
+    WrongNodeError if the directory belongs to a node other than `node_id`."""
     fs.makedirs(data_dir)
+    _check_owner(fs, data_dir, node_id)
     controller_dir = os.path.join(data_dir, CONTROLLER_DIR)
     if fs.exists(os.path.join(data_dir, METADATA_FILE)):
         _migrate_single_group(fs, data_dir)
@@ -315,6 +327,26 @@ def open_storage(
             storage.log.close()
         raise
     return node
+
+
+def _check_owner(fs: FileSystem, data_dir: str, node_id: int) -> None:
+    """The directory records the node it belongs to: a node started on another's data
+    (a wrong --id, a copied directory) would answer for that node with its votes and log.
+    A directory of an older version, which recorded none, is adopted."""
+    path = os.path.join(data_dir, NODE_FILE)
+    if not fs.exists(path):
+        write_file_atomically(fs, path, json.dumps({"node_id": node_id}).encode())
+        return
+    try:
+        recorded = json.loads(read_whole_file(fs, path))["node_id"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptionError(path, 0, f"unreadable node file: {exc}") from None
+    if recorded != node_id:
+        raise WrongNodeError(
+            f"data directory {data_dir} belongs to node {recorded}, not to node {node_id} "
+            f"(--id {node_id}): start it with --id {recorded}, or give node {node_id} "
+            "its own directory"
+        )
 
 
 def _partition_dirs(fs: FileSystem, data_dir: str) -> list[tuple[str, int, str]]:

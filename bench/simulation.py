@@ -160,6 +160,7 @@ class Cluster:
         storage = open_storage(
             sim.fs,
             DATA_DIR,
+            node_id=node_id,
             peers=self.addresses,
             rng=node_rng,
             run_sync=sim.run_sync,

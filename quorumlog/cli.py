@@ -301,6 +301,12 @@ def unsafe_recover(
     if not yes:
         click.echo("nothing changed: re-run with --yes to rewrite the configuration", err=True)
         sys.exit(1)
+    from quorumlog.data_lock import DataDirInUseError, lock_data_dir
+
+    try:
+        lock_data_dir(data_dirs[0])  # held until the command exits: no node serves it meanwhile
+    except (DataDirInUseError, OSError) as exc:
+        raise click.ClickException(f"{exc}: stop that node first") from None
     config = recover.recover(data_dirs[0], new_members)
     click.echo(f"configuration version {config.version}: voters {sorted(config.voters)}")
 

@@ -21,9 +21,10 @@ import structlog
 import trio
 
 from quorumlog.actors.node import Node
-from quorumlog.actors.storage import BootstrapError, open_storage
+from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.worker import WorkerThread
 from quorumlog.allocator import keep_freed_memory
+from quorumlog.data_lock import DataDirInUseError, lock_data_dir
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
@@ -182,6 +183,18 @@ def serve(options: ServeOptions) -> int:
             raise UsageError(str(exc)) from None
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
+    try:
+        lock = lock_data_dir(options.data_dir)  # before anything there is read or written
+    except (DataDirInUseError, OSError) as exc:
+        print(f"quorumlog serve: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        return _serve_locked(options)
+    finally:
+        os.close(lock)
+
+
+def _serve_locked(options: ServeOptions) -> int:
     keep_freed_memory()
     rng = random.Random()
     worker = WorkerThread()  # every fsync of this node runs there
@@ -189,6 +202,7 @@ def serve(options: ServeOptions) -> int:
         storage = open_storage(
             OsFileSystem(sync_journal=_sync_journal(options.data_dir)),
             options.data_dir,
+            node_id=options.node_id,
             peers=options.peers,
             rng=rng,
             join=options.join,
@@ -202,6 +216,9 @@ def serve(options: ServeOptions) -> int:
         return EXIT_DAMAGED
     except BootstrapError as exc:
         raise UsageError(str(exc)) from None
+    except WrongNodeError as exc:
+        print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     try:
         trio.run(_run, options, storage, rng, worker)
     except StorageError as exc:

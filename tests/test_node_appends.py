@@ -31,7 +31,12 @@ def batch(value: bytes, producer: tuple[int, int] | None = None) -> bytes:
 async def one_node(nursery: trio.Nursery) -> tuple[MemoryNetwork, Node]:
     rng = random.Random(1)
     storage = open_storage(
-        MemoryFileSystem(), "/data", peers={1: "127.0.0.1:7001"}, rng=rng, run_sync=run_inline
+        MemoryFileSystem(),
+        "/data",
+        node_id=1,
+        peers={1: "127.0.0.1:7001"},
+        rng=rng,
+        run_sync=run_inline,
     )
     node = Node(1, storage, settings=RaftSettings(), rng=rng)
     network = MemoryNetwork(random.Random(2))

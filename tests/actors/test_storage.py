@@ -9,6 +9,7 @@ import pytest
 from quorumlog.actors.storage import (
     BootstrapError,
     TopicSettings,
+    WrongNodeError,
     group_dirs,
     open_group_storage,
     open_storage,
@@ -23,8 +24,10 @@ from quorumlog.membership.config import Configuration
 PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
 
 
-def open_node(fs: MemoryFileSystem, **kwargs):
-    return open_storage(fs, "/data", rng=random.Random(1), run_sync=run_inline, **kwargs)
+def open_node(fs: MemoryFileSystem, node_id: int = 1, **kwargs):
+    return open_storage(
+        fs, "/data", node_id=node_id, rng=random.Random(1), run_sync=run_inline, **kwargs
+    )
 
 
 def test_a_new_node_bootstraps_the_controller_and_default_with_the_same_voters():
@@ -114,3 +117,20 @@ def test_a_crash_while_a_partition_is_created_leaves_no_half_made_partition(cras
 
 class PowerLost(Exception):
     pass
+
+
+def test_a_directory_records_its_node_and_refuses_another_id():
+    fs = MemoryFileSystem()
+    open_node(fs, node_id=2, peers=PEERS).close()
+    with pytest.raises(WrongNodeError, match="belongs to node 2, not to node 3"):
+        open_node(fs, node_id=3, peers=None)
+    open_node(fs, node_id=2, peers=None).close()
+
+
+def test_a_directory_of_an_older_version_is_adopted_by_the_node_started_on_it():
+    fs = MemoryFileSystem()
+    open_node(fs, node_id=2, peers=PEERS).close()
+    fs.remove("/data/node")  # as written before directories recorded their node
+    open_node(fs, node_id=2, peers=None).close()
+    with pytest.raises(WrongNodeError):
+        open_node(fs, node_id=1, peers=None)

@@ -1,0 +1,77 @@
+"""A data directory belongs to one process and one node: a second `serve` on it, or a
+node started on another's directory, exits 1 with one line before it touches anything."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+
+
+def _serve(data_dir: str, node_id: int, peers: str | None = None) -> subprocess.CompletedProcess:
+    args = [*QUORUMLOG, "serve", "--id", str(node_id), "--data", data_dir]
+    args += ["--listen", f"127.0.0.1:{free_ports(1)[0]}"]
+    if peers:
+        args += ["--peers", peers]
+    return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+
+def _one_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_a_second_process_on_a_served_directory_exits_naming_the_holder(cluster):
+    data_dir = cluster.data_dir(1)
+    cluster.wait_for_leader()
+    for node_id in (1, 2):  # the same node again, or another id on its files
+        second = _serve(data_dir, node_id)
+        assert second.returncode == 1
+        line = _one_line(second)
+        assert data_dir in line and f"pid {cluster.procs[1].pid}" in line, line
+    with cluster.client() as c:
+        c.append([b"still served"])
+
+
+def test_a_node_started_on_another_nodes_directory_refuses(cluster):
+    cluster.wait_for_leader()
+    cluster.kill(3)
+    wrong = _serve(cluster.data_dir(3), 2)
+    assert wrong.returncode == 1
+    assert "belongs to node 3, not to node 2" in _one_line(wrong)
+    cluster.start(3)
+    cluster.wait_converged()
+
+
+def test_a_directory_that_recorded_no_node_is_adopted_then_kept(tmp_path):
+    cluster = ProcessCluster(str(tmp_path))
+    cluster.start_all()
+    try:
+        cluster.wait_for_leader()
+        with cluster.client() as c:
+            c.append([b"before"])
+        cluster.kill(2)
+        os.remove(os.path.join(cluster.data_dir(2), "node"))  # as an older version left it
+        cluster.start(2)
+        statuses = cluster.wait_converged()
+        assert statuses[2]["commit_offset"] >= 1
+        cluster.kill(2)
+        assert "belongs to node 2" in _one_line(_serve(cluster.data_dir(2), 1))
+    finally:
+        cluster.stop_all()
+
+
+def test_unsafe_recover_refuses_a_directory_a_node_serves(cluster):
+    cluster.wait_for_leader()
+    data_dir = cluster.data_dir(1)
+    args = [*QUORUMLOG, "unsafe-recover", "--data", data_dir, "--yes"]
+    result = subprocess.run(
+        [*args, "--members", f"1={cluster.address(1)}"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert "in use by another process" in line and "stop that node first" in line, line
+    with cluster.client() as c:
+        assert c.status()  # untouched, still serving
