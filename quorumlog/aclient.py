@@ -40,6 +40,7 @@ from quorumlog.protocol import (
     members_of,
     parse_acks,
     prepare,
+    record_list,
     records_from,
     route_of,
     split,
@@ -119,7 +120,7 @@ class AsyncClient(ClientBase):
         topic: str = DEFAULT_TOPIC,
         partition: int | None = None,
     ) -> int | AppendResult | None:
-        records = list(records)
+        records = record_list(records)
         prepared = prepare(records)
         level = parse_acks(acks)
         deadline = partial(Deadline, self.timeout, trio.current_time() + self.timeout)

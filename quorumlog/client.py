@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from quorumlog.aclient import AsyncClient
 from quorumlog.loop_thread import LoopThread
-from quorumlog.protocol import DEFAULT_TOPIC, AppendResult, Record
+from quorumlog.protocol import DEFAULT_TOPIC, AppendResult, Record, record_list
 
 
 class Client:
@@ -82,7 +82,7 @@ class Client:
         record's key, round robin if unkeyed); returns the offset of the first (None with
         acks="none")."""
         return self._loop.run_together(
-            self._client._append_each, (acks, topic, partition), (list(records), details)
+            self._client._append_each, (acks, topic, partition), (record_list(records), details)
         )
 
     def read(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
@@ -156,6 +156,32 @@ class Prepared(NamedTuple):
     size: int
 
 
+def _check_types(record: Record) -> None:
+    """At the call, not in the log: a str stored as a value once poisoned its partition for
+    every reader (bytes is what the log and Kafka clients carry). Not in Record itself:
+    records read back are built by the thousand from what the log holds."""
+    if not isinstance(record.value, bytes) and record.value is not None:
+        raise TypeError(f"Record value must be bytes or None, not {type(record.value).__name__}")
+    if not isinstance(record.key, bytes) and record.key is not None:
+        raise TypeError(f"Record key must be bytes or None, not {type(record.key).__name__}")
+    for header in record.headers or ():
+        if (
+            not isinstance(header, tuple | list)
+            or len(header) != 2
+            or not isinstance(header[0], str)
+            or not isinstance(header[1], bytes)
+        ):
+            raise TypeError(f"Record headers are (str, bytes) pairs, not {header!r:.60}")
+
+
+def record_list(records: Iterable[bytes | Record]) -> list[bytes | Record]:
+    """An append call's records as a list; a TypeError at the call for anything that is
+    not a collection of them (bytes alone would be taken for a list of ints)."""
+    if records is None or isinstance(records, bytes | bytearray | memoryview | str | Record):
+        raise TypeError(f"records must be a list of bytes or Records, not {type(records).__name__}")
+    return list(records)
+
+
 def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
     """Records checked (not empty, none too large) and stamped with the time now unless
     they carry their own."""
@@ -171,10 +197,13 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
             if isinstance(record, bytes | bytearray | memoryview):  # a bytes subclass too
                 record = Record(bytes(record))
             elif not isinstance(record, Record):
-                raise QuorumLogError(f"a record is bytes or a Record, not {type(record).__name__}")
-            size = len(record.value) + len(record.key or b"")
+                raise TypeError(f"a record is bytes or a Record, not {type(record).__name__}")
+            else:
+                _check_types(record)
+            value = record.value or b""  # no null values in the log: None is empty
+            size = len(value) + len(record.key or b"")
             ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
-            fields = (record.key, record.value, ts, record.headers)
+            fields = (record.key, value, ts, record.headers)
         if size > RECORD_BYTES_MAX:
             raise TooLargeError(
                 f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
