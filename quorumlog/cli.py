@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from importlib.metadata import entry_points
 
@@ -19,6 +20,9 @@ class OneLineErrors(click.Group):
 
     def main(self, *args, **kwargs):
         kwargs["standalone_mode"] = False
+        # SIGTERM (systemd, Kubernetes, `docker stop`) stops a command as Ctrl-C does: `dev`
+        # stops its nodes, a group consumer leaves its group. `serve` handles both itself.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             code = super().main(*args, **kwargs)  # ctx.exit's code, or a command's result
         except click.exceptions.NoArgsIsHelpError as exc:  # a bare `quorumlog`: its help

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
+
+import pytest
 
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
@@ -109,7 +112,8 @@ def test_demo_passes():
     assert b"FAILED" not in out.stdout
 
 
-def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
     base, kafka_base = free_ports(2)
     while abs(base - kafka_base) < 3:  # dev refuses ranges that overlap
         base, kafka_base = free_ports(2)
@@ -146,13 +150,28 @@ def test_dev_runs_a_cluster_and_stops_on_ctrl_c(tmp_path):
         while kafka_addresses() != wanted:
             assert time.monotonic() < deadline + 30, kafka_addresses()
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         assert proc.wait(timeout=30) == 0
+    assert not _serving(str(tmp_path)), "dev left nodes running"
     assert sorted(p.name for p in tmp_path.glob("node*.log")) == [
         "node1.log",
         "node2.log",
         "node3.log",
     ]
+
+
+def _serving(data_dir: str) -> list[str]:
+    """The pids of `serve` processes on data under `data_dir`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if b"serve" in command and data_dir.encode() in command:
+            found.append(pid)
+    return found
 
 
 def test_a_huge_record_and_a_wrong_secret_are_clear_errors(cluster, tmp_path):

@@ -192,6 +192,21 @@ def test_the_command_line_consumes_in_a_group_lists_describes_and_resets(cluster
     assert missing.returncode == 1 and b"unknown group" in missing.stderr
 
 
+def test_a_group_consumer_stopped_with_sigterm_leaves_its_group_at_once(cluster):
+    fill(cluster, per_partition=5)
+    b = ["-b", cluster.brokers]
+    args = [*QUORUMLOG, "consume", *b, "--topic", "events", "--group", "term", "--follow"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline(), "it consumed"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    # Gone from the group now, not after its session timeout: the offsets can be reset.
+    reset = cli("group", *b, "reset-offsets", "term", "--topic", "events", "--to", "earliest")
+    assert reset.returncode == 0, reset.stderr
+
+
 def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
     fill(cluster, per_partition=5)
     with pytest.raises(UnknownTopicError), Consumer(cluster.brokers, "g", ["no-such-topic"]):
