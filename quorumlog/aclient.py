@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
 import outcome
+import sniffio
 import trio
 
 from quorumlog.batcher import Batcher
@@ -93,6 +94,13 @@ class AsyncClient(ClientBase):
         self._leader_watch = LeaderWatch(self.brokers, self._call_once)
 
     async def __aenter__(self) -> AsyncClient:
+        library = sniffio.current_async_library()
+        if library != "trio":  # say so now, not with an error from deep inside trio
+            raise RuntimeError(
+                f"AsyncClient runs on trio, not {library}: from {library} code use the "
+                "blocking quorumlog.Client (in a thread, e.g. asyncio.to_thread), which "
+                "works anywhere"
+            )
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         if not self._router.direct:

@@ -24,7 +24,7 @@ from rich.table import Table
 from quorumlog.client import Client
 from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.partitioner import partition_of_key
-from quorumlog.protocol import DEFAULT_TOPIC, Record, read_secret_file
+from quorumlog.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
 from quorumlog.transport.tls import TlsSetupError
 
 EXIT_OPERATIONAL = 1
@@ -57,6 +57,16 @@ def tls_options() -> dict[str, str | None]:
     return {k: meta.get(f"quorumlog.{k}") for k in ("tls_ca", "tls_cert", "tls_key")}
 
 
+def _check_brokers(ctx: click.Context, param: click.Parameter, brokers: str | None) -> str | None:
+    """A bad broker list is bad usage (exit 2, naming -b), found before any connection."""
+    if brokers is not None:
+        try:
+            parse_brokers(brokers)
+        except (ValueError, QuorumLogError) as exc:
+            raise click.BadParameter(str(exc)) from None
+    return brokers
+
+
 def client_option_decorators(command: Callable, required: bool = True) -> Callable:
     """-b/--brokers, --timeout, --secret-file (CONTRACT.md) and the TLS files."""
     tls = [
@@ -82,6 +92,7 @@ def client_option_decorators(command: Callable, required: bool = True) -> Callab
                 "--brokers",
                 envvar="QUORUMLOG_BROKERS",
                 required=required,
+                callback=_check_brokers,
                 help="HOST:PORT,... of any nodes.",
             ),
             click.option(

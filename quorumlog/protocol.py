@@ -28,6 +28,7 @@ from quorumlog.errors import (
 from quorumlog.log.batch import BatchError, BatchType, split_batches
 from quorumlog.log.records import batch_records, make_data_batch
 from quorumlog.partitioner import partition_of_key
+from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.messages import (
     Acks,
     AdminReply,
@@ -101,6 +102,8 @@ def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
     out = [b.strip() for b in items if b.strip()]
     if not out:
         raise QuorumLogError("no brokers given")
+    for broker in out:
+        parse_address(broker)  # ValueError: "not a HOST:PORT address", before any dial
     return out
 
 

@@ -189,6 +189,8 @@ def test_a_huge_record_and_a_wrong_secret_are_clear_errors(cluster, tmp_path):
 def test_bad_usage_is_one_line_naming_the_flag_and_exits_2():
     for args, named in [
         (("status",), "--brokers"),
+        (("status", "-b", "127.0.0.1"), "--brokers"),
+        (("topic", "-b", "127.0.0.1:1,nohost", "list"), "--brokers"),
         (("status", "-b", "127.0.0.1:1", "--timeout", "soon"), "--timeout"),
         (("produce", "-b", "127.0.0.1:1", "--acks", "most"), "--acks"),
         (("consume", "--bogus"), "--bogus"),
