@@ -20,5 +20,5 @@ def test_used_under_asyncio_it_raises_at_once_naming_the_blocking_client(open_cl
         async with open_client():
             pass
 
-    with pytest.raises(RuntimeError, match="runs on trio, not asyncio: .* quorumlog.Client"):
+    with pytest.raises(RuntimeError, match=r"runs on trio, not asyncio: .* quorumlog\.Client"):
         asyncio.run(main())
