@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import sys
 import time
 import tomllib
@@ -183,6 +184,18 @@ def serve(options: ServeOptions) -> int:
             raise UsageError(str(exc)) from None
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
+    for flag, address in (
+        ("--listen", options.listen),
+        ("--kafka-listen", options.kafka_listen),
+        ("--metrics", options.metrics),
+    ):
+        # Before anything is written: a node bootstrapped with an address it cannot serve
+        # kept that address in its configuration when started again with a corrected one.
+        if address is not None and (problem := _cannot_listen(address)):
+            print(
+                f"quorumlog serve: cannot listen on {address} ({flag}): {problem}", file=sys.stderr
+            )
+            return EXIT_FAILED
     try:
         lock = lock_data_dir(options.data_dir)  # before anything there is read or written
     except (DataDirInUseError, OSError) as exc:
@@ -192,6 +205,24 @@ def serve(options: ServeOptions) -> int:
         return _serve_locked(options)
     finally:
         os.close(lock)
+
+
+def _cannot_listen(address: str) -> str | None:
+    """Why `address` cannot be listened on now (in use, not this host's), or None: a bind
+    tried and let go, as the listener will bind it (SO_REUSEADDR, every address of the
+    name)."""
+    host, port = parse_address(address)
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _, sockaddr in infos:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(sockaddr)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _serve_locked(options: ServeOptions) -> int:

@@ -4,6 +4,7 @@ node started on another's directory, exits 1 with one line before it touches any
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
@@ -75,3 +76,23 @@ def test_unsafe_recover_refuses_a_directory_a_node_serves(cluster):
     assert "in use by another process" in line and "stop that node first" in line, line
     with cluster.client() as c:
         assert c.status()  # untouched, still serving
+
+
+def test_a_listen_address_in_use_is_one_line_and_nothing_is_written(tmp_path):
+    data_dir = str(tmp_path / "node1")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for flag in ("--listen", "--kafka-listen"):
+            own = free_ports(1)[0]
+            listen = port if flag == "--listen" else own
+            args = [*QUORUMLOG, "serve", "--id", "1", "--data", data_dir]
+            args += ["--listen", f"127.0.0.1:{listen}", "--peers", f"1=127.0.0.1:{listen}"]
+            if flag == "--kafka-listen":
+                args += ["--kafka-listen", f"127.0.0.1:{port}"]
+            result = subprocess.run(args, capture_output=True, text=True, timeout=30)
+            assert result.returncode == 1
+            line = _one_line(result)
+            assert f"127.0.0.1:{port} ({flag})" in line and "in use" in line, line
+            assert not os.path.exists(data_dir), "nothing written before the node can serve"
