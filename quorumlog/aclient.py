@@ -51,7 +51,7 @@ from quorumlog.protocol import (
 )
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import AuthError as TransportAuthError
-from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused
 from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
@@ -464,7 +464,8 @@ class AsyncClient(ClientBase):
                     raise AuthError(str(exc)) from None
                 except ConnectionClosed as exc:
                     hint = f": {CLOSED_HINT}" if self._ssl_context else ""
-                    raise UnreachableError(f"{exc}{hint}") from None
+                    refused = isinstance(exc, ConnectionRefused)
+                    raise UnreachableError(f"{exc}{hint}", refused=refused) from None
                 assert self._nursery is not None, "use AsyncClient in `async with`"
                 self._nursery.start_soon(self._run_connection, address, connection)
                 self._connections[address] = connection

@@ -8,7 +8,12 @@ class QuorumLogError(Exception):
 
 
 class UnreachableError(QuorumLogError):
-    """No broker could be reached before the deadline."""
+    """No broker could be reached before the deadline (or every one refused the
+    connection: nothing listens there)."""
+
+    def __init__(self, message: str, *args, refused: bool = False, **kwargs):
+        super().__init__(message, *args, **kwargs)
+        self.refused = refused  # nothing listened at the broker's address
 
 
 class CallTimeoutError(QuorumLogError):

@@ -428,6 +428,10 @@ def topics_of(reply: AdminReply) -> dict[str, int]:
     return {name: partitions for name, (partitions, _) in reply.result["topics"].items()}
 
 
+# Refused dials in a row at every broker that end a call before its timeout.
+REFUSALS_MAX = 2
+
+
 class Router:
     """The brokers and the leader hints of one client (per partition, and the controller's),
     shared by all its calls."""
@@ -453,6 +457,7 @@ class Attempts:
         self._router = router
         self._route = route
         self._failed: dict[str, int] = {}  # broker -> tries made when it failed
+        self._refusals: dict[str, int] = {}  # broker -> refused dials in a row
         self._tried: list[str] = []
         self._fresh_hint = False
         self.problem = "no broker answered"  # why the last try did not end the call
@@ -510,6 +515,15 @@ class Attempts:
             raise UnreachableError(f"{address}: {error}") from None
         self.problem = str(error)
         self._failed[address] = len(self._tried)
+        refused = isinstance(error, UnreachableError) and error.refused
+        self._refusals[address] = self._refusals.get(address, 0) + 1 if refused else 0
+        if all(self._refusals.get(b, 0) >= REFUSALS_MAX for b in router.brokers):
+            # Nothing listens at any of them: waiting out the timeout would not change that.
+            raise UnreachableError(
+                f"every broker refused the connection ({', '.join(router.brokers)}): "
+                f"is the cluster running? last: {error}",
+                refused=True,
+            )
         self._fresh_hint = False
         if router.leaders.get(self._route) == address:
             del router.leaders[self._route]

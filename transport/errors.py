@@ -20,3 +20,7 @@ class AuthError(TransportError):
 
 class ConnectionClosed(TransportError):
     """There is no connection: it could not be made, or it ended before a reply came."""
+
+
+class ConnectionRefused(ConnectionClosed):
+    """Nothing listens at the address: the dial was refused (not lost, not timed out)."""

@@ -14,7 +14,7 @@ import trio
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.backoff import DEFAULT_BACKOFF, Backoff
 from quorumlog.transport.connection import Connection
-from quorumlog.transport.errors import ConnectionClosed
+from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import dial_handshake
 from quorumlog.transport.listener import Listener
@@ -61,8 +61,16 @@ async def dial(
             f"{address}: no handshake within {limits.handshake_timeout_s} s"
         ) from None
     except OSError as exc:
-        raise ConnectionClosed(f"cannot connect to {address}: {_reason(exc)}") from None
+        error = ConnectionRefused if _refused(exc) else ConnectionClosed
+        raise error(f"cannot connect to {address}: {_reason(exc)}") from None
     return Connection(stream, info, decoder=decoder, limits=limits, handler=handler)
+
+
+def _refused(exc: OSError) -> bool:
+    """Whether every attempt of the dial was refused (trio's error has them as its cause)."""
+    cause = exc.__cause__
+    attempts = cause.exceptions if isinstance(cause, BaseExceptionGroup) else [exc]
+    return all(isinstance(a, ConnectionRefusedError) for a in attempts)
 
 
 def _reason(exc: OSError) -> str:

@@ -160,6 +160,15 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
     ]
 
 
+def test_brokers_where_nothing_listens_fail_at_once_not_at_the_timeout():
+    brokers = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
+    for args in (("status",), ("produce",), ("topic", "list")):
+        out = ql(*args[:1], "-b", brokers, "--timeout", "600", *args[1:], input=b"x\n")
+        lines = out.stderr.decode().strip().splitlines()
+        assert out.returncode == 1 and len(lines) == 1, lines
+        assert "every broker refused the connection" in lines[0], lines
+
+
 def _serving(data_dir: str) -> list[str]:
     """The pids of `serve` processes on data under `data_dir`."""
     found = []
