@@ -428,8 +428,10 @@ def topics_of(reply: AdminReply) -> dict[str, int]:
     return {name: partitions for name, (partitions, _) in reply.result["topics"].items()}
 
 
-# Refused dials in a row at every broker that end a call before its timeout.
+# Refused dials in a row at every broker, for at least this long, end a call before its
+# timeout: nothing listens there. Not sooner: nodes just started take a moment to listen.
 REFUSALS_MAX = 2
+REFUSED_FOR_S_MIN = 2.0
 
 
 class Router:
@@ -458,6 +460,7 @@ class Attempts:
         self._route = route
         self._failed: dict[str, int] = {}  # broker -> tries made when it failed
         self._refusals: dict[str, int] = {}  # broker -> refused dials in a row
+        self._refused_since: float | None = None  # the first of the refusals in a row
         self._tried: list[str] = []
         self._fresh_hint = False
         self.problem = "no broker answered"  # why the last try did not end the call
@@ -517,7 +520,16 @@ class Attempts:
         self._failed[address] = len(self._tried)
         refused = isinstance(error, UnreachableError) and error.refused
         self._refusals[address] = self._refusals.get(address, 0) + 1 if refused else 0
-        if all(self._refusals.get(b, 0) >= REFUSALS_MAX for b in router.brokers):
+        now = time.monotonic()
+        if not refused:
+            self._refused_since = None
+        elif self._refused_since is None:
+            self._refused_since = now
+        if (
+            all(self._refusals.get(b, 0) >= REFUSALS_MAX for b in router.brokers)
+            and self._refused_since is not None
+            and now - self._refused_since >= REFUSED_FOR_S_MIN
+        ):
             # Nothing listens at any of them: waiting out the timeout would not change that.
             raise UnreachableError(
                 f"every broker refused the connection ({', '.join(router.brokers)}): "
