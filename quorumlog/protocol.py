@@ -532,8 +532,8 @@ class Attempts:
         ):
             # Nothing listens at any of them: waiting out the timeout would not change that.
             raise UnreachableError(
-                f"every broker refused the connection ({', '.join(router.brokers)}): "
-                f"is the cluster running? last: {error}",
+                f"no quorumlog node listens at any broker ({', '.join(router.brokers)}): "
+                f"is the cluster running there? last: {error}",
                 refused=True,
             )
         self._fresh_hint = False

@@ -23,4 +23,5 @@ class ConnectionClosed(TransportError):
 
 
 class ConnectionRefused(ConnectionClosed):
-    """Nothing listens at the address: the dial was refused (not lost, not timed out)."""
+    """No quorumlog node listens at the address: the dial was refused, or what answered
+    speaks another protocol (not lost, not timed out)."""

@@ -14,7 +14,7 @@ import trio
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.backoff import DEFAULT_BACKOFF, Backoff
 from quorumlog.transport.connection import Connection
-from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused
+from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused, ProtocolError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import dial_handshake
 from quorumlog.transport.listener import Listener
@@ -63,6 +63,8 @@ async def dial(
     except OSError as exc:
         error = ConnectionRefused if _refused(exc) else ConnectionClosed
         raise error(f"cannot connect to {address}: {_reason(exc)}") from None
+    except ProtocolError as exc:  # something else listens there: an HTTP server, say
+        raise ConnectionRefused(f"{address} is not a quorumlog node ({exc})") from None
     return Connection(stream, info, decoder=decoder, limits=limits, handler=handler)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -166,7 +168,30 @@ def test_brokers_where_nothing_listens_fail_at_once_not_at_the_timeout():
         out = ql(*args[:1], "-b", brokers, "--timeout", "600", *args[1:], input=b"x\n")
         lines = out.stderr.decode().strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1, lines
-        assert "every broker refused the connection" in lines[0], lines
+        assert "no quorumlog node listens at any broker" in lines[0], lines
+
+
+def test_a_broker_that_speaks_another_protocol_is_named_in_one_line():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+
+        def answer_http() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return  # closed: the test is over
+                with conn:
+                    conn.recv(64)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer_http, daemon=True).start()
+        out = ql("status", "-b", address, "--timeout", "600")
+    lines = out.stderr.decode().strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1, lines
+    assert f"{address} is not a quorumlog node" in lines[0], lines
 
 
 def _serving(data_dir: str) -> list[str]:
