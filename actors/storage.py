@@ -50,6 +50,10 @@ NODE_FILE = "node"
 class BootstrapError(Exception):
     """The data directory is empty and nothing says how to start the cluster."""
 
+    @classmethod
+    def no_cluster(cls, data_dir: str) -> BootstrapError:
+        return cls(f"{data_dir} holds no cluster: give --peers to start a new one, or --join")
+
 
 class WrongNodeError(Exception):
     """The data directory belongs to another node id."""
@@ -290,9 +294,7 @@ def open_storage(
         elif peers:
             bootstrap = Configuration.bootstrap(peers)
         else:
-            raise BootstrapError(
-                f"{data_dir} holds no cluster: give --peers to start a new one, or --join"
-            )
+            raise BootstrapError.no_cluster(data_dir)
     opened: list[GroupStorage] = []
 
     log_config = log_config or LogConfig()

@@ -184,6 +184,8 @@ def serve(options: ServeOptions) -> int:
             raise UsageError(str(exc)) from None
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
+    if not options.peers and not options.join and not os.path.isdir(options.data_dir):
+        raise UsageError(str(BootstrapError.no_cluster(options.data_dir)))  # nothing made
     for flag, address in (
         ("--listen", options.listen),
         ("--kafka-listen", options.kafka_listen),

@@ -162,6 +162,45 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
     ]
 
 
+DEAD = "127.0.0.1:1"  # nothing listens there (below the ports tests take)
+BAD_INPUT = [  # (arguments, exit code): every subcommand, each wrong in its own way
+    (("produce", "-b", "x"), 2),
+    (("produce", "-b", DEAD, "/no/such/file"), 2),
+    (("produce", "-b", DEAD, "--acks", "all-of-them"), 2),
+    (("consume", "-b", DEAD, "--from", "soon"), 2),
+    (("consume", "-b", DEAD, "--partition", "-1"), 2),
+    (("consume", "-b", DEAD), 1),
+    (("status", "-b", DEAD, "extra"), 2),
+    (("status", "-b", DEAD), 1),
+    (("topic", "-b", DEAD, "create", "t", "--partitions", "zero"), 2),
+    (("topic", "-b", DEAD, "describe"), 2),
+    (("topic", "-b", DEAD, "list"), 1),
+    (("group", "-b", DEAD, "reset-offsets", "g", "--topic", "t", "--to", "never"), 2),
+    (("group", "-b", DEAD, "describe"), 2),
+    (("group", "-b", DEAD, "list"), 1),
+    (("members", "-b", DEAD, "add", "x", "y"), 2),
+    (("members", "-b", DEAD, "list"), 1),
+    (("transfer-leader", "-b", DEAD, "x"), 2),
+    (("transfer-leader", "-b", DEAD, "2"), 1),
+    (("serve", "--id", "x"), 2),
+    (("serve", "--id", "1", "--data", "/tmp/ql-no-such-dir", "--listen", "127.0.0.1"), 2),
+    (("serve", "--id", "1", "--data", "/tmp/ql-no-such-dir", "--listen", "127.0.0.1:9"), 2),
+    (("unsafe-recover", "--members", "1=a"), 2),
+    (("unsafe-recover", "--data", "/tmp/ql-no-such-dir", "--inspect"), 2),
+    (("dev", "--nodes", "99"), 2),
+    (("bench", "nope"), 2),
+]
+
+
+@pytest.mark.parametrize(("args", "code"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_every_subcommand_given_bad_input_says_so_in_one_line(args, code):
+    out = ql(*args, input=b"")
+    lines = out.stderr.decode().strip().splitlines()
+    assert out.returncode == code, lines
+    assert len(lines) == 1 and lines[0].startswith("quorumlog"), lines
+    assert not os.path.exists("/tmp/ql-no-such-dir"), "nothing written"
+
+
 def test_brokers_where_nothing_listens_fail_at_once_not_at_the_timeout():
     brokers = ",".join(f"127.0.0.1:{p}" for p in free_ports(2))
     for args in (("status",), ("produce",), ("topic", "list")):
