@@ -108,9 +108,34 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
         if compression == Compression.ZSTD:
             payload = _decompressor().decompress(payload, max_output_size=DECOMPRESSED_BYTES_MAX)
         items = msgpack.unpackb(payload, raw=False, use_list=True)
-        return [RawRecord(k, v, ts, h) for k, v, ts, h in items]
+        return [
+            RawRecord(k, v, ts, h)
+            if type(v) is bytes and (k is None or type(k) is bytes) and h is None
+            else _mended(k, v, ts, h)
+            for k, v, ts, h in items
+        ]
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable record payload: {exc}") from None
+
+
+def _mended(key, value, timestamp_ms: int, headers) -> RawRecord:
+    """A record whose value, key or header values may not be bytes: clients before 0.4
+    stored a str given as a value as it was, and every reader of its partition failed on
+    it. Read as its UTF-8 bytes (None, as every null here, as empty)."""
+    return RawRecord(
+        None if key is None else _as_bytes(key),
+        _as_bytes(value),
+        timestamp_ms,
+        None if headers is None else [(str(n), _as_bytes(v)) for n, v in headers],
+    )
+
+
+def _as_bytes(value) -> bytes:
+    if type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    return b"" if value is None else str(value).encode()
 
 
 def _kafka_records(payload: bytes | memoryview) -> list[RawRecord]:

@@ -79,3 +79,16 @@ def test_a_thread_does_not_keep_a_packer_grown_by_a_large_value():
     assert records.packb(large) == msgpack.packb(large)
     assert getattr(records._codecs, "pack", None) is None  # dropped with its buffer
     assert records.packb([b"x"]) == small  # and made again when next needed
+
+
+def test_a_str_stored_by_an_older_client_reads_as_its_bytes():
+    """Clients before 0.4 stored a str given as a value (or key, or header value) as it
+    was; every reader of the partition, Kafka fetches included, then failed on it."""
+    poisoned = [(None, "poison", 1, None), ("k", b"v", 2, [("h", "x")]), (b"k", b"ok", 3, None)]
+    batch = records_module.make_data_batch(poisoned, timestamp_ms=0)
+    read = records_module.batch_records(batch, parse_batch(batch))
+    assert read == [
+        RawRecord(None, b"poison", 1, None),
+        RawRecord(b"k", b"v", 2, [("h", b"x")]),
+        RawRecord(b"k", b"ok", 3, None),
+    ]

@@ -19,7 +19,7 @@ def test_a_stamped_native_batch_reads_with_the_leaders_time_and_checks():
     read = batch_records(stamped, header)
     assert [(r.key, r.value, r.timestamp_ms, r.headers) for r in read] == [
         (b"k", b"one", STAMP, None),
-        (None, b"two", STAMP, [["h", b"v"]]),
+        (None, b"two", STAMP, [("h", b"v")]),
     ]
     unstamped = parse_batch(batch)
     assert [r.timestamp_ms for r in batch_records(batch, unstamped)] == [1_000, 5_000]
