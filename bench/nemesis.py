@@ -1,5 +1,5 @@
 """`quorumlog bench nemesis`: real `serve` processes, real faults, and a checker of every
-promise in RELIABILITY.md, in every partition.
+promise in docs/reliability.md, in every partition.
 
 A run starts a cluster whose links all pass through the harness's proxy (bench/proxy.py),
 with every node's fsyncs journaled (so a crash can lose exactly what was not yet durable),

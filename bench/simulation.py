@@ -1,4 +1,4 @@
-"""Deterministic simulation of whole clusters (../shared/RELIABILITY.md, "simulation recipe").
+"""Deterministic simulation of whole clusters (docs/reliability.md).
 
 A cluster runs inside one `trio.run` with `MockClock(autojump_threshold=0)`, the in-memory
 network of transport/memory.py and one in-memory disk per node. A seeded schedule crashes

@@ -1,4 +1,4 @@
-"""An in-memory disk with crashes, for deterministic simulation (../shared/RELIABILITY.md).
+"""An in-memory disk with crashes, for deterministic simulation (docs/reliability.md).
 
 Each file has its current bytes and its durable image; `fsync` promotes the first to the
 second. Directory entries are durable only once their directory is fsynced, so a crash forgets

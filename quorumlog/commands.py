@@ -1,7 +1,7 @@
 """The client commands of the CLI: produce, consume, status, members.
 
 Every expected failure is one line on stderr and exit 1 (operational) or 2 (usage); never a
-traceback (CONTRACT.md).
+traceback (the README's command line).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _check_brokers(ctx: click.Context, param: click.Parameter, brokers: str | No
 
 
 def client_option_decorators(command: Callable, required: bool = True) -> Callable:
-    """-b/--brokers, --timeout, --secret-file (CONTRACT.md) and the TLS files."""
+    """-b/--brokers, --timeout, --secret-file (the README's command line) and the TLS files."""
     tls = [
         click.option(
             f"--{name.replace('_', '-')}",
@@ -161,7 +161,7 @@ def client_options(command: Callable) -> Callable:
 
 
 def topic_options(command: Callable) -> Callable:
-    """--topic and --partition (CONTRACT.md)."""
+    """--topic and --partition (the README's command line)."""
     command = click.option(
         "--partition",
         type=click.IntRange(min=0),

@@ -1,4 +1,4 @@
-"""`quorumlog topic`: create, list, describe and delete topics (CONTRACT.md)."""
+"""`quorumlog topic`: create, list, describe and delete topics (the README's command line)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Timing and size settings of a node, with their defaults (CONTRACT.md)."""
+"""Timing and size settings of a node, with their defaults (the README's command line)."""
 
 from __future__ import annotations
 

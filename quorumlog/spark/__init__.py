@@ -38,7 +38,7 @@ far more than it costs to start. Each Spark partition reads from one replica of 
 partition that had the range committed when the read was planned, the i-th range of
 partition p from the (p + i)-th of them, so that the tasks spread over the nodes; a replica
 that fails or is behind hands over to the next. Rows go to Spark as Arrow record batches
-(about 3x faster than tuples: ../shared/notes/pyspark-datasource.md).
+(about 3x faster than tuples).
 
 Streams. A stream's offset is the next offset to read of each partition: {"offset": N}
 without the `topic` option (so existing checkpoints go on), {"0": N0, "1": N1, ...} with it.

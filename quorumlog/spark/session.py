@@ -22,8 +22,7 @@ logger.repl.level = error
 
 def local_session(app_name: str, master: str = "local[2]", fast_start: bool = True) -> SparkSession:
     """A quiet local SparkSession with this source registered, for tests, examples and
-    benchmarks (../shared/notes/pyspark-datasource.md has the why of each setting). Workers
-    run this interpreter, which has quorumlog installed. `fast_start` stops the JVM's JIT
+    benchmarks (each setting says why below). Workers run this interpreter, which has quorumlog installed. `fast_start` stops the JVM's JIT
     at its first tier: about 1 s less to start, slower on long jobs."""
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     fd, log4j = tempfile.mkstemp(prefix="quorumlog-log4j2-", suffix=".properties")

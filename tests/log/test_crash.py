@@ -1,6 +1,6 @@
 """Crash and damage tests on real files: cut files and flip bits, then reopen.
 
-Expectations (../shared/RELIABILITY.md, storage rules 4 and 5): damage in the last batch of
+Expectations (docs/reliability.md, storage rules 4 and 5): damage in the last batch of
 the newest segment is a torn tail and is cut; damage anywhere else refuses to open, names
 the file, and deletes nothing; everything before the damage is intact.
 """

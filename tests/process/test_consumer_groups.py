@@ -1,6 +1,6 @@
-"""Real processes: consumer groups in stream mode (CONTRACT.md, "Consumer groups and
-queues"): members share a topic's partitions, rebalance when one joins, leaves or dies,
-resume from committed positions, and keep them through a coordinator's failover."""
+"""Real processes: consumer groups in stream mode (the README's "Consumer groups"):
+members share a topic's partitions, rebalance when one joins, leaves or dies, resume from
+committed positions, and keep them through a coordinator's failover."""
 
 from __future__ import annotations
 

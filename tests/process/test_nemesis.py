@@ -1,7 +1,7 @@
 """A bounded run of the fault harness (`quorumlog bench nemesis`) against real processes:
 fixed seeds, each drawing from one family of faults, then all of them with membership
 changes, with appends spread over `default` and two topics of three partitions. Every run
-must keep every promise of RELIABILITY.md in every partition, and a stream-mode and a
+must keep every promise of docs/reliability.md in every partition, and a stream-mode and a
 queue-mode consumer group theirs; a failure prints the seed and the command that replays
 its schedule."""
 

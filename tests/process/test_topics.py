@@ -1,4 +1,4 @@
-"""Real processes: topics and partitions, each its own Raft group (CONTRACT.md)."""
+"""Real processes: topics and partitions, each its own Raft group (the README's command line)."""
 
 from __future__ import annotations
 
