@@ -16,11 +16,14 @@ directly on a fresh connection. `gap_s - direct_ack_s` is what the client's redi
 
 Rows: one per kill, then the summary: median, p90 and max of the gaps beside the maximum
 election timeout (0.6 s by default; `ratio_median_to_election_max`), and the medians of
-`leader_s` and `direct_ack_s`.
+`leader_s` and `direct_ack_s`. Then as many planned stops (SIGTERM: the leader hands its
+groups over before it exits, actors/shutdown.py), one row each and their summary beside
+the kills' median.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -130,7 +133,9 @@ async def _watch_survivors(
             await trio.sleep(0.01)
 
 
-def _one_kill(cluster: ProcessCluster, producer: Producer, sizes: Sizes) -> dict:
+def _one_kill(
+    cluster: ProcessCluster, producer: Producer, sizes: Sizes, sig: int = signal.SIGKILL
+) -> dict:
     leader = cluster.wait_for_leader()
     steady_from = time.monotonic()
     deadline = steady_from + sizes.gap_timeout_s
@@ -140,7 +145,7 @@ def _one_kill(cluster: ProcessCluster, producer: Producer, sizes: Sizes) -> dict
         time.sleep(0.02)
     survivors = [cluster.address(i) for i in cluster.procs if i != leader]
     killed_at = time.monotonic()
-    cluster.kill(leader)
+    cluster.kill(leader, sig)
     leader_s, direct_ack_s = trio.run(_watch_survivors, survivors, killed_at, sizes.gap_timeout_s)
     while (acked := producer.first_ack_sent_after(killed_at)) is None:
         if time.monotonic() - killed_at > sizes.gap_timeout_s:
@@ -166,12 +171,16 @@ def _one_kill(cluster: ProcessCluster, producer: Producer, sizes: Sizes) -> dict
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     sizes = TINY if tiny else QUICK if quick else FULL
     kills: list[dict] = []
+    stops: list[dict] = []  # planned: the leader hands its groups over first
     with running_cluster("failover") as cluster:
         producer = Producer(cluster.brokers)
         producer.start()
         try:
             for i in range(sizes.kills):
                 kills.append({"figure": f"kill {i + 1}", **_one_kill(cluster, producer, sizes)})
+            for i in range(sizes.kills):
+                stop = _one_kill(cluster, producer, sizes, signal.SIGTERM)
+                stops.append({"figure": f"stop {i + 1} (SIGTERM)", **stop})
         finally:
             producer.stop.set()
             producer.resume()
@@ -192,7 +201,15 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         "failed_appends": producer.failures,
         "acked_appends": len(producer.acks),
     }
-    return [*kills, summary, rss]
+    stop_gaps = sorted(k["gap_s"] for k in stops)
+    planned = {
+        "figure": "planned stop gap (SIGTERM leader -> first ack)",
+        "stops": len(stop_gaps),
+        "median_s": median(stop_gaps),
+        "max_s": stop_gaps[-1],
+        "ratio_median_to_kill": median(stop_gaps) / median(gaps),
+    }
+    return [*kills, summary, *stops, planned, rss]
 
 
 if __name__ == "__main__":

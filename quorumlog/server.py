@@ -22,6 +22,7 @@ import structlog
 import trio
 
 from quorumlog.actors.node import Node
+from quorumlog.actors.shutdown import hand_over_leadership
 from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.worker import WorkerThread
 from quorumlog.allocator import keep_freed_memory
@@ -310,6 +311,7 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)
+                await hand_over_leadership(node)  # serving meanwhile: clients follow it
                 nursery.cancel_scope.cancel()
                 break
     await node.close()

@@ -146,6 +146,9 @@ class RaftCore(
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
         self.campaign_late = False  # set by the node while its disk is avoided
+        # Set by a node about to stop (actors/shutdown.py): it hands leadership over and
+        # takes none (no campaign, no transfer to it); it still votes.
+        self.stopping = False
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -298,7 +301,7 @@ class RaftCore(
             case AppendEntriesReply() | HeartbeatReply():
                 self._on_append_reply(sender, message, now)
             case TimeoutNow():
-                if self._can_lead() and self.role is not Role.LEADER:
+                if self._can_lead() and self.role is not Role.LEADER and not self.stopping:
                     self._campaign(now, transfer=True)
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")

@@ -64,7 +64,9 @@ class ElectionRules:
         campaign slot: actors/campaigns.py)."""
         if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
             return False
-        return self._can_lead() and (self._turn_waited or self._campaign_rank() == 0)
+        if self.stopping or not self._can_lead():
+            return False
+        return self._turn_waited or self._campaign_rank() == 0
 
     def _campaign_rank(self) -> int:
         """How many voters come before this one in the group's order that could lead and
@@ -80,8 +82,8 @@ class ElectionRules:
     def _on_election_timeout(self, now: float) -> None:
         if self.campaign_due(now):
             self._start_pre_vote(now)
-        elif not self._can_lead():
-            self._reset_election_deadline(now)  # a witness votes, never campaigns
+        elif self.stopping or not self._can_lead():
+            self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
         else:
             # Voters before this one campaign first: a turn each (the range of a timeout).
             s = self.settings

@@ -212,10 +212,13 @@ def test_recovery(tmp_path):
 
 def test_failover(tmp_path):
     rows = _written(tmp_path, "failover", failover.run(quick=True, tiny=True))
-    kills, summary, rss = rows[:-2], rows[-2], rows[-1]
+    n = failover.TINY.kills
+    kills, summary, stops, planned, rss = rows[:n], rows[n], rows[n + 1 : -2], rows[-2], rows[-1]
     assert rss["figure"].startswith("peak RSS") and len(rss) > 1
-    assert len(kills) == failover.TINY.kills
-    for row in kills:
+    assert len(kills) == len(stops) == n
+    assert planned["stops"] == n and planned["figure"].startswith("planned stop")
+    _positive(planned, "median_s", "max_s", "ratio_median_to_kill")
+    for row in kills + stops:
         assert row["killed"] != row["new_leader"]
         _positive(row, "gap_s", "leader_s", "direct_ack_s")
         assert row["leader_s"] <= row["direct_ack_s"]

@@ -109,3 +109,25 @@ def test_a_reader_right_after_a_full_restart_sees_every_committed_record(cluster
     with cluster.client(timeout=20) as c:
         assert [r.value for r in c.read(first)] == [b"one", b"two", b"three"]
         assert c.end_offset() >= first + 2
+
+
+def test_a_leader_told_to_stop_hands_its_groups_over_first(cluster):
+    """SIGTERM is a planned stop: every group the node leads moves to another voter by a
+    transfer, not by an election after it is gone (clients see no election timeout)."""
+    with cluster.client(timeout=30) as c:
+        c.create_topic("moving", partitions=6, replicas=3)
+    leader = cluster.wait_for_leader()  # of `default`
+    cluster.kill(leader, signal.SIGTERM)
+    with open(f"{cluster.root}/node{leader}.log") as f:
+        stopping = f.read()
+    assert "leadership_handed_over" in stopping and "still_leading=0" in stopping, stopping[-2000:]
+    taken = ""
+    for survivor in cluster.procs:
+        with open(f"{cluster.root}/node{survivor}.log") as f:
+            taken += f.read()
+    assert any(
+        "election_started" in line and "group=1 " in line and "transfer=True" in line
+        for line in taken.splitlines()
+    ), "default's new leader was elected by a transfer"
+    with cluster.client(timeout=30) as c:
+        c.append([b"after the stop"])
