@@ -6,7 +6,9 @@
   partition); timed from when every member consumes its partitions;
 - a member's SIGKILL until its partitions are consumed again by the survivor (the
   target: at most the session timeout + 1 s);
-- queue mode (bench/consume_queue.py).
+- queue mode (bench/consume_queue.py);
+- `quorumlog consume` of a partition of small lines (1M; 100,000 --tiny) to /dev/null,
+  against an AsyncClient.read loop over the same records (the target: x0.8).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.consume_queue import queue_rows
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, running_cluster
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 
 TOPIC = "bench-consume"
 PARTITIONS = 6
@@ -44,10 +46,12 @@ class Sizes:
     queue_records: int
     latency_s: float
 
+    cli_records: int
 
-FULL = Sizes(100_000, 3, kills=5, queue_records=50_000, latency_s=20.0)
-QUICK = Sizes(50_000, 2, kills=2, queue_records=20_000, latency_s=8.0)
-TINY = Sizes(1_000, 1, kills=1, queue_records=1_000, latency_s=1.0)
+
+FULL = Sizes(100_000, 3, kills=5, queue_records=50_000, latency_s=20.0, cli_records=1_000_000)
+QUICK = Sizes(50_000, 2, kills=2, queue_records=20_000, latency_s=8.0, cli_records=1_000_000)
+TINY = Sizes(1_000, 1, kills=1, queue_records=1_000, latency_s=1.0, cli_records=100_000)
 
 
 async def fill(brokers: str, topic: str, partitions: int, per_partition: int) -> None:
@@ -219,6 +223,40 @@ def _takeover_rows(cluster: ProcessCluster, kills: int) -> list[dict]:
     ]
 
 
+async def _read_all(brokers: str, topic: str) -> int:
+    done, offset = 0, 0
+    async with AsyncClient(brokers, timeout=60) as c:
+        while records := await c.read(offset, 1_000_000, topic=topic):
+            done += len(records)
+            offset = records[-1].offset + 1
+    return done
+
+
+def _cli_row(cluster: ProcessCluster, records: int, rounds: int) -> dict:
+    """`consume` of small lines to /dev/null beside a read loop, the two in turn."""
+    lines = b"".join(b"line-%d\n" % i for i in range(records))
+    produce = [*QUORUMLOG, "produce", "-b", cluster.brokers, "--topic", "lines"]
+    with cluster.client(timeout=60) as c:
+        c.create_topic("lines", partitions=1, replicas=3)
+    subprocess.run(produce, input=lines, check=True, capture_output=True)
+    consume = [*QUORUMLOG, "consume", "-b", cluster.brokers, "--topic", "lines"]
+    cli, loop = [], []
+    for _ in range(rounds):
+        started = time.monotonic()
+        subprocess.run(consume, check=True, stdout=subprocess.DEVNULL)
+        cli.append(records / (time.monotonic() - started))
+        started = time.monotonic()
+        assert trio.run(_read_all, cluster.brokers, "lines") == records
+        loop.append(records / (time.monotonic() - started))
+    return {
+        "figure": f"quorumlog consume > /dev/null, {records:,} small lines (process start included)",
+        "records_s": round(median(cli)),
+        "read_loop_records_s": round(median(loop)),
+        "x_read_loop": round(median(cli) / median(loop), 2),
+        "target_x": 0.8,
+    }
+
+
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     sizes = TINY if tiny else QUICK if quick else FULL
     with running_cluster("consume") as cluster:
@@ -226,6 +264,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         rows = _stream_rows(cluster, sizes)
         rows += _takeover_rows(cluster, sizes.kills)
         rows += queue_rows(cluster, sizes.queue_records, sizes.rounds, sizes.latency_s)
+        rows.append(_cli_row(cluster, sizes.cli_records, sizes.rounds))
         rows.append({"figure": "scenario wall time", "s": round(time.monotonic() - started, 1)})
     return rows
 

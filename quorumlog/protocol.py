@@ -274,8 +274,10 @@ def records_from(
     out: list[Record] = []
     next_offset = offset
     for header, batch in batches:
+        if len(out) >= max_records:
+            break  # what is left is not decoded: a reader asking for little reads little
         next_offset = header.last_offset + 1
-        if header.batch_type is not BatchType.DATA:
+        if header.batch_type is not BatchType.DATA or header.last_offset < offset:
             continue  # control batches (barriers, configurations) are never returned
         for i, raw in enumerate(batch_records(batch, header)):
             at = header.base_offset + i

@@ -349,6 +349,8 @@ def test_consume_smallest(tmp_path):
     _positive(rows["queue mode, 8 members, 1 partition, acked records/s"], "records_s")
     (latency,) = [row for figure, row in rows.items() if figure.startswith("queue mode append")]
     _positive(latency, "p50_ms", "p99_ms", "records")
+    (cli,) = [row for figure, row in rows.items() if figure.startswith("quorumlog consume >")]
+    _positive(cli, "records_s", "read_loop_records_s", "x_read_loop")
     _no_serve_left()
 
 
