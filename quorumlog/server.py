@@ -35,6 +35,7 @@ from quorumlog.log.files import (
     StorageError,
     SyncJournal,
 )
+from quorumlog.membership.config import Configuration
 from quorumlog.metrics import serve_metrics
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.addresses import is_loopback, parse_address
@@ -210,6 +211,23 @@ def serve(options: ServeOptions) -> int:
         os.close(lock)
 
 
+def _warn_if_peers_differ(options: ServeOptions, stored: Any) -> None:
+    """--peers only bootstraps: on a directory that holds a cluster, the configuration it
+    holds stands, and a --peers that says otherwise is worth one line."""
+    if not options.peers or stored is None:
+        return
+    config = Configuration.from_wire(stored)
+    held = {n: config.addresses.get(n) for n in config.voters}
+    if held != options.peers:
+        members = ",".join(f"{n}={a}" for n, a in sorted(held.items()))
+        print(
+            f"quorumlog serve: warning: --peers differ from the configuration in "
+            f"{options.data_dir} ({members}), which stands (change members with "
+            "`quorumlog members`)",
+            file=sys.stderr,
+        )
+
+
 def _cannot_listen(address: str) -> str | None:
     """Why `address` cannot be listened on now (in use, not this host's), or None: a bind
     tried and let go, as the listener will bind it (SO_REUSEADDR, every address of the
@@ -253,6 +271,7 @@ def _serve_locked(options: ServeOptions) -> int:
     except WrongNodeError as exc:
         print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    _warn_if_peers_differ(options, storage.controller.meta.config)
     try:
         trio.run(_run, options, storage, rng, worker)
     except StorageError as exc:

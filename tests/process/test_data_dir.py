@@ -96,3 +96,15 @@ def test_a_listen_address_in_use_is_one_line_and_nothing_is_written(tmp_path):
             line = _one_line(result)
             assert f"127.0.0.1:{port} ({flag})" in line and "in use" in line, line
             assert not os.path.exists(data_dir), "nothing written before the node can serve"
+
+
+def test_a_restart_with_other_peers_warns_and_keeps_the_stored_configuration(cluster):
+    cluster.wait_for_leader()
+    cluster.kill(3)
+    other = ",".join(f"{i}={cluster.address(i)}" for i in cluster.ids) + ",4=127.0.0.1:9"
+    cluster.start(3, extra=["--peers", other])  # the last --peers given is the one used
+    statuses = cluster.wait_converged()
+    assert sorted(statuses[3]["config"]["voters"]) == [1, 2, 3], "the stored one stands"
+    with open(os.path.join(cluster.root, "node3.log")) as f:
+        warnings = [line for line in f if "--peers differ" in line]
+    assert len(warnings) == 1 and "which stands" in warnings[0], warnings
