@@ -351,8 +351,7 @@ class ControllerActor:
         retention_bytes = args.get("retention_bytes")
         retention_ms = args.get("retention_ms")
         timestamp_type = args.get("timestamp_type", "create")
-        existing = self.state.topics.get(name)
-        if args.get("retry") and existing and len(existing.partitions) == partitions:
+        if self._made_already(args, name, partitions):
             return await self._created(name, partitions, replicas)  # the first try made it
         internal = args.get("internal") is True and name == GROUPS_TOPIC
         check_create(
@@ -369,9 +368,19 @@ class ControllerActor:
         placed = place(partitions, replicas, live, self.state.replica_sets())
         command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms, timestamp_type)
         why = await self.propose(command)
-        if why is not None:
+        if why is not None and not self._made_already(args, name, partitions):
             raise TopicError(why)
         return await self._created(name, partitions, replicas)
+
+    def _made_already(self, args: dict[str, Any], name: str, partitions: int) -> bool:
+        """A retried create (or one of several made at once for an internal topic: the
+        first uses of `__groups`) whose topic exists as asked: it is done, not refused."""
+        existing = self.state.topics.get(name)
+        return (
+            bool(args.get("retry"))
+            and existing is not None
+            and len(existing.partitions) == partitions
+        )
 
     async def _wait_live_brokers(self, wanted: int) -> list[int]:
         """The brokers that answered this node's heartbeats (it leads the controller's

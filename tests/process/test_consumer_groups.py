@@ -10,8 +10,16 @@ import subprocess
 import sys
 
 import pytest
+import trio
 
-from quorumlog import Consumer, NotMemberError, QuorumLogError, Record, UnknownTopicError
+from quorumlog import (
+    AsyncConsumer,
+    Consumer,
+    NotMemberError,
+    QuorumLogError,
+    Record,
+    UnknownTopicError,
+)
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
@@ -205,6 +213,27 @@ def test_a_group_consumer_stopped_with_sigterm_leaves_its_group_at_once(cluster)
     # Gone from the group now, not after its session timeout: the offsets can be reset.
     reset = cli("group", *b, "reset-offsets", "term", "--topic", "events", "--to", "earliest")
     assert reset.returncode == 0, reset.stderr
+
+
+def test_many_groups_started_at_once_on_a_new_cluster_all_consume(cluster):
+    """Their first calls race to create `__groups`: the ones that lose find it made, they
+    are not refused (100 groups at once failed with "topic '__groups' exists")."""
+    fill(cluster, per_partition=1)
+
+    async def one(group: str, got: dict) -> None:
+        async with AsyncConsumer(cluster.brokers, group, ["events"], start="earliest") as c:
+            while not (records := await c.poll(max_records=10, timeout=1.0)):
+                pass
+            got[group] = len(records)
+
+    async def main() -> dict:
+        got: dict = {}
+        async with trio.open_nursery() as nursery:
+            for i in range(50):
+                nursery.start_soon(one, f"g{i}", got)
+        return got
+
+    assert len(trio.run(main)) == 50
 
 
 def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
