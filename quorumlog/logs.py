@@ -12,7 +12,10 @@ def configure_logging(fmt: str = "console", level: int = logging.INFO) -> None:
     renderer = (
         structlog.processors.JSONRenderer()
         if fmt == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
+        # Plain tracebacks: rich ones print every local, records bytes and all.
+        else structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[

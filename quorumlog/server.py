@@ -272,15 +272,29 @@ def _serve_locked(options: ServeOptions) -> int:
         print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _warn_if_peers_differ(options, storage.controller.meta.config)
+    failure: StorageError | None = None
     try:
         trio.run(_run, options, storage, rng, worker)
     except StorageError as exc:
-        logger.critical("fail_stop", error=str(exc))
-        print(f"quorumlog serve: stopped on a storage error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        failure = exc
+    except BaseExceptionGroup as group:  # raised inside the node's nurseries
+        stopped_on, _ = group.split(StorageError)
+        if stopped_on is None:
+            raise
+        failure = _first_leaf(stopped_on)
+        logger.critical("fail_stop_traceback", exc_info=group)  # the whole story: the log only
     finally:
         worker.stop()
+    if failure is not None:
+        logger.critical("fail_stop", error=str(failure))
+        print(f"quorumlog serve: stopped on a storage error: {failure}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _wall_clock_ms() -> Callable[[], int]:

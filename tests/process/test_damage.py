@@ -57,3 +57,26 @@ def test_bad_usage_exits_2(tmp_path):
     )
     assert result.returncode == 2
     assert b"--peers" in result.stderr
+
+
+def test_a_disk_that_refuses_writes_stops_its_node_with_one_line(tmp_path):
+    """A write error (here EFBIG: the node's file size limit; a full disk is the same) is
+    fatal to that node alone: it exits 1, its last line names the file and the error, and
+    the others go on."""
+    cluster = ProcessCluster(str(tmp_path))
+    try:
+        for node_id in (1, 2):
+            cluster.start(node_id)
+        cluster.start(3, wrapper=["sh", "-c", 'ulimit -f 4000; exec "$@"', "sh"])  # 2 MB
+        cluster.wait_for_leader()
+        with cluster.client(timeout=30) as c:
+            while cluster.procs[3].poll() is None:
+                c.append([os.urandom(1024) for _ in range(256)])
+            assert cluster.procs[3].wait() == 1
+            c.append([b"the others go on"])
+        with open(tmp_path / "node3.log") as f:
+            last = f.read().strip().splitlines()[-1]
+        assert last.startswith("quorumlog serve: stopped on a storage error: write to ")
+        assert "File too large" in last, last
+    finally:
+        cluster.stop_all()
