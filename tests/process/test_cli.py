@@ -233,6 +233,21 @@ def test_a_broker_that_speaks_another_protocol_is_named_in_one_line():
     assert f"{address} is not a quorumlog node" in lines[0], lines
 
 
+def test_status_check_is_a_health_check(cluster):
+    cluster.wait_for_leader()
+    with cluster.client(timeout=30) as c:
+        c.create_topic("checked", partitions=3, replicas=3)
+    healthy = ql("status", "-b", cluster.brokers, "--check")
+    assert healthy.returncode == 0, healthy.stderr
+    cluster.kill(3)
+    plain = ql("status", "-b", cluster.brokers, "--timeout", "3")
+    assert plain.returncode == 0, "plain status reports, it does not judge"
+    sick = ql("status", "-b", cluster.brokers, "--check", "--json", "--timeout", "3")
+    lines = sick.stderr.decode().strip().splitlines()
+    assert sick.returncode == 1 and lines == ["quorumlog: not healthy: node 3 did not answer"]
+    assert len(sick.stdout.splitlines()) == 3, "the statuses are printed all the same"
+
+
 def _serving(data_dir: str) -> list[str]:
     """The pids of `serve` processes on data under `data_dir`."""
     found = []
