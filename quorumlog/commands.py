@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from quorumlog.client import Client
-from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
+from quorumlog.errors import QuorumLogError, UnknownTopicError
 from quorumlog.partitioner import partition_of_key
 from quorumlog.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
 from quorumlog.transport.tls import TlsSetupError
@@ -174,7 +174,11 @@ def topic_options(command: Callable) -> Callable:
 @click.command()
 @client_options
 @click.option(
-    "--acks", type=click.Choice(["quorum", "leader", "none"]), default="quorum", show_default=True
+    "--acks",
+    type=click.Choice(["quorum", "all", "leader", "none"]),
+    default="quorum",
+    show_default=True,
+    help="all: quorum, as Kafka's tools say it.",
 )
 @topic_options
 @click.option("--key-separator", default=None, help="Split each line into KEY SEP VALUE.")
@@ -204,7 +208,13 @@ def produce(
         for chunk in _line_chunks(source):
             records = [_record(line, separator) for line in chunk]
             for target, part in _by_partition(client, topic, partition, records):
-                result = client.append(part, acks=acks, details=True, topic=topic, partition=target)
+                result = client.append(
+                    part,
+                    acks=KAFKA_ACKS.get(acks, acks),
+                    details=True,
+                    topic=topic,
+                    partition=target,
+                )
                 if result is not None:
                     span = spans.setdefault(result.partition, [result.first_offset, 0])
                     span[1] = result.last_offset
@@ -279,7 +289,11 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
 @click.command()
 @client_options
 @click.option(
-    "--from", "start", default="earliest", show_default=True, help="earliest, latest or an offset."
+    "--from",
+    "start",
+    default="earliest",
+    show_default=True,
+    help="earliest, latest, an offset, or -N: the last N records.",
 )
 @click.option(
     "--max", "max_records", type=click.IntRange(min=0), default=None, help="Stop after N records."
@@ -357,6 +371,7 @@ def consume(
 
 
 READ_RECORDS = 1_000_000
+KAFKA_ACKS = {"all": "quorum"}
 
 
 def _start_offset(client: Client, start: str, where: dict) -> int:
@@ -368,10 +383,10 @@ def _start_offset(client: Client, start: str, where: dict) -> int:
         offset = int(start)
     except ValueError:
         raise click.UsageError(
-            f"--from takes earliest, latest or an offset, not {start!r}"
+            f"--from takes earliest, latest, an offset or -N, not {start!r}"
         ) from None
-    if offset < 0:
-        raise OffsetOutOfRangeError(f"offset {offset} is negative")
+    if offset < 0 or start.startswith("-"):  # the last N records (kcat's -o -N)
+        return max(client.end_offset(**where) + 1 + offset, client.start_offset(**where))
     return offset
 
 
