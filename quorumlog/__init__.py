@@ -3,6 +3,19 @@
 from quorumlog import Client, AsyncClient, Consumer, AsyncConsumer, Record, QuorumLogError
 """
 
+import sys
+
+try:  # the layers live beside this folder and are mapped under it by the installed package
+    import quorumlog.log  # noqa: F401
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"quorumlog is not installed for {sys.executable}: it found the source folder "
+        f"{__path__[0]} but not the package ({exc.name} is missing). Run the interpreter "
+        "it is installed in (.venv/bin/python; for Spark workers, PYSPARK_PYTHON), or "
+        "start Python from another folder.",
+        name=exc.name,
+    ) from None
+
 from quorumlog.aclient import AsyncClient
 from quorumlog.client import Client
 from quorumlog.consumer import AsyncConsumer, Consumer

@@ -6,11 +6,14 @@ break an installed wheel, so the product's own imports are checked too.
 """
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import quorumlog
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN_FOLDERS = [
@@ -87,3 +90,18 @@ def test_no_code_imports_a_design_folder_by_its_bare_name():
                 if m.split(".")[0] in DESIGN_FOLDERS
             ]
     assert bare == []
+
+
+def test_python_without_the_package_is_told_why_not_a_missing_submodule(tmp_path):
+    """From a folder holding the repository's `quorumlog/` (a clone's parent, a Spark
+    worker started there), an interpreter without the package installed says so."""
+    source = os.path.dirname(os.path.dirname(os.path.abspath(quorumlog.__file__)))
+    script = f"import sys; sys.path.insert(0, {source!r}); import quorumlog"
+    bare = subprocess.run(
+        [sys.executable, "-S", "-c", script],  # -S: no site-packages, so no package
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert bare.returncode == 1
+    assert "quorumlog is not installed for" in bare.stderr.splitlines()[-1], bare.stderr
