@@ -353,6 +353,8 @@ def consume(
                 records = client.read(offset, want, **where)
                 if not records:
                     if not follow:
+                        if printed == 0:
+                            _say_if_past_the_end(client, offset, where)
                         break
                     time.sleep(FOLLOW_POLL_S)
                     continue
@@ -372,6 +374,18 @@ def consume(
 
 READ_RECORDS = 1_000_000
 KAFKA_ACKS = {"all": "quorum"}
+
+
+def _say_if_past_the_end(client: Client, offset: int, where: dict) -> None:
+    """Nothing printed from an offset past the next one: say where the log ends (it is
+    not an error: --follow would wait there)."""
+    end = client.end_offset(**where)
+    if offset > end + 1:
+        click.echo(
+            f"{where['topic']}/{where['partition']} ends at offset {end}: nothing at {offset} "
+            "yet (--follow waits for it)",
+            err=True,
+        )
 
 
 def _start_offset(client: Client, start: str, where: dict) -> int:

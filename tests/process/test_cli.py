@@ -257,6 +257,11 @@ def test_kafka_tools_words_acks_all_and_from_minus_n(cluster):
     assert last.stdout.splitlines() == [b"line-7", b"line-8", b"line-9"], last
     everything = ql("consume", "-b", cluster.brokers, "--from", "-30")
     assert len(everything.stdout.splitlines()) == 10, "no further back than the log's start"
+    past = ql("consume", "-b", cluster.brokers, "--from", "1000")
+    assert past.returncode == 0 and past.stdout == b""
+    assert past.stderr.decode().strip() == (
+        "default/0 ends at offset 10: nothing at 1000 yet (--follow waits for it)"
+    )
 
 
 def _serving(data_dir: str) -> list[str]:
