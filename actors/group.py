@@ -94,6 +94,7 @@ class GroupActor:
         on_changed: Callable[[GroupActor], None],
         wall_clock_ms: Callable[[], int],
         peer_alive: Callable[[int], bool],
+        node_stopping: Callable[[], bool],
     ):
         self.node_id = node_id
         self.group_id = group_id = storage.group_id
@@ -112,6 +113,7 @@ class GroupActor:
             trio.current_time(),
             witnesses_from_commit=group_id != CONTROLLER_GROUP,
             peer_alive=peer_alive,
+            node_stopping=node_stopping,
         )
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
@@ -303,7 +305,10 @@ class GroupActor:
         self._answer_waiters()
         if core.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             self._campaigning = False
-            self._campaign_slots.give_back(self.group_id)
+            if core.campaign_due(trio.current_time()):
+                self._campaign_slots.give_back(self.group_id)  # it still waits its turn
+            else:  # it leads (a transfer), or heard a leader: out of the queue too, timers on
+                self._campaign_slots.forget(self.group_id)
         self.round_done.set()  # wakes admin calls waiting for a state of the core
         self.round_done = trio.Event()
         log = self.log

@@ -12,6 +12,7 @@ pass saves all of them at once, on the storage thread, with the node's fsync thr
 
 from __future__ import annotations
 
+import concurrent.futures
 from concurrent.futures import ThreadPoolExecutor
 
 import trio
@@ -42,10 +43,18 @@ class MetadataWriter:
         if not self._running:  # the node is stopping (or not started): save it alone
             await self._run_sync(store.save, meta)
             return
-        self._queued[store.path] = (store, meta)
+        entry = (store, meta)
+        self._queued[store.path] = entry
         this = self._next
         self._wanted.set()
-        await this.done.wait()
+        try:
+            await this.done.wait()
+        except BaseException:
+            # Cancelled (its group stops, its partition is being deleted): a save no pass
+            # took yet is dropped, or it would write the folder again after its removal.
+            if self._queued.get(store.path) is entry:
+                del self._queued[store.path]
+            raise
         if this.error is not None:
             raise this.error
 
@@ -66,9 +75,13 @@ class MetadataWriter:
             self._running = False
 
     def _save_all(self, saves: list[tuple[MetadataStore, ConsensusMetadata]]) -> None:
-        """Blocking, on the node's storage thread."""
+        """Blocking, on the node's storage thread; returns (or raises the first error) once
+        every save has ended, so that nothing still writes when the node closes."""
         if self._pool is None or len(saves) == 1:
             for store, meta in saves:
                 store.save(meta)
-        else:
-            list(self._pool.map(lambda save: save[0].save(save[1]), saves))
+            return
+        futures = [self._pool.submit(store.save, meta) for store, meta in saves]
+        concurrent.futures.wait(futures)
+        for future in futures:
+            future.result()

@@ -144,6 +144,7 @@ class Node:
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
+        self.stopping = False  # told to stop: hands leadership over, takes none (shutdown.py)
 
     def _group(self, storage: GroupStorage) -> GroupActor:
         return GroupActor(
@@ -160,6 +161,7 @@ class Node:
             on_changed=self._group_changed,
             wall_clock_ms=self.wall_clock_ms,
             peer_alive=self.peer_alive,
+            node_stopping=lambda: self.stopping,
         )
 
     def peer_alive(self, peer: int) -> bool:

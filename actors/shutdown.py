@@ -26,10 +26,6 @@ TRANSFERS_IN_FLIGHT_MAX = 32
 POLL_S = 0.02
 
 
-def _stop_leading(core: RaftCore) -> None:
-    core.stopping = True
-
-
 def _most_caught_up(core: RaftCore) -> int | None:
     live = core.live_voters()
     return max(live, key=lambda n: core.progress[n].match_offset, default=None)
@@ -38,8 +34,7 @@ def _most_caught_up(core: RaftCore) -> int | None:
 async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> int:
     """Move every leadership this node holds to another voter; returns how many groups it
     still led when it gave up."""
-    for group in list(node.groups.values()):
-        await group.call_core(_stop_leading)
+    node.stopping = True  # every core, and any reopened meanwhile, reads it
     leading = [g for g in node.groups.values() if g.core.is_leader]
     # No leadership left this node for most of an election timeout (a transfer takes tens
     # of ms): its targets refuse (all the nodes are stopping) or are gone, and waiting

@@ -39,7 +39,12 @@ from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import ConfigTracker, config_of
-from quorumlog.raft.election import ELECTION_BACKOFF, ELECTION_BACKOFF_MAX, ElectionRules
+from quorumlog.raft.election import (
+    ELECTION_BACKOFF,
+    ELECTION_BACKOFF_MAX,
+    ELECTION_BACKOFF_STEPS_MAX,
+    ElectionRules,
+)
 from quorumlog.raft.follower import FollowerRules
 from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
@@ -91,6 +96,7 @@ class RaftCore(
         *,
         witnesses_from_commit: bool = True,
         peer_alive: Callable[[int], bool] = lambda node_id: True,
+        node_stopping: Callable[[], bool] = lambda: False,
     ):
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
@@ -104,6 +110,9 @@ class RaftCore(
         # Whether a peer's node looks alive (its link is up): who comes first in an
         # election (raft/election.py).
         self.peer_alive = peer_alive
+        # Whether the node is about to stop (actors/shutdown.py): it hands leadership over
+        # and takes none (no campaign, no transfer to it); it still votes.
+        self.node_stopping = node_stopping
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
@@ -146,9 +155,6 @@ class RaftCore(
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
         self.campaign_late = False  # set by the node while its disk is avoided
-        # Set by a node about to stop (actors/shutdown.py): it hands leadership over and
-        # takes none (no campaign, no transfer to it); it still votes.
-        self.stopping = False
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -205,7 +211,9 @@ class RaftCore(
         # A node whose disk was slow lately campaigns an election timeout late, so that a
         # healthy voter wins first (actors/disk_health.py), and still when none does.
         late = s.election_timeout_max_s if self.campaign_late else 0.0
-        backoff = min(ELECTION_BACKOFF**self.failed_elections, ELECTION_BACKOFF_MAX)
+        # The exponent capped: a group cut off for hours counts thousands of elections.
+        steps = min(self.failed_elections, ELECTION_BACKOFF_STEPS_MAX)
+        backoff = min(ELECTION_BACKOFF**steps, ELECTION_BACKOFF_MAX)
         high = (
             s.election_timeout_min_s
             + (s.election_timeout_max_s - s.election_timeout_min_s) * backoff
@@ -301,7 +309,7 @@ class RaftCore(
             case AppendEntriesReply() | HeartbeatReply():
                 self._on_append_reply(sender, message, now)
             case TimeoutNow():
-                if self._can_lead() and self.role is not Role.LEADER and not self.stopping:
+                if self._can_lead() and self.role is not Role.LEADER and not self.node_stopping():
                     self._campaign(now, transfer=True)
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")

@@ -32,6 +32,7 @@ logger = structlog.get_logger("quorumlog.raft")
 # up to ELECTION_BACKOFF_MAX times the configured maximum.
 ELECTION_BACKOFF = 1.5
 ELECTION_BACKOFF_MAX = 10.0
+ELECTION_BACKOFF_STEPS_MAX = 8  # 1.5**8 > 10: more steps change nothing
 
 
 @functools.lru_cache(maxsize=8192)
@@ -64,7 +65,7 @@ class ElectionRules:
         campaign slot: actors/campaigns.py)."""
         if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
             return False
-        if self.stopping or not self._can_lead():
+        if self.node_stopping() or not self._can_lead():
             return False
         return self._turn_waited or self._campaign_rank() == 0
 
@@ -82,7 +83,7 @@ class ElectionRules:
     def _on_election_timeout(self, now: float) -> None:
         if self.campaign_due(now):
             self._start_pre_vote(now)
-        elif self.stopping or not self._can_lead():
+        elif self.node_stopping() or not self._can_lead():
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
         else:
             # Voters before this one campaign first: a turn each (the range of a timeout).

@@ -628,6 +628,14 @@ def test_elections_that_find_no_leader_widen_the_timeout_until_a_leader_is_heard
     assert core.election_deadline_s - now <= s.election_timeout_max_s, "a leader resets it"
 
 
+def test_a_group_cut_off_for_hours_keeps_a_bounded_timeout():
+    core = make_core()
+    core.failed_elections = 5_000  # 1.5**5000 overflows a float
+    core.tick(core.election_deadline_s)
+    timeout = core.election_deadline_s - core.now
+    assert 0 < timeout <= SETTINGS.election_timeout_max_s * ELECTION_BACKOFF_MAX
+
+
 def test_campaign_slots_are_taken_in_turn_and_passed_on_when_given_back():
     slots = CampaignSlots(limit=2)
     woken = []
