@@ -316,6 +316,11 @@ async def _change(group: GroupActor, build: Callable[[RaftCore], Configuration])
     def propose(core: RaftCore) -> tuple[int, int]:
         if core.transfer is not None:
             raise ChangeInProgressError("a leadership transfer is under way")
+        if core.is_leader and core.term_at(core.commit_offset) != core.term:
+            # Raft's rule for changes one at a time (dissertation, 4.1 errata): a new
+            # leader's commit offset may not yet cover what its predecessor committed (a
+            # witness would start its log too early); its term's barrier commits soon.
+            raise ChangeInProgressError("the leader has not committed an entry of its term")
         check_can_change(core.config, core.configs.committed)
         return core.term, core.propose_config(build(core))
 
