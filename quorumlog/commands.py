@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
 from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError, UnknownTopicError
+from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.partitioner import partition_of_key
 from quorumlog.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
 from quorumlog.transport.tls import TlsSetupError
@@ -293,7 +293,7 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
     "start",
     default="earliest",
     show_default=True,
-    help="earliest, latest, an offset, or -N: the last N records.",
+    help="earliest, latest or an offset.",
 )
 @click.option(
     "--max", "max_records", type=click.IntRange(min=0), default=None, help="Stop after N records."
@@ -397,10 +397,10 @@ def _start_offset(client: Client, start: str, where: dict) -> int:
         offset = int(start)
     except ValueError:
         raise click.UsageError(
-            f"--from takes earliest, latest, an offset or -N, not {start!r}"
+            f"--from takes earliest, latest or an offset, not {start!r}"
         ) from None
-    if offset < 0 or start.startswith("-"):  # the last N records (kcat's -o -N)
-        return max(client.end_offset(**where) + 1 + offset, client.start_offset(**where))
+    if offset < 0:
+        raise OffsetOutOfRangeError(f"offset {offset} is negative")
     return offset
 
 
