@@ -15,8 +15,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 
-# Measured with 1,000 partitions on 3 nodes (bench elections): fewer slots leave the CPU
-# idle between rounds, more make each round trip longer than an election timeout.
+# Measured with 1,000 partitions x 3 on 3 nodes, seconds until all lead after one node is
+# lost / all restart (polled about every second): 8 slots 3.3 / 8.5, 32: 2.6 / 8.9, 128:
+# 3.0 / 9.4, with more split votes (terms up to 5) and dropped sends at 128. Not sensitive
+# on this machine; 32 keeps a burst well under a link's 128 queued frames.
 CAMPAIGNS_MAX = 32
 
 
