@@ -14,6 +14,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from quorumlog.raft.roles import Role
+
+if TYPE_CHECKING:
+    from quorumlog.raft.core import RaftCore
 
 # Measured with 1,000 partitions x 3 on 3 nodes, seconds until all lead after one node is
 # lost / all restart (polled about every second): 8 slots 3.3 / 8.5, 32: 2.6 / 8.9, 128:
@@ -61,3 +67,38 @@ class CampaignSlots:
     @property
     def holders(self) -> int:
         return len(self._holders)
+
+
+class CampaignTurn:
+    """One group's use of its node's slots, for its actor: whether it may campaign now,
+    and what it gives back after each round."""
+
+    def __init__(self, slots: CampaignSlots, group_id: int, wake: Callable[[], None], exempt: bool):
+        self._slots = slots
+        self._group_id = group_id
+        self._wake = wake
+        self._exempt = exempt  # the controller's group: the cluster's metadata waits for no one
+        self._campaigning = False  # an attempt of its own holds one of the slots
+
+    def waiting(self) -> bool:
+        """Queued for a slot: its election timer is off until the slots wake it."""
+        return self._slots.waiting(self._group_id)
+
+    def may_campaign(self) -> bool:
+        """Whether the group may start an election now; if not, it is queued."""
+        if self._exempt:
+            return True
+        if self._campaigning:  # the attempt its slot served timed out: behind those waiting
+            self._campaigning = False
+            self._slots.give_back(self._group_id)
+        self._campaigning = self._slots.take(self._group_id, self._wake)
+        return self._campaigning
+
+    def round_ended(self, core: RaftCore, now: float) -> None:
+        if core.role in (Role.PRE_CANDIDATE, Role.CANDIDATE):
+            return  # its attempt goes on
+        self._campaigning = False
+        if core.campaign_due(now):
+            self._slots.give_back(self._group_id)  # it still waits its turn
+        else:  # it leads (a transfer), or heard a leader: out of the queue too, timers on
+            self._slots.forget(self._group_id)

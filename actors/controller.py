@@ -1,5 +1,5 @@
 """The controller actor: the cluster metadata every node keeps, and the topic calls that
-only the controller's leader answers.
+only the controller's leader answers (routed to actors/topic_calls.py).
 
 Every node applies the controller group's committed commands, in log order, to its
 `ClusterState` and makes its own replicas match it: it creates the replicas a new topic
@@ -16,32 +16,29 @@ a leader.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 import structlog
 import trio
 
+from quorumlog.actors import topic_calls
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.actors.storage import TopicSettings
-from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.commands import (
     Command,
     CommandError,
-    CreateTopic,
     DeleteTopic,
     from_wire,
     to_wire,
 )
 from quorumlog.controller.leaders import LeaderEntry, LeaderTable
-from quorumlog.controller.placement import PlacementError, place
+from quorumlog.controller.placement import PlacementError
 from quorumlog.controller.state import (
     DEFAULT_TOPIC,
     ClusterState,
     Partition,
     TopicError,
-    check_create,
-    check_delete,
     check_topic_name,
 )
 from quorumlog.log.batch import BatchType
@@ -56,8 +53,6 @@ from quorumlog.transport.messages import (
     ErrorReply,
     LeaderUpdates,
     Message,
-    PartitionsRequest,
-    StatusReply,
 )
 
 if TYPE_CHECKING:
@@ -71,8 +66,6 @@ TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_
 LEADER_UPDATES_INTERVAL_S = 0.05
 # A broker that answered within this many heartbeat intervals is live (for placement).
 LIVE_BEATS = 4
-# How long `describe_topic` waits for each replica's own account of itself.
-DESCRIBE_ASK_S = 1.0
 # How long `topic_is_unknown` waits for the controller's leader.
 TOPIC_ASK_S = 2.0
 
@@ -274,14 +267,14 @@ class ControllerActor:
             await self._wait_current()
             match request.op:
                 case "create_topic":
-                    return await self._create(args)
+                    return await topic_calls.create(self, args)
                 case "delete_topic":
-                    return await self._delete(args)
+                    return await topic_calls.delete(self, args)
                 case "list_topics":
-                    return AdminReply({"topics": self._list()})
+                    return AdminReply({"topics": topic_calls.list_topics(self)})
                 case "describe_topic":
                     name = check_topic_name(args["name"], internal=True)
-                    return AdminReply({"partitions": await self._describe(name)})
+                    return AdminReply({"partitions": await topic_calls.describe(self, name)})
         except PassBack as answer:
             return answer.reply
         except (TopicError, PlacementError) as exc:
@@ -344,64 +337,6 @@ class ControllerActor:
             await self.changed.wait()
         return self._results.pop(offset, None)
 
-    async def _create(self, args: dict[str, Any]) -> Message:
-        name = args["name"]
-        partitions = args.get("partitions", 1)
-        replicas = args.get("replicas") or min(3, len(self.state.brokers))
-        retention_bytes = args.get("retention_bytes")
-        retention_ms = args.get("retention_ms")
-        timestamp_type = args.get("timestamp_type", "create")
-        if self._made_already(args, name, partitions):
-            return await self._created(name, partitions, replicas)  # the first try made it
-        internal = args.get("internal") is True and name == GROUPS_TOPIC
-        check_create(
-            self.state,
-            name,
-            partitions,
-            replicas,
-            retention_bytes,
-            retention_ms,
-            timestamp_type,
-            internal=internal,
-        )
-        live = await self._wait_live_brokers(replicas)
-        placed = place(partitions, replicas, live, self.state.replica_sets())
-        command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms, timestamp_type)
-        why = await self.propose(command)
-        if why is not None and not self._made_already(args, name, partitions):
-            raise TopicError(why)
-        return await self._created(name, partitions, replicas)
-
-    def _made_already(self, args: dict[str, Any], name: str, partitions: int) -> bool:
-        """A retried create (or one of several made at once for an internal topic: the
-        first uses of `__groups`) whose topic exists as asked: it is done, not refused."""
-        existing = self.state.topics.get(name)
-        return (
-            bool(args.get("retry"))
-            and existing is not None
-            and len(existing.partitions) == partitions
-        )
-
-    async def _wait_live_brokers(self, wanted: int) -> list[int]:
-        """The brokers that answered this node's heartbeats (it leads the controller's
-        group, so it beats all of them every interval) within LIVE_BEATS intervals: new
-        replicas go only there, or a partition could be born without the majority it needs
-        to elect. A new leader may not have heard from everyone yet: it waits up to two
-        election timeouts for `wanted` of them, then says BUSY: a node may be starting or
-        restarting, so the client asks again until its own timeout."""
-        settings = self.node.settings
-        with trio.move_on_after(2 * settings.election_timeout_max_s):
-            while len(live := self.live_brokers()) < wanted:
-                await trio.sleep(settings.heartbeat_interval_s)
-            return live
-        raise PassBack(
-            ErrorReply(
-                ErrorCode.BUSY,
-                f"{wanted} replicas asked for but only {len(live)} of the cluster's "
-                f"{len(self.state.brokers)} nodes answer now",
-            )
-        )
-
     def live_brokers(self) -> list[int]:
         """The brokers that answered this node's heartbeats within LIVE_BEATS intervals
         (on the controller's leader, which beats all of them)."""
@@ -413,87 +348,6 @@ class ControllerActor:
             for b in self.state.brokers
             if b == self.node.id or now - answered.get(b, -math.inf) < window
         ]
-
-    async def _created(self, name: str, partitions: int, replicas: int) -> Message:
-        while any(self.leader_hint(name, p) is None for p in range(partitions)):
-            await self.changed.wait()
-        return AdminReply({"topic": name, "partitions": partitions, "replicas": replicas})
-
-    async def _delete(self, args: dict[str, Any]) -> Message:
-        name = args["name"]
-        if args.get("retry") and name not in self.state.topics and name != DEFAULT_TOPIC:
-            return AdminReply({"topic": name})  # the first try deleted it
-        check_delete(self.state, name)
-        why = await self.propose(DeleteTopic(name))
-        if why is not None:
-            raise TopicError(why)
-        await self._wait_dropped(name)
-        return AdminReply({"topic": name})
-
-    async def _wait_dropped(self, name: str) -> None:
-        """Until no reachable node hosts a replica of the deleted topic, so that nothing
-        appended after the answer lands in it (an unreachable one drops it when it hears)."""
-        while True:
-            answers = await self._ask_nodes(sorted(self.state.brokers), name)
-            if not any(answers.values()):
-                return
-            await trio.sleep(LEADER_UPDATES_INTERVAL_S)
-
-    async def _ask_nodes(self, nodes: list[int], topic: str) -> dict[int, dict]:
-        """Each node's account of its replicas of `topic` (those that answer in time)."""
-        answers: dict[int, dict] = {}
-
-        async def ask(node_id: int) -> None:
-            if node_id == self.node.id:
-                answers[node_id] = self.node.partitions_status(topic)
-                return
-            try:
-                reply = await self.node.request(node_id, PartitionsRequest(topic))
-            except ConnectionClosed:
-                return
-            if isinstance(reply, StatusReply):
-                answers[node_id] = reply.status
-
-        with trio.move_on_after(DESCRIBE_ASK_S):
-            async with trio.open_nursery() as nursery:
-                for node_id in nodes:
-                    nursery.start_soon(ask, node_id)
-        return answers
-
-    def _list(self) -> dict[str, list[int]]:
-        return {
-            t.name: [len(t.partitions), t.replication_factor]
-            for t in sorted(self.state.topics.values(), key=lambda t: t.name)
-        }
-
-    async def _describe(self, name: str) -> list[dict]:
-        """Each partition as its replicas say (asked now), so the leader named is the one
-        of the highest term any replica reports; the table where none answered."""
-        topic = self.state.topics.get(name)
-        if topic is None:
-            raise TopicError(f"unknown topic {name!r}")
-        nodes = sorted({n for p in topic.partitions for n in p.replicas})
-        answers = await self._ask_nodes(nodes, name)
-        out = []
-        for p in topic.partitions:
-            seen = [a[str(p.partition)] for a in answers.values() if str(p.partition) in a]
-            leading = [s for s in seen if s["role"] == "leader"]
-            best = max(leading or seen, key=lambda s: s["term"], default=None)
-            entry = self.leaders.get(name, p.partition)
-            out.append(
-                {
-                    "topic": name,
-                    "partition": p.partition,
-                    "leader_id": best["node_id"]
-                    if leading
-                    else (entry.leader_id if entry else None),
-                    "replicas": list(p.replicas),
-                    "term": best["term"] if best else (entry.term if entry else 0),
-                    "commit_offset": max((s["commit_offset"] for s in seen), default=-1),
-                    "log_start_offset": best["log_start_offset"] if best else 0,
-                }
-            )
-        return out
 
 
 def _pack(entries: list[LeaderEntry]) -> bytes:

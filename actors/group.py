@@ -25,7 +25,7 @@ import structlog
 import trio
 
 from quorumlog.actors.append_check import checked_batches
-from quorumlog.actors.campaigns import CampaignSlots
+from quorumlog.actors.campaigns import CampaignSlots, CampaignTurn
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
 from quorumlog.actors.heartbeats import HeartbeatManager
@@ -41,29 +41,25 @@ from quorumlog.actors.mailbox import (
     WakeUp,
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
-from quorumlog.actors.read_index import read_index, unsettled
+from quorumlog.actors.read_index import end_offset, read_committed, unsettled
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.batch import BatchHeader
-from quorumlog.log.wal import OffsetOutOfRangeError
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.raft.producers import StaleSequenceError
-from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import (
     Acks,
     AppendReply,
     AppendRequest,
-    EndOffsetReply,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     Heartbeat,
     Message,
-    ReadReply,
     ReadRequest,
 )
 from quorumlog.transport.network import Answer, NodeTransport
@@ -118,8 +114,9 @@ class GroupActor:
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
         self._metadata_writer = metadata_writer
-        self._campaign_slots = campaign_slots
-        self._campaigning = False  # an attempt of its own holds one of the slots
+        self._turn = CampaignTurn(
+            campaign_slots, group_id, self.wake_up, exempt=group_id == CONTROLLER_GROUP
+        )
         self._heartbeats = heartbeats
         self._disk_health = disk_health
         self._led = False  # registered with the heartbeats as this group's leader
@@ -135,7 +132,7 @@ class GroupActor:
             else None
         )
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
-        self._transport: NodeTransport | None = None
+        self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
         self._config_seen: Configuration | None = None
         self._leader_seen: tuple[int | None, int] | None = None
@@ -155,7 +152,7 @@ class GroupActor:
             dirty_offset=self.log.dirty_offset,
             config=self.core.config.to_json() if self.core.config else None,
         )
-        self._transport = transport
+        self.transport = transport
         async with trio.open_nursery() as nursery:
             if not self.log.retains_all:
                 nursery.start_soon(self._retention)
@@ -196,7 +193,7 @@ class GroupActor:
                 self._append(appends, now)
                 appends = []
             if now >= self._next_deadline() and not (
-                core.campaign_due(now) and not self._campaign_slot()
+                core.campaign_due(now) and not self._turn.may_campaign()
             ):
                 core.tick(now)
             core.pump()
@@ -204,21 +201,7 @@ class GroupActor:
 
     def _next_deadline(self) -> float:
         """When the core's timers want a tick (none while waiting for a campaign slot)."""
-        if self._campaign_slots.waiting(self.group_id):
-            return math.inf
-        return self.core.next_deadline()
-
-    def _campaign_slot(self) -> bool:
-        """Whether this group may campaign now; if not, the node's slots wake it when its
-        turn comes (actors/campaigns.py)."""
-        if self.group_id == CONTROLLER_GROUP:
-            return True  # the cluster's metadata (and every topic call) waits for no one
-        slots = self._campaign_slots
-        if self._campaigning:  # the attempt its slot served timed out: behind those waiting
-            self._campaigning = False
-            slots.give_back(self.group_id)
-        self._campaigning = slots.take(self.group_id, self.wake_up)
-        return self._campaigning
+        return math.inf if self._turn.waiting() else self.core.next_deadline()
 
     def _handle_input(self, item: object, appends: list[ClientAppend]) -> None:
         core = self.core
@@ -290,25 +273,21 @@ class GroupActor:
         if core.metadata_dirty:
             core.metadata_dirty = False
             await self.save_metadata()
-        transport = self._transport
+        transport = self.transport
         assert transport is not None
         if core.config is not self._config_seen or (core.leader_id, core.term) != self._leader_seen:
             self._config_seen = core.config
             self._leader_seen = (core.leader_id, core.term)
             self._on_changed(self)
         for to, message in core.take_outbox():
+            # Heartbeats: the node sends them batched. A send not made: counted.
             if type(message) is not Heartbeat and not transport.send_nowait(to, message):
-                self.stats.messages_dropped += 1  # the node sends heartbeats batched
+                self.stats.messages_dropped += 1
         if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
         self._answer_waiters()
-        if core.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
-            self._campaigning = False
-            if core.campaign_due(trio.current_time()):
-                self._campaign_slots.give_back(self.group_id)  # it still waits its turn
-            else:  # it leads (a transfer), or heard a leader: out of the queue too, timers on
-                self._campaign_slots.forget(self.group_id)
+        self._turn.round_ended(core, trio.current_time())
         self.round_done.set()  # wakes admin calls waiting for a state of the core
         self.round_done = trio.Event()
         log = self.log
@@ -498,31 +477,10 @@ class GroupActor:
                 return await self.append(message)
             case ReadRequest(offset, max_bytes, leader_only=leader_only):
                 refusal = await unsettled(self) if leader_only else None
-                return refusal or self.read(offset, max_bytes)
+                return refusal or read_committed(self, offset, max_bytes)
             case EndOffsetRequest(linearizable, leader_only=leader_only):
                 refusal = await unsettled(self) if leader_only else None
-                return refusal or await self.end_offset(linearizable)
-
-    def read(self, offset: int, bytes_max: int) -> Message:
-        """Committed records only (I5), from any replica, up to the commit offset it knows."""
-        log = self.log
-        commit = self.core.commit_offset
-        try:
-            chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
-        except OffsetOutOfRangeError as exc:
-            return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
-        return ReadReply(chunk.data, commit, log.log_start_offset)
-
-    async def end_offset(self, linearizable: bool) -> Message:
-        core = self.core
-        if not linearizable:
-            return EndOffsetReply(core.commit_offset, self.log.log_start_offset)
-        if not core.is_leader:
-            return self.not_leader(core.leader_id)
-        commit = await read_index(self, self._transport)
-        if commit is None:
-            return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
-        return EndOffsetReply(commit, self.log.log_start_offset)
+                return refusal or await end_offset(self, linearizable)
 
     def status(self) -> dict:
         out = self.core.status()

@@ -21,6 +21,7 @@ from quorumlog.actors.coordinator import (
     membership,
 )
 from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
+from quorumlog.actors.read_index import end_offset
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.state import (
     GROUPS_TOPIC,
@@ -105,7 +106,7 @@ async def commit(co: Coordinator, c: Coordination, name: str, args: dict) -> Res
 async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
     # A read: confirm with a quorum that this coordinator still leads (ReadIndex), or a
     # deposed one could show positions older than its successor showed already.
-    confirmed = await c.replica.end_offset(True)
+    confirmed = await end_offset(c.replica, True)
     if not isinstance(confirmed, EndOffsetReply):
         raise PassBack(confirmed)
     c.catch_up()

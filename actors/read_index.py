@@ -1,5 +1,7 @@
-"""Reads a leader may answer only once sure it still leads: its term's barrier committed
-(`term_committed`, `unsettled`), then ReadIndex (`read_index`, Raft dissertation 6.4)."""
+"""A group's reads: committed records from any replica (`read_committed`), its end
+(`end_offset`), and what a leader may answer only once sure it still leads: its term's
+barrier committed (`term_committed`, `unsettled`), then ReadIndex (`read_index`, Raft
+dissertation 6.4)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,20 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from quorumlog.log.wal import OffsetOutOfRangeError
 from quorumlog.membership.quorum import has_quorum
 from quorumlog.transport.errors import ConnectionClosed
-from quorumlog.transport.messages import ErrorReply, HeartbeatReply
+from quorumlog.transport.messages import (
+    EndOffsetReply,
+    ErrorCode,
+    ErrorReply,
+    HeartbeatReply,
+    Message,
+    ReadReply,
+)
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
-    from quorumlog.transport.network import NodeTransport
 
 
 async def unsettled(group: GroupActor) -> ErrorReply | None:
@@ -40,7 +49,7 @@ async def term_committed(group: GroupActor) -> bool:
     return core.is_leader and core.term == term and core.term_at(core.commit_offset) == term
 
 
-async def read_index(group: GroupActor, transport: NodeTransport | None) -> int | None:
+async def read_index(group: GroupActor) -> int | None:
     """Once an entry of this term is committed, note the commit offset, then confirm with a
     quorum that we still lead; None if we could not."""
     core = group.core
@@ -49,6 +58,7 @@ async def read_index(group: GroupActor, transport: NodeTransport | None) -> int 
         return None
     commit = core.commit_offset
     confirmed = {group.node_id}
+    transport = group.transport
     assert transport is not None
 
     async def ask(peer: int) -> None:
@@ -69,3 +79,30 @@ async def read_index(group: GroupActor, transport: NodeTransport | None) -> int 
                 nursery.start_soon(ask, peer)
     ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
     return commit if ok else None
+
+
+READ_BYTES_MAX = 4 * 1024 * 1024
+
+
+def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
+    """Committed records only (I5), from any replica, up to the commit offset it knows."""
+    log = group.log
+    commit = group.core.commit_offset
+    try:
+        chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
+    except OffsetOutOfRangeError as exc:
+        return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
+    return ReadReply(chunk.data, commit, log.log_start_offset)
+
+
+async def end_offset(group: GroupActor, linearizable: bool) -> Message:
+    """The commit offset this replica knows, or, linearizable, its leader's confirmed one."""
+    core = group.core
+    if not linearizable:
+        return EndOffsetReply(core.commit_offset, group.log.log_start_offset)
+    if not core.is_leader:
+        return group.not_leader(core.leader_id)
+    commit = await read_index(group)
+    if commit is None:
+        return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
+    return EndOffsetReply(commit, group.log.log_start_offset)

@@ -7,6 +7,7 @@ still."""
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -236,3 +237,14 @@ class StandStill(trio.abc.Instrument):
         self.passes += 1
         if self.passes == STANDSTILL_PASSES:
             self.scope.cancel()
+
+
+@functools.cache
+def quorums_intersect(a, b) -> bool:
+    """Every quorum of `a` shares a node with every quorum of `b` (brute force, <= 7 nodes)."""
+    nodes = sorted(a.members | b.members)
+    for mask in range(1 << len(nodes)):
+        chosen = {n for i, n in enumerate(nodes) if mask >> i & 1}
+        if has_quorum(a, chosen) and has_quorum(b, set(nodes) - chosen):
+            return False
+    return True

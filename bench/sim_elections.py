@@ -18,7 +18,6 @@ import trio
 from quorumlog.bench.sim_checks import Violation
 from quorumlog.bench.simulation import Cluster, run_deterministic
 from quorumlog.raft.settings import RaftSettings
-from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorReply
 
 # Measured on the 2-core machines here: a node handling an election storm spends about
 # this much CPU per message it receives, and a term and vote save takes about this long.
@@ -27,21 +26,6 @@ STORAGE_CALL_S = 0.002
 # What the cluster must do (issue 30's targets for 1,000 partitions, which these scale to).
 ONE_LOST_BOUND_S = 5.0
 ALL_RESTARTED_BOUND_S = 30.0
-
-
-async def _create_topic(cluster: Cluster, partitions: int) -> None:
-    request = AdminRequest(
-        "create_topic",
-        {"name": "many", "partitions": partitions, "replicas": 3, "timeout_s": 60.0},
-    )
-    target = min(cluster.nodes)
-    while True:
-        reply = await cluster.request(target, request)
-        if isinstance(reply, AdminReply):
-            return
-        hint = reply.leader_id if isinstance(reply, ErrorReply) else None
-        target = hint or cluster.rng.choice(list(cluster.nodes))
-        await trio.sleep(0.1)
 
 
 def leaderless(cluster: Cluster) -> list[int]:
@@ -77,7 +61,7 @@ async def _scenario(seed: int, partitions: int, restart_all: bool) -> float:
     async with trio.open_nursery() as nursery:
         for node_id in cluster.nodes:
             await cluster.start(nursery, node_id)
-        await _create_topic(cluster, partitions)
+        await cluster.create_topic("many", partitions, timeout_s=60.0)
         await _until_all_lead(cluster, 60.0, "the topic was created")
         await trio.sleep(2.0)  # the groups go quiet
         if restart_all:

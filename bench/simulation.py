@@ -12,7 +12,6 @@ heal the checker verifies the invariants in every Raft group. Trio's scheduler i
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import random
 from dataclasses import dataclass, field, replace
@@ -31,6 +30,7 @@ from quorumlog.bench.sim_checks import (
     commits_checked,
     committed_log,
     partitions_not_placed,
+    quorums_intersect,
 )
 from quorumlog.bench.sim_faults import chaos, membership_chaos
 from quorumlog.log.config import LogConfig
@@ -38,7 +38,6 @@ from quorumlog.log.files import StorageError
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.records import make_data_batch
 from quorumlog.membership.config import Configuration
-from quorumlog.membership.quorum import has_quorum
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import PERFECT_LINK, LinkFaults, MemoryNetwork
@@ -113,17 +112,6 @@ class Outcome:
     acks: Acks
     route: Route
     offset: int | None  # the offset the cluster acknowledged, None if not acknowledged
-
-
-@functools.cache
-def quorums_intersect(a, b) -> bool:
-    """Every quorum of `a` shares a node with every quorum of `b` (brute force, <= 7 nodes)."""
-    nodes = sorted(a.members | b.members)
-    for mask in range(1 << len(nodes)):
-        chosen = {n for i, n in enumerate(nodes) if mask >> i & 1}
-        if has_quorum(a, chosen) and has_quorum(b, set(nodes) - chosen):
-            return False
-    return True
 
 
 class Cluster:
@@ -297,23 +285,22 @@ class Cluster:
         return None
 
     async def create_topics(self) -> None:
-        """Create TOPICS through the controller's leader, found by asking around."""
-        replicas = min(3, len(self.nodes))
+        """Create TOPICS through the controller's leader."""
         for name, partitions in TOPICS:
-            request = AdminRequest(
-                "create_topic",
-                {"name": name, "partitions": partitions, "replicas": replicas, "timeout_s": 5.0},
-            )
-            target = min(self.nodes)
-            while True:
-                reply = await self.request(target, request)
-                if isinstance(reply, AdminReply):
-                    break
-                hint = reply.leader_id if isinstance(reply, ErrorReply) else None
-                target = hint or self.rng.choice(list(self.nodes))
-                await trio.sleep(0.05)
+            await self.create_topic(name, partitions, timeout_s=5.0)
             self.routes += [(name, p) for p in range(partitions)]
             self.trace.append(f"created {name}")
+
+    async def create_topic(self, name: str, partitions: int, timeout_s: float) -> None:
+        """Create a topic through the controller's leader, found by asking around."""
+        replicas = min(3, len(self.nodes))
+        args = {"name": name, "partitions": partitions, "replicas": replicas}
+        request = AdminRequest("create_topic", {**args, "timeout_s": timeout_s})
+        target = min(self.nodes)
+        while not isinstance(reply := await self.request(target, request), AdminReply):
+            hint = reply.leader_id if isinstance(reply, ErrorReply) else None
+            target = hint or self.rng.choice(list(self.nodes))
+            await trio.sleep(0.05)
 
     async def request(self, target: int, request: AppendRequest | AdminRequest):
         """The reply, or None if the node was unreachable or went away."""

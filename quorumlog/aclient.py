@@ -43,12 +43,12 @@ from quorumlog.protocol import (
     prepare,
     record_list,
     records_from,
-    route_of,
     split,
     status_rows,
     topic_request,
     topics_of,
 )
+from quorumlog.routing import route_of
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import AuthError as TransportAuthError
 from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused

@@ -9,7 +9,14 @@ from importlib.metadata import entry_points
 
 import click
 
-from quorumlog import commands, group_commands, server, topic_commands
+from quorumlog import (
+    commands,
+    group_commands,
+    members_commands,
+    server,
+    status_command,
+    topic_commands,
+)
 from quorumlog.commands import read_secret
 from quorumlog.logs import configure_logging
 
@@ -318,9 +325,9 @@ def unsafe_recover(
 for command in (
     commands.produce,
     commands.consume,
-    commands.status,
-    commands.members,
-    commands.transfer_leader,
+    status_command.status,
+    members_commands.members,
+    members_commands.transfer_leader,
     topic_commands.topic,
     group_commands.group,
 ):

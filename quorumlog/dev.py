@@ -12,9 +12,9 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-from quorumlog.commands import status_table
 from quorumlog.errors import QuorumLogError
 from quorumlog.localcluster import ProcessCluster
+from quorumlog.status_command import status_table
 
 REFRESH_S = 1.0
 

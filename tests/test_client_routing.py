@@ -1,4 +1,4 @@
-"""How a client call picks brokers: the rules of quorumlog/protocol.py's Attempts, one at a
+"""How a client call picks brokers: the rules of quorumlog/routing.py's Attempts, one at a
 time, without a cluster."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from quorumlog.errors import UnknownTopicError, UnreachableError
-from quorumlog.protocol import Router
+from quorumlog.routing import Router
 from quorumlog.transport.messages import ErrorCode, ErrorReply
 
 BROKERS = ["a:1", "b:1", "c:1"]

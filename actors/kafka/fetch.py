@@ -15,6 +15,7 @@ import trio
 from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.kafka.cluster import kafka_error
+from quorumlog.actors.read_index import read_committed
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import BatchHeader, BatchType, Compression, split_batches
 from quorumlog.log.records import batch_records
@@ -60,7 +61,7 @@ class Fetch:
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error}
-        reply = group.read(offset, max_bytes)
+        reply = read_committed(group, offset, max_bytes)
         core, log = group.core, group.log
         answer = {
             "partition_index": partition,

@@ -29,6 +29,7 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.coordinator import Coordination, PassBack
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
 from quorumlog.actors.mailbox import Pending
+from quorumlog.actors.read_index import end_offset
 from quorumlog.consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
 from quorumlog.transport.messages import EndOffsetReply
 
@@ -343,7 +344,7 @@ class KafkaGroups:
     async def offset_fetch(self, request, version: int) -> dict:
         try:
             c = await self._coordination(request.group_id)
-            confirmed = await c.replica.end_offset(True)  # a deposed coordinator may lag
+            confirmed = await end_offset(c.replica, True)  # a deposed coordinator may lag
             if not isinstance(confirmed, EndOffsetReply):
                 raise GroupFailure(K.not_coordinator)
         except GroupFailure as failure:

@@ -15,6 +15,7 @@ from quorumlog.bench import failover, gray, produce, recovery, storage
 from quorumlog.bench.report import print_table, write_jsonl
 from quorumlog.bench.scenarios import SCENARIOS, scenario
 from quorumlog.bench.workload import LeaderMoved, percentile, with_leader
+from tests.serving import serve_pids
 
 LATENCY = {"records_s", "mb_s", "p50_ms", "p99_ms", "samples"}
 RATIOS = {"ratio_disk_div3", "ratio_disk1m_div3", "ratio_loopback"}
@@ -22,15 +23,7 @@ RATIOS = {"ratio_disk_div3", "ratio_disk1m_div3", "ratio_loopback"}
 
 def _no_serve_left() -> None:
     """No `quorumlog serve` of a bench cluster (data in a quorumlog-bench-* folder) runs."""
-    left = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = f.read()
-        except OSError:
-            continue
-        if b"serve" in command and b"quorumlog-bench-" in command:
-            left.append(pid)
+    left = serve_pids("quorumlog-bench-")
     assert not left, f"bench nodes left running: {left}"
 
 

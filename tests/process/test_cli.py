@@ -13,6 +13,7 @@ import time
 import pytest
 
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from tests.serving import serve_pids
 
 
 def ql(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -154,7 +155,7 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
     finally:
         proc.send_signal(stop)
         assert proc.wait(timeout=30) == 0
-    assert not _serving(str(tmp_path)), "dev left nodes running"
+    assert not serve_pids(str(tmp_path)), "dev left nodes running"
     assert sorted(p.name for p in tmp_path.glob("node*.log")) == [
         "node1.log",
         "node2.log",
@@ -258,20 +259,6 @@ def test_acks_all_and_consume_past_the_end(cluster):
     assert past.stderr.decode().strip() == (
         "default/0 ends at offset 10: nothing at 1000 yet (--follow waits for it)"
     )
-
-
-def _serving(data_dir: str) -> list[str]:
-    """The pids of `serve` processes on data under `data_dir`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = f.read()
-        except OSError:
-            continue
-        if b"serve" in command and data_dir.encode() in command:
-            found.append(pid)
-    return found
 
 
 def test_a_huge_record_and_a_wrong_secret_are_clear_errors(cluster, tmp_path):
