@@ -4,10 +4,9 @@ only the controller's leader answers (routed to actors/topic_calls.py).
 Every node applies the controller group's committed commands, in log order, to its
 `ClusterState` and makes its own replicas match it: it creates the replicas a new topic
 places here and drops those of a deleted topic. Who leads each partition is soft state
-(`controller.leaders.LeaderTable`): each node's own groups feed it and it sends their
-changes to every other node; when a node sees a new controller leader it sends it a full
-report of every replica it hosts, so that the new leader never answers from beliefs older
-than the reports (KUDU-1353). Topic calls are validated by the controller's leader on a
+(`controller.leaders.LeaderTable`): each node's own groups feed it, and
+actors/leader_sync.py carries it to every node and repairs what was lost on the way
+(KUDU-1353). Topic calls are validated by the controller's leader on a
 state that is up to date (its term's barrier committed and applied), placed, appended with
 acks=quorum and answered once applied here and, for a new topic, once every partition has
 a leader.
@@ -16,6 +15,7 @@ a leader.
 from __future__ import annotations
 
 import math
+import random
 from typing import TYPE_CHECKING
 
 import msgpack
@@ -23,16 +23,17 @@ import structlog
 import trio
 
 from quorumlog.actors import topic_calls
+from quorumlog.actors.leader_sync import LeaderTableSync
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.actors.storage import TopicSettings
 from quorumlog.controller.commands import (
     Command,
     CommandError,
     DeleteTopic,
+    NameCluster,
     from_wire,
     to_wire,
 )
-from quorumlog.controller.leaders import LeaderEntry, LeaderTable
 from quorumlog.controller.placement import PlacementError
 from quorumlog.controller.state import (
     DEFAULT_TOPIC,
@@ -51,7 +52,6 @@ from quorumlog.transport.messages import (
     AdminRequest,
     ErrorCode,
     ErrorReply,
-    LeaderUpdates,
     Message,
 )
 
@@ -62,8 +62,6 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("quorumlog.controller")
 
 TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_topic"})
-# Leader changes of this node's replicas go out at most this often, batched.
-LEADER_UPDATES_INTERVAL_S = 0.05
 # A broker that answered within this many heartbeat intervals is live (for placement).
 LIVE_BEATS = 4
 # How long `topic_is_unknown` waits for the controller's leader.
@@ -71,15 +69,16 @@ TOPIC_ASK_S = 2.0
 
 
 class ControllerActor:
-    def __init__(self, node: Node):
+    def __init__(self, node: Node, rng: random.Random):
         self.node = node
+        self._rng = rng  # for the cluster's id
+        self._naming = False  # a NameCluster is being proposed
         self.state = ClusterState.genesis()
-        self.leaders = LeaderTable()
+        self.sync = LeaderTableSync(self)
+        self.leaders = self.sync.table
         self.changed = trio.Event()  # set (and replaced) whenever state or leaders change
         self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
         self._next_offset = 0  # the next controller log offset to apply
-        self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
-        self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
 
     @property
     def group(self) -> GroupActor:
@@ -89,7 +88,7 @@ class ControllerActor:
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._send_leader_updates)
+            nursery.start_soon(self.sync.run)
             while True:
                 # Taken before the work: a round that commits more while `_reconcile`
                 # awaits sets it, so the loop goes round again. Waiting on the event of
@@ -98,18 +97,38 @@ class ControllerActor:
                 group = self.group
                 round_done = group.round_done
                 if self._apply_committed():
+                    if self.state.cluster_id is not None:
+                        self.node.cluster.adopt(self.state.cluster_id)
                     await self._reconcile()
-                    self._signal()
-                self._report_to_new_controller()
+                    self.signal()
+                self.sync.report_to_new_controller()
+                if self.state.cluster_id is None and not self._naming and self.is_current():
+                    self._naming = True
+                    nursery.start_soon(self._name_cluster)
                 if self.group is group:  # not reopened meanwhile (node.py, _reopen)
                     await round_done.wait()
+
+    async def _name_cluster(self) -> None:
+        """A new cluster (or one from before ids) gets its id from its first current
+        controller leader; on failure the next round tries again."""
+        try:
+            await self.propose(NameCluster(f"{self._rng.getrandbits(64):016x}"))
+        except PassBack as failed:
+            logger.info("cluster_naming_failed", reply=str(failed.reply))
+        finally:
+            self._naming = False
+
+    @property
+    def applied_through(self) -> int:
+        """The controller log offset this node's state holds everything up to."""
+        return self._next_offset - 1
 
     @property
     def behind(self) -> bool:
         """Whether committed controller entries wait to be applied here."""
         return self._next_offset <= self.group.core.commit_offset
 
-    def _signal(self) -> None:
+    def signal(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
 
@@ -192,65 +211,6 @@ class ControllerActor:
         return TopicSettings(topic.retention_bytes, topic.retention_ms, topic.timestamp_type)
 
     # ------------------------------------------------------------------- leader table
-
-    def local_leader_changed(self, topic: str, partition: int, group: GroupActor) -> None:
-        """One of this node's replicas saw a new leader or term."""
-        core = group.core
-        entry = LeaderEntry(
-            topic, partition, core.leader_id, core.term, self._revision(topic, partition)
-        )
-        if self.leaders.update(entry):
-            self._outgoing[entry.key] = entry
-            self._signal()
-
-    def _revision(self, topic: str, partition: int) -> int:
-        """What orders a partition's leader entries before its terms: the creation of its
-        group (a topic deleted and created again is a new group whose terms start again).
-        Not the last move: within one group terms only grow."""
-        found = self.state.topics.get(topic)
-        return 0 if found is None else found.created_offset
-
-    def _own_entries(self) -> list[LeaderEntry]:
-        return [
-            LeaderEntry(t, p, g.core.leader_id, g.core.term, self._revision(t, p))
-            for (t, p), g in self.node.partitions.items()
-        ]
-
-    def on_leader_updates(self, sender: int, message: LeaderUpdates) -> None:
-        try:
-            entries = [LeaderEntry(*e) for e in msgpack.unpackb(message.entries, raw=False)]
-        except (TypeError, ValueError, msgpack.UnpackException) as exc:
-            logger.warning("bad_leader_updates", error=str(exc))
-            return
-        if self.leaders.merge(entries):
-            self._signal()
-        if message.full and self.group.core.is_leader:
-            # The sender just learned of this leader: it started, joined or came back, and
-            # knows only what changed since. Updates carry changes only, so without the
-            # whole table it would never learn of a partition whose leader stays put.
-            self.node.send_nowait(sender, LeaderUpdates(_pack(list(self.leaders)), False))
-
-    async def _send_leader_updates(self) -> None:
-        while True:
-            await trio.sleep(LEADER_UPDATES_INTERVAL_S)
-            if self._outgoing:
-                entries, self._outgoing = list(self._outgoing.values()), {}
-                message = LeaderUpdates(_pack(entries), False)
-                for peer in self.state.brokers:
-                    if peer != self.node.id:
-                        self.node.send_nowait(peer, message)
-
-    def _report_to_new_controller(self) -> None:
-        """A new controller leader gets a full report of every replica hosted here."""
-        core = self.group.core
-        if core.leader_id is None or (core.leader_id, core.term) == self._reported_to:
-            return
-        self._reported_to = (core.leader_id, core.term)
-        entries = self._own_entries()
-        if core.leader_id == self.node.id:
-            self.leaders.merge(entries)
-        else:
-            self.node.send_nowait(core.leader_id, LeaderUpdates(_pack(entries), True))
 
     def leader_hint(self, topic: str, partition: int) -> int | None:
         entry = self.leaders.get(topic, partition)
@@ -348,10 +308,3 @@ class ControllerActor:
             for b in self.state.brokers
             if b == self.node.id or now - answered.get(b, -math.inf) < window
         ]
-
-
-def _pack(entries: list[LeaderEntry]) -> bytes:
-    return msgpack.packb(
-        [[e.topic, e.partition, e.leader_id, e.term, e.revision] for e in entries],
-        use_bin_type=True,
-    )

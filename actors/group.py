@@ -440,8 +440,10 @@ class GroupActor:
             reply.resolve(self._received_reply())
         return True
 
-    async def append(self, request: AppendRequest) -> Message:
-        """The waiting path of an append (the mailbox was full for `take_append`)."""
+    async def append(self, request: AppendRequest, *, by_client: bool = True) -> Message:
+        """The waiting path of an append (the mailbox was full for `take_append`), and
+        the node's own (`by_client=False`: the controller's commands, the coordinators'
+        records), which the client metrics leave out."""
         checked = self._checked(request)
         if not isinstance(checked, list):
             return checked
@@ -454,7 +456,7 @@ class GroupActor:
             reply = Pending()
             await self._inbox.send(ClientAppend(proposal, request.acks, reply))
             answer = await reply.wait()
-        if isinstance(answer, AppendReply):
+        if by_client and isinstance(answer, AppendReply):
             elapsed = trio.current_time() - started
             self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
         return answer

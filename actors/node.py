@@ -23,6 +23,7 @@ import trio
 from quorumlog.actors.admin import handle_admin
 from quorumlog.actors.balancer import balance_leaders
 from quorumlog.actors.campaigns import CampaignSlots
+from quorumlog.actors.cluster_guard import ClusterGuard
 from quorumlog.actors.controller import ControllerActor
 from quorumlog.actors.coordinator import Coordinator
 from quorumlog.actors.disk_health import DiskHealth, hand_over_from_slow_disk
@@ -54,6 +55,7 @@ from quorumlog.transport.messages import (
     HeartbeatBatch,
     HeartbeatBatchReply,
     HeartbeatReply,
+    LeaderDigest,
     LeaderReply,
     LeaderRequest,
     LeaderUpdates,
@@ -139,7 +141,8 @@ class Node:
             g.group_id: g for g in [self.controller, *self.partitions.values()]
         }
         self._keys = {g.group_id: key for key, g in self.partitions.items()}
-        self.controller_actor = ControllerActor(self)
+        self.controller_actor = ControllerActor(self, random.Random(self._rng.getrandbits(64)))
+        self.cluster = ClusterGuard(storage, self._controller_voters)
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
@@ -164,6 +167,10 @@ class Node:
             node_stopping=lambda: self.stopping,
         )
 
+    def _controller_voters(self) -> frozenset[int]:
+        config = self.controller.core.config
+        return frozenset() if config is None else config.voters
+
     def peer_alive(self, peer: int) -> bool:
         """Whether this node has a connection to the peer's (a crashed node's closes)."""
         return self._transport is not None and self._transport.connected(peer)
@@ -184,9 +191,11 @@ class Node:
     async def run(
         self, open_transport: OpenTransport, *, task_status=trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run until cancelled; raises StorageError on a disk fault (fail-stop)."""
+        """Run until cancelled; raises StorageError on a disk fault (fail-stop), and
+        ForeignClusterError when its peers are of another cluster."""
         async with open_transport(NodeHandler(self)) as transport, trio.open_nursery() as nursery:
             self._transport = transport
+            nursery.start_soon(self.cluster.watch)
             self._update_peers()
             nursery.start_soon(self.flusher.run)
             nursery.start_soon(self.metadata_writer.run)
@@ -206,7 +215,7 @@ class Node:
         self._update_peers()
         key = self._keys.get(group.group_id)
         if key is not None:
-            self.controller_actor.local_leader_changed(*key, group)
+            self.controller_actor.sync.local_changed(*key, group)
 
     def _update_peers(self) -> None:
         """Links to every node that shares a group with this one."""
@@ -319,6 +328,7 @@ class Node:
 
     def status(self) -> dict:
         out = self.default_group.status()
+        out["cluster_id"] = self.cluster.identity.cluster_id
         out["controller_id"] = self.controller.core.leader_id
         out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
         out["partitions_hosted"] = len(self.partitions)
@@ -358,7 +368,7 @@ class Node:
                 return StatusReply(self.status())
             case PartitionsRequest(topic):
                 return StatusReply(self.partitions_status(topic))
-            case LeaderUpdates() | HeartbeatBatch() | HeartbeatBatchReply():
+            case LeaderUpdates() | LeaderDigest() | HeartbeatBatch() | HeartbeatBatchReply():
                 if peer.role is not ConnectionRole.PEER or peer.node_id is None:
                     return ErrorReply(ErrorCode.PROTOCOL, "node messages come from peers only")
                 self._from_peer(peer.node_id, message)
@@ -373,7 +383,9 @@ class Node:
     def _from_peer(self, sender: int, message: Message) -> None:
         match message:
             case LeaderUpdates():
-                self.controller_actor.on_leader_updates(sender, message)
+                self.controller_actor.sync.on_updates(sender, message)
+            case LeaderDigest():
+                self.controller_actor.sync.on_digest(sender, message)
             case HeartbeatBatch():
                 self.heartbeats.on_batch(sender, message)
             case HeartbeatBatchReply():
@@ -458,6 +470,7 @@ class Node:
         """The transport's link to `peer` connected (transport/network.py)."""
         for group in self.groups.values():
             group.peer_connected(peer)
+        self.controller_actor.sync.peer_connected(peer)
 
     def take_request(self, peer: ConnectionInfo, message: Message, answer: Answer) -> bool:
         """A client append, taken without a task to wait for it (transport/network.py).

@@ -33,7 +33,7 @@ async def append_command(group: GroupActor, value: bytes) -> int:
     """Append one command with acks=quorum; its offset once committed (PassBack if the
     group's leader could not take it)."""
     batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
-    reply = await group.append(AppendRequest(batch, Acks.QUORUM, -1, -1))
+    reply = await group.append(AppendRequest(batch, Acks.QUORUM, -1, -1), by_client=False)
     if not isinstance(reply, AppendReply) or reply.last_offset is None:
         raise PassBack(reply)
     return reply.last_offset

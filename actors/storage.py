@@ -94,6 +94,14 @@ class NodeStorage:
     controller: GroupStorage
     # (topic, partition) -> that partition's group, for every replica hosted here.
     partitions: dict[tuple[str, int], GroupStorage] = field(default_factory=dict)
+    node_id: int = 0
+    cluster_id: str | None = None  # recorded once the cluster has named itself
+
+    def record_cluster_id(self, cluster_id: str) -> None:
+        """Keep the cluster's id in the directory (transport/identity.py)."""
+        if cluster_id != self.cluster_id:
+            _write_node_file(self.fs, self.data_dir, self.node_id, cluster_id)
+            self.cluster_id = cluster_id
 
     @property
     def groups(self) -> list[GroupStorage]:
@@ -278,7 +286,7 @@ def open_storage(
     """Open every group replica in `data_dir`, bootstrapping a new node first. Raises
     WrongNodeError if the directory belongs to a node other than `node_id`."""
     fs.makedirs(data_dir)
-    _check_owner(fs, data_dir, node_id)
+    cluster_id = _check_owner(fs, data_dir, node_id)
     controller_dir = os.path.join(data_dir, CONTROLLER_DIR)
     if fs.exists(os.path.join(data_dir, METADATA_FILE)):
         _migrate_single_group(fs, data_dir)
@@ -316,7 +324,9 @@ def open_storage(
 
     try:
         controller = open_group(controller_dir, CONTROLLER_GROUP, CONTROLLER_SETTINGS)
-        node = NodeStorage(fs, data_dir, log_config, run_sync, controller)
+        node = NodeStorage(
+            fs, data_dir, log_config, run_sync, controller, node_id=node_id, cluster_id=cluster_id
+        )
         if new and not _hosts_partitions(fs, data_dir):
             default_dir = partition_dir(data_dir, DEFAULT_TOPIC, 0)
             fs.makedirs(default_dir)
@@ -331,24 +341,34 @@ def open_storage(
     return node
 
 
-def _check_owner(fs: FileSystem, data_dir: str, node_id: int) -> None:
+def _check_owner(fs: FileSystem, data_dir: str, node_id: int) -> str | None:
     """The directory records the node it belongs to: a node started on another's data
     (a wrong --id, a copied directory) would answer for that node with its votes and log.
-    A directory of an older version, which recorded none, is adopted."""
+    A directory of an older version, which recorded none, is adopted. Returns the cluster
+    id recorded, if any."""
     path = os.path.join(data_dir, NODE_FILE)
     if not fs.exists(path):
-        write_file_atomically(fs, path, json.dumps({"node_id": node_id}).encode())
-        return
+        _write_node_file(fs, data_dir, node_id, None)
+        return None
     try:
-        recorded = json.loads(read_whole_file(fs, path))["node_id"]
-    except (ValueError, KeyError, TypeError) as exc:
+        recorded = json.loads(read_whole_file(fs, path))
+        recorded_id, cluster_id = recorded["node_id"], recorded.get("cluster_id")
+        if not isinstance(cluster_id, str | None):
+            raise TypeError(f"cluster id {cluster_id!r}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable node file: {exc}") from None
-    if recorded != node_id:
+    if recorded_id != node_id:
         raise WrongNodeError(
-            f"data directory {data_dir} belongs to node {recorded}, not to node {node_id} "
-            f"(--id {node_id}): start it with --id {recorded}, or give node {node_id} "
+            f"data directory {data_dir} belongs to node {recorded_id}, not to node {node_id} "
+            f"(--id {node_id}): start it with --id {recorded_id}, or give node {node_id} "
             "its own directory"
         )
+    return cluster_id
+
+
+def _write_node_file(fs: FileSystem, data_dir: str, node_id: int, cluster_id: str | None) -> None:
+    record = {"node_id": node_id, "cluster_id": cluster_id}
+    write_file_atomically(fs, os.path.join(data_dir, NODE_FILE), json.dumps(record).encode())
 
 
 def _partition_dirs(fs: FileSystem, data_dir: str) -> list[tuple[str, int, str]]:

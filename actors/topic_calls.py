@@ -12,6 +12,7 @@ import trio
 from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.commands import CreateTopic, DeleteTopic
+from quorumlog.controller.leaders import LeaderEntry
 from quorumlog.controller.placement import place
 from quorumlog.controller.state import (
     DEFAULT_TOPIC,
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
 
 # How long `describe_topic` waits for each replica's own account of itself.
 DESCRIBE_ASK_S = 1.0
+# How long a create waits on the leader table before it asks the replicas themselves.
+ASK_LEADERS_AFTER_S = 1.0
 # How often a delete asks the nodes whether they still host a replica.
 DROPPED_POLL_S = 0.05
 
@@ -99,8 +102,27 @@ async def _wait_live_brokers(ctl: ControllerActor, wanted: int) -> list[int]:
 
 async def _created(ctl: ControllerActor, name: str, partitions: int, replicas: int) -> Message:
     while any(ctl.leader_hint(name, p) is None for p in range(partitions)):
-        await ctl.changed.wait()
+        with trio.move_on_after(ASK_LEADERS_AFTER_S):
+            await ctl.changed.wait()
+            continue
+        await _ask_leaders(ctl, name)  # an update may have been lost on its way here
     return AdminReply({"topic": name, "partitions": partitions, "replicas": replicas})
+
+
+async def _ask_leaders(ctl: ControllerActor, name: str) -> None:
+    """Put in the table the leaders that the replicas of `name` report of themselves."""
+    topic = ctl.state.topics.get(name)
+    if topic is None:
+        return
+    nodes = sorted({n for p in topic.partitions for n in p.replicas})
+    entries = [
+        LeaderEntry(name, int(partition), status["node_id"], status["term"], topic.created_offset)
+        for answer in (await _ask_nodes(ctl, nodes, name)).values()
+        for partition, status in answer.items()
+        if status["role"] == "leader"
+    ]
+    if ctl.leaders.merge(entries):
+        ctl.signal()
 
 
 async def delete(ctl: ControllerActor, args: dict[str, Any]) -> Message:

@@ -48,9 +48,12 @@ def committed_log(group: GroupActor) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def check_cluster(cluster: Cluster, converged: bool, placed: bool) -> None:
+def check_cluster(cluster: Cluster, converged: bool, placed: bool, tables_current: bool) -> None:
     """Raise Violation naming every broken invariant of a run that ended."""
     problems = list(cluster.failures)
+    if not tables_current:
+        stale = stale_leader_tables(cluster)
+        problems.append(f"leader tables still stale after the faults healed: {stale[:5]}")
     if not placed:
         off = partitions_not_placed(cluster)
         problems.append(f"I7: these partitions did not reach their replica sets: {off}")
@@ -63,6 +66,13 @@ def check_cluster(cluster: Cluster, converged: bool, placed: bool) -> None:
         problems.append(f"I7: these groups did not converge after the faults healed: {stuck}")
         if behind := cluster.controllers_behind():
             problems.append(f"I7: the controllers of nodes {behind} did not apply all committed")
+    else:
+        nodes = {i: s.node for i, s in cluster.nodes.items() if s.node}
+        latest = max(nodes.values(), key=lambda n: n.controller.core.commit_offset)
+        members = latest.controller.core.config.members  # a node removed knows no more
+        named = {i: n.cluster.identity.cluster_id for i, n in nodes.items() if i in members}
+        if len(set(named.values())) != 1 or None in named.values():
+            problems.append(f"the nodes do not agree on one cluster id: {named}")
     for (gid, term), who in cluster.leaders.items():
         if len(who) > 1:
             problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")
@@ -173,6 +183,29 @@ def check_commit_flushed(cluster: Cluster, core: RaftCore, config: Configuration
         cluster.failures.append(
             f"node {leader} group {gid} committed {offset}, flushed only on {sorted(holding)}"
         )
+
+
+def stale_leader_tables(cluster: Cluster) -> list[str]:
+    """Entries of the nodes' leader tables that do not name their partition's leader
+    (on the nodes of the controller's configuration: a node removed hears no more)."""
+    controller = cluster.leader_of(CONTROLLER_GROUP)
+    if controller is None or controller.core.config is None:
+        return ["the controller has no leader"]
+    stale = []
+    for i, sim in sorted(cluster.nodes.items()):
+        ctl = sim.node.controller_actor if sim.node else None
+        if ctl is None or i not in controller.core.config.members:
+            continue
+        for topic in ctl.state.topics.values():
+            for p in topic.partitions:
+                leader = cluster.leader_of(p.group_id)
+                entry = ctl.leaders.get(p.topic, p.partition)
+                believed = None if entry is None else entry.leader_id
+                if leader is not None and believed != leader.node_id:
+                    stale.append(
+                        f"node {i}: {p.topic}/{p.partition} led by {leader.node_id}, not {believed}"
+                    )
+    return stale
 
 
 def partitions_not_placed(cluster: Cluster) -> list[str]:

@@ -1,5 +1,6 @@
 """The faults of a simulated cluster (bench/simulation.py): crashes, partitions, lossy
-links and slow disks, and membership changes, each drawn from the run's seed."""
+links and slow disks, membership changes, and lost leader-table messages, each drawn from
+the run's seed."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog.transport.memory import PERFECT_LINK, LinkFaults
-from quorumlog.transport.messages import AdminRequest
+from quorumlog.transport.messages import AdminRequest, LeaderDigest, LeaderUpdates
 
 if TYPE_CHECKING:
     from quorumlog.bench.simulation import Cluster
+
+TABLE_MESSAGES = frozenset({LeaderUpdates, LeaderDigest})
+TABLE_LOSS_SEED = 0x7AB1E
 
 
 async def chaos(cluster: Cluster, nursery: trio.Nursery, duration_s: float) -> None:
@@ -116,3 +120,17 @@ async def membership_chaos(cluster: Cluster, duration_s: float) -> None:
                 leader.id, AdminRequest(request.op, {**request.args, "timeout_s": 2.5})
             )
             cluster.trace.append(f"admin reply {type(reply).__name__}")
+
+
+async def lost_leader_tables(cluster: Cluster, duration_s: float) -> None:
+    """Windows in which every leader-table message is lost while Raft's go through: what
+    the tables miss meanwhile must be repaired once the windows end (drawn from a
+    generator of its own, so that the other faults of a seed stay as they were)."""
+    rng = random.Random(cluster.seed + TABLE_LOSS_SEED)
+    network = cluster.network
+    end = trio.current_time() + duration_s
+    while trio.current_time() < end:
+        await trio.sleep(rng.uniform(0.2, 1.5))
+        network.dropped_types = frozenset() if network.dropped_types else TABLE_MESSAGES
+        cluster.trace.append(f"table messages {'lost' if network.dropped_types else 'carried'}")
+    network.dropped_types = frozenset()

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import trio
 import trio.testing
 
 from quorumlog.actors.group import GroupActor
+from quorumlog.actors.leader_sync import DIGEST_INTERVAL_S
 from quorumlog.actors.node import Node
 from quorumlog.actors.storage import open_storage
 from quorumlog.bench.sim_checks import (
@@ -31,11 +33,12 @@ from quorumlog.bench.sim_checks import (
     committed_log,
     partitions_not_placed,
     quorums_intersect,
+    stale_leader_tables,
 )
-from quorumlog.bench.sim_faults import chaos, membership_chaos
+from quorumlog.bench.sim_faults import chaos, lost_leader_tables, membership_chaos
+from quorumlog.bench.sim_node import SimNode
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import StorageError
-from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.records import make_data_batch
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.settings import RaftSettings
@@ -61,49 +64,13 @@ ACKS = (Acks.QUORUM, Acks.QUORUM, Acks.LEADER, Acks.NONE)
 # and timestamps must still never go back (seed 002; checked in bench/sim_checks.py).
 LOG_CONFIG = LogConfig(timestamp_type="log_append", timestamp_wait_max_ms=1000)
 CLOCK_SKEW_MAX_S = 2.0
-WALL_CLOCK_START_S = 1.8e9
 SKEW_SEED = 0x5EED
+TABLE_REPAIR_BOUND_S = 4 * DIGEST_INTERVAL_S
 
 
 TOPICS = (("t0", 4), ("t1", 4), ("t2", 4))
 Route = tuple[str, int]  # (topic, partition)
 DEFAULT_ROUTE: Route = ("default", 0)
-
-
-@dataclass
-class SimNode:
-    node_id: int
-    fs: MemoryFileSystem = field(default_factory=MemoryFileSystem)
-    node: Node | None = None
-    scope: trio.CancelScope | None = None
-    stopped: trio.Event | None = None
-    # by group replica (group id, incarnation): a replica moved away and back is a new one
-    last_commit: dict[tuple[int, str], int] = field(default_factory=dict)
-    led: set[tuple[int, str]] = field(default_factory=set)  # replicas that were leaders
-    # How long each of its disk's blocking calls (fsync, metadata, new files) takes: a
-    # little for every node, much more while the chaos makes its disk slow.
-    base_fsync_s: float = 0.0
-    fsync_s: float = 0.0
-    # How far its wall clock is off (seconds): leaders stamp `default`'s batches with it.
-    clock_skew_s: float = 0.0
-    # One blocking call at a time, as on the node's one storage thread (the election
-    # storms need it; the other kinds let calls overlap).
-    one_storage_thread: bool = False
-    storage_thread: trio.Lock = field(default_factory=trio.Lock)
-
-    def wall_clock_ms(self) -> int:
-        return int((WALL_CLOCK_START_S + trio.current_time() + self.clock_skew_s) * 1000)
-
-    async def run_sync(self, fn, *args):
-        """The in-memory disk's blocking calls, taking as long as this node's disk does:
-        nothing is durable before the wait ends (a crash meanwhile loses it)."""
-        if self.one_storage_thread:
-            async with self.storage_thread:
-                await trio.sleep(self.fsync_s)
-                return fn(*args)
-        if self.fsync_s:
-            await trio.sleep(self.fsync_s)
-        return fn(*args)
 
 
 @dataclass
@@ -333,6 +300,7 @@ class Cluster:
 
     async def heal_all(self, nursery: trio.Nursery) -> None:
         self.network.heal()
+        self.network.dropped_types = frozenset()
         self.set_link_faults(PERFECT_LINK)
         self.heal_disks()
         for i, sim in self.nodes.items():
@@ -381,22 +349,23 @@ class Cluster:
 
     async def wait_placed(self, timeout_s: float) -> bool:
         """I7: every partition's group holds the voters its controller committed."""
-        with trio.move_on_after(timeout_s):
-            while partitions_not_placed(self):
-                await trio.sleep(0.5)
-            return True
-        return False
+        return await _until(lambda: not partitions_not_placed(self), timeout_s, 0.5)
+
+    async def wait_tables_current(self, timeout_s: float) -> bool:
+        """Every node's leader table names every partition's leader."""
+        return await _until(lambda: not stale_leader_tables(self), timeout_s, 0.1)
 
     async def wait_converged(self, timeout_s: float) -> bool:
         """I7: in every group a leader exists and every member holds and commits its log,
         and every node applied what its controller committed."""
-        with trio.move_on_after(timeout_s):
-            while self.controllers_behind() or not all(
-                self.group_converged(gid) for gid in self.group_ids()
-            ):
-                await trio.sleep(0.05)
-            return True
-        return False
+        return await _until(
+            lambda: (
+                not self.controllers_behind()
+                and all(self.group_converged(gid) for gid in self.group_ids())
+            ),
+            timeout_s,
+            0.05,
+        )
 
     def trace_hash(self) -> str:
         logs = [
@@ -410,6 +379,15 @@ class Cluster:
         digest.update(repr(sorted(self.leaders.items())).encode())
         digest.update(repr(logs).encode())
         return digest.hexdigest()
+
+
+async def _until(done: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
+    """Whether `done()` held within `timeout_s` (simulated), checked every `poll_s`."""
+    with trio.move_on_after(timeout_s):
+        while not done():
+            await trio.sleep(poll_s)
+        return True
+    return False
 
 
 async def _scenario(
@@ -447,6 +425,7 @@ async def _run(
             await cluster.create_topics()
         async with trio.open_nursery() as work:
             work.start_soon(chaos, cluster, nursery, chaos_s)
+            work.start_soon(lost_leader_tables, cluster, chaos_s)
             if membership:
                 work.start_soon(membership_chaos, cluster, chaos_s)
             for c in range(clients):
@@ -455,7 +434,9 @@ async def _run(
         converged = await cluster.wait_converged(timeout_s=10.0)
         # A move retried after a backoff of up to 30 s, rechecked every 30 s (actors/mover.py).
         placed = converged and await cluster.wait_placed(timeout_s=120.0)
-        check_cluster(cluster, converged, placed)
+        # Every loss of a table message repaired within a few digest rounds.
+        tables = not placed or await cluster.wait_tables_current(TABLE_REPAIR_BOUND_S)
+        check_cluster(cluster, converged, placed, tables)
         digest = cluster.trace_hash()
         nursery.cancel_scope.cancel()
     return digest

@@ -46,7 +46,15 @@ class SetReplicas:
     replicas: tuple[int, ...]
 
 
-Command = RegisterBroker | CreateTopic | DeleteTopic | SetReplicas
+@dataclass(frozen=True, slots=True)
+class NameCluster:
+    """The cluster's id, made once by the first controller leader that finds none (a new
+    cluster, or one from before ids): the first such command stands (transport/identity.py)."""
+
+    cluster_id: str
+
+
+Command = RegisterBroker | CreateTopic | DeleteTopic | SetReplicas | NameCluster
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 

@@ -5,9 +5,8 @@ Updates arrive in any order and from nodes that may know less: one is taken only
 (revision, term) is newer than what the table holds, so a late or stale update can never
 replace a newer belief. At equal (revision, term) a known leader replaces an unknown one
 (a term has at most one leader), never the reverse. This is half of the fix for KUDU-1353
-(a new master that answered from stale leader beliefs): the other half is that every node
-sends a full report of its groups to each new controller leader, which therefore never
-answers from a belief older than the last report.
+(a new master that answered from stale leader beliefs): the other half is how the table
+travels and is repaired (actors/leader_sync.py).
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ class LeaderEntry:
 class LeaderTable:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, int], LeaderEntry] = {}
+        self.version = 0  # grows with every change (what a cached digest is of)
 
     def update(self, entry: LeaderEntry) -> bool:
         """Take `entry` if it is newer than what the table holds; True if taken."""
@@ -45,6 +45,7 @@ class LeaderTable:
         if known is not None and not entry.newer_than(known):
             return False
         self._entries[entry.key] = entry
+        self.version += 1
         return True
 
     def merge(self, entries: Iterable[LeaderEntry]) -> list[LeaderEntry]:
@@ -58,6 +59,7 @@ class LeaderTable:
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._entries if k[0] == topic]:
             del self._entries[key]
+        self.version += 1
 
     def __iter__(self) -> Iterator[LeaderEntry]:
         return iter(self._entries.values())

@@ -19,6 +19,7 @@ from quorumlog.controller.commands import (
     Command,
     CreateTopic,
     DeleteTopic,
+    NameCluster,
     RegisterBroker,
     SetReplicas,
 )
@@ -72,6 +73,7 @@ class ClusterState:
     topics: dict[str, Topic] = field(default_factory=dict)
     next_group_id: int = CONTROLLER_GROUP + 1
     applied_offset: int = -1
+    cluster_id: str | None = None
 
     @classmethod
     def genesis(cls) -> ClusterState:
@@ -158,6 +160,10 @@ class ClusterState:
                 partitions = list(found.partitions)
                 partitions[index] = moved
                 self.topics[topic] = replace(found, partitions=tuple(partitions))
+            case NameCluster(cluster_id):
+                if self.cluster_id is not None:
+                    return f"the cluster is named {self.cluster_id} already"
+                self.cluster_id = cluster_id
         return None
 
 

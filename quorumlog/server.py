@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 import trio
 
+from quorumlog.actors.cluster_guard import ForeignClusterError
 from quorumlog.actors.node import Node
 from quorumlog.actors.shutdown import hand_over_leadership
 from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
@@ -272,19 +273,24 @@ def _serve_locked(options: ServeOptions) -> int:
         print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
         return EXIT_FAILED
     _warn_if_peers_differ(options, storage.controller.meta.config)
-    failure: StorageError | None = None
+    failure: StorageError | ForeignClusterError | None = None
     try:
         trio.run(_run, options, storage, rng, worker)
-    except StorageError as exc:
+    except (StorageError, ForeignClusterError) as exc:
         failure = exc
     except BaseExceptionGroup as group:  # raised inside the node's nurseries
-        stopped_on, _ = group.split(StorageError)
+        stopped_on, _ = group.split((StorageError, ForeignClusterError))
         if stopped_on is None:
             raise
         failure = _first_leaf(stopped_on)
-        logger.critical("fail_stop_traceback", exc_info=group)  # the whole story: the log only
+        if isinstance(failure, StorageError):  # the whole story, for the log only
+            logger.critical("fail_stop_traceback", exc_info=group)
     finally:
         worker.stop()
+    if isinstance(failure, ForeignClusterError):
+        logger.critical("foreign_cluster", error=str(failure))
+        print(f"quorumlog serve: refusing to serve: {failure}", file=sys.stderr)
+        return EXIT_FAILED
     if failure is not None:
         logger.critical("fail_stop", error=str(failure))
         print(f"quorumlog serve: stopped on a storage error: {failure}", file=sys.stderr)
@@ -328,6 +334,7 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
             peer_ssl_context=client_context(options.tls[2], *options.tls[:2])
             if options.tls
             else None,
+            identity=node.cluster.identity,
         )
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -25,3 +25,12 @@ class ConnectionClosed(TransportError):
 class ConnectionRefused(ConnectionClosed):
     """No quorumlog node listens at the address: the dial was refused, or what answered
     speaks another protocol (not lost, not timed out)."""
+
+
+class WrongClusterError(ConnectionClosed):
+    """The node at the other end is of another cluster: the handshake refused it."""
+
+    def __init__(self, peer_id: int | None, cluster_id: str, message: str):
+        super().__init__(message)
+        self.peer_id = peer_id
+        self.cluster_id = cluster_id  # the other node's

@@ -5,9 +5,16 @@
     dialler  -> Proof(dialler proof)                        or ErrorReply(AUTH) if the
                                                                listener's proof is wrong
     listener -> Accepted()                                  or ErrorReply(AUTH)
+  between nodes only:
+    dialler  -> ClusterId(dialler's cluster)
+    listener -> ClusterId(listener's cluster)
 
 Whichever side finds a fault tells the other in an ErrorReply before it closes, so both
 ends log the same clear reason; the dialler raises AuthError for an authentication fault.
+Nodes compare clusters (transport/identity.py) only once the secret is proved, so that
+nobody without it can make a node believe it is foreign; different ones part there, each
+side raising WrongClusterError, before either sees a Raft message. Clients never take
+that step, so clients and nodes of versions from before cluster ids still shake hands.
 Bytes read past the last handshake frame stay in the decoder for the connection.
 """
 
@@ -21,11 +28,19 @@ import trio
 
 from quorumlog.transport import auth
 from quorumlog.transport.codec import encode_frame
-from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError, TransportError
+from quorumlog.transport.errors import (
+    AuthError,
+    ConnectionClosed,
+    ProtocolError,
+    TransportError,
+    WrongClusterError,
+)
 from quorumlog.transport.framing import FrameDecoder
+from quorumlog.transport.identity import ClusterIdentity
 from quorumlog.transport.messages import (
     Accepted,
     Challenge,
+    ClusterId,
     ErrorCode,
     ErrorReply,
     Hello,
@@ -88,6 +103,7 @@ async def dial_handshake(
     node_id: int | None,
     secret: bytes | None,
     remote: str,
+    identity: ClusterIdentity | None = None,
 ) -> ConnectionInfo:
     """Run the dialler's side; returns who the listener is."""
     dialler = DiallerHandshake(role=role, node_id=node_id, secret=secret, remote=remote)
@@ -99,7 +115,10 @@ async def dial_handshake(
             await _send_quietly(stream, dialler.refusal)
         raise
     await _send(stream, proof)
-    return dialler.on_verdict(await _receive(stream, decoder))
+    info = dialler.on_verdict(await _receive(stream, decoder))
+    if role is Role.PEER:
+        await _compare_clusters(stream, decoder, identity, info.node_id, remote, dialler=True)
+    return info
 
 
 async def listen_handshake(
@@ -109,6 +128,7 @@ async def listen_handshake(
     node_id: int,
     secret: bytes | None,
     remote: str,
+    identity: ClusterIdentity | None = None,
 ) -> ConnectionInfo:
     """Run the listener's side; returns who dialled."""
     try:
@@ -140,7 +160,37 @@ async def listen_handshake(
         await _send_quietly(stream, ErrorReply(ErrorCode.AUTH, problem))
         raise AuthError(problem)
     await _send(stream, Accepted())
+    if hello.role is Role.PEER:
+        await _compare_clusters(stream, decoder, identity, hello.node_id, remote, dialler=False)
     return ConnectionInfo(role=hello.role, node_id=hello.node_id, remote=remote)
+
+
+async def _compare_clusters(
+    stream: trio.abc.Stream,
+    decoder: FrameDecoder,
+    identity: ClusterIdentity | None,
+    peer_id: int | None,
+    remote: str,
+    *,
+    dialler: bool,
+) -> None:
+    """Each node states its cluster, the dialler first; different ones part here."""
+    mine = ClusterId(None if identity is None else identity.cluster_id)
+    if dialler:
+        await _send(stream, mine)
+    theirs = await _receive(stream, decoder)
+    if not isinstance(theirs, ClusterId):
+        _raise_unexpected(theirs, "ClusterId")
+    if not dialler:
+        await _send(stream, mine)
+    if (
+        identity is not None
+        and theirs.cluster_id is not None
+        and identity.differs(theirs.cluster_id)
+    ):
+        identity.note_foreign(peer_id, theirs.cluster_id)
+        refusal = identity.refusal(peer_id, theirs.cluster_id)
+        raise WrongClusterError(peer_id, theirs.cluster_id, f"{remote}: {refusal}")
 
 
 async def refuse(stream: trio.abc.Stream, reason: str) -> None:

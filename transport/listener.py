@@ -15,9 +15,10 @@ import trio
 
 from quorumlog.transport.addresses import format_address, is_loopback
 from quorumlog.transport.connection import Connection
-from quorumlog.transport.errors import AuthError, ProtocolError, TransportError
+from quorumlog.transport.errors import AuthError, ProtocolError, TransportError, WrongClusterError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import listen_handshake, refuse
+from quorumlog.transport.identity import ClusterIdentity
 from quorumlog.transport.network import Handler, Limits
 
 logger = structlog.get_logger(__name__)
@@ -32,8 +33,10 @@ class Listener:
         secret: bytes | None,
         ssl_context: ssl.SSLContext | None,
         limits: Limits,
+        identity: ClusterIdentity | None = None,
     ) -> None:
         self._node_id = node_id
+        self._identity = identity
         self._handler = handler
         self._secret = secret
         self._ssl_context = ssl_context
@@ -97,7 +100,12 @@ class Listener:
         try:
             with trio.fail_after(self._limits.handshake_timeout_s):
                 info = await listen_handshake(
-                    stream, decoder, node_id=self._node_id, secret=self._secret, remote=remote
+                    stream,
+                    decoder,
+                    node_id=self._node_id,
+                    secret=self._secret,
+                    remote=remote,
+                    identity=self._identity,
                 )
         except trio.TooSlowError:
             log.warning(
@@ -107,6 +115,9 @@ class Listener:
             return
         except AuthError as exc:
             log.warning("auth_failed", reason=str(exc))
+            return
+        except WrongClusterError as exc:
+            log.warning("foreign_peer_refused", peer=exc.peer_id, reason=str(exc))
             return
         except ProtocolError as exc:
             log.warning("handshake_failed", reason=str(exc))

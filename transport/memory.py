@@ -116,6 +116,8 @@ class MemoryNetwork:
         self._client_numbers = itertools.count(1)
         self._cpu_s: dict[EndpointId, float] = {}
         self._cpus: dict[EndpointId, trio.Lock] = {}  # held while a message is handled
+        # Messages of these types are lost on every link (one kind of traffic lost alone).
+        self.dropped_types: frozenset[type] = frozenset()
 
     # --- faults ------------------------------------------------------------------------
 
@@ -206,7 +208,7 @@ class MemoryNetwork:
         frame = encode_frame(correlation_id, message, self._limits.frame_bytes_max)
         if src not in self._endpoints or dst not in self._endpoints:
             return False
-        if self._is_cut(src, dst):
+        if self._is_cut(src, dst) or type(message) in self.dropped_types:
             return True  # lost on the wire: the sender cannot tell
         faults = self._faults_for(src, dst)
         rng = self._rng

@@ -91,6 +91,15 @@ class Accepted:
     TAG = 4
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterId:
+    """Between nodes only, after Accepted: each side's cluster (transport/identity.py);
+    None for a node whose cluster has not named itself yet, or that has not learned it."""
+
+    TAG = 5
+    cluster_id: str | None
+
+
 # --- Raft, between nodes ----------------------------------------------------------------
 
 
@@ -330,6 +339,16 @@ class LeaderUpdates:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderDigest:
+    """One-way, from the controller's leader: a hash of its leader table, as of its
+    controller state applied through `applied_through` (actors/leader_sync.py)."""
+
+    TAG = 48
+    digest: bytes
+    applied_through: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionsRequest:
     """The state of the sender's replicas of `topic`, answered with a StatusReply whose
     status maps each partition (as a string) to its replica's status."""
@@ -384,6 +403,7 @@ Message = (
     | Challenge
     | Proof
     | Accepted
+    | ClusterId
     | AppendEntries
     | AppendEntriesReply
     | VoteRequest
@@ -405,6 +425,7 @@ Message = (
     | AdminReply
     | ErrorReply
     | LeaderUpdates
+    | LeaderDigest
     | PartitionsRequest
     | HeartbeatBatch
     | HeartbeatBatchReply
@@ -413,7 +434,7 @@ Message = (
 
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__
 
-HANDSHAKE_TYPES = frozenset({Hello, Challenge, Proof, Accepted})
+HANDSHAKE_TYPES = frozenset({Hello, Challenge, Proof, Accepted, ClusterId})
 
 # A reply-type frame with a correlation id answers a request of ours; any other type with a
 # correlation id is a request for our handler. Reply types may also travel one-way (id 0),

@@ -17,7 +17,7 @@ import trio
 
 from quorumlog.transport.backoff import Backoff
 from quorumlog.transport.connection import Connection
-from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError
+from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError, WrongClusterError
 from quorumlog.transport.messages import Message
 
 logger = structlog.get_logger(__name__)
@@ -66,6 +66,8 @@ class PeerLink:
             except AuthError as exc:
                 # Loud, but keep trying: the operator may be fixing the secret right now.
                 self._logger.error("peer_auth_failed", reason=str(exc))
+            except WrongClusterError as exc:
+                self._logger.warning("foreign_peer_refused", reason=str(exc))
             except (ConnectionClosed, ProtocolError) as exc:
                 log = self._logger.info if failures == 0 else self._logger.debug
                 log("peer_unreachable", reason=str(exc), failures=failures)

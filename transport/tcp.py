@@ -17,6 +17,7 @@ from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused, ProtocolError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import dial_handshake
+from quorumlog.transport.identity import ClusterIdentity
 from quorumlog.transport.listener import Listener
 from quorumlog.transport.messages import Message, Role
 from quorumlog.transport.network import DEFAULT_LIMITS, Handler, Limits, connection_listener
@@ -32,6 +33,7 @@ async def dial(
     ssl_context: ssl.SSLContext | None,
     limits: Limits,
     handler: Handler | None = None,
+    identity: ClusterIdentity | None = None,
 ) -> Connection:
     """Connect and handshake; the Connection is returned before it runs (call its run()).
 
@@ -50,7 +52,13 @@ async def dial(
                     stream = trio.SSLStream(stream, ssl_context, server_hostname=host)
                 decoder = FrameDecoder(limits.frame_bytes_max)
                 info = await dial_handshake(
-                    stream, decoder, role=role, node_id=node_id, secret=secret, remote=address
+                    stream,
+                    decoder,
+                    role=role,
+                    node_id=node_id,
+                    secret=secret,
+                    remote=address,
+                    identity=identity,
                 )
             except BaseException:
                 with trio.CancelScope(shield=True):  # never hide the exception on its way out
@@ -202,13 +210,17 @@ async def open_tcp_transport(
     peer_ssl_context: ssl.SSLContext | None = None,
     limits: Limits = DEFAULT_LIMITS,
     backoff: Backoff = DEFAULT_BACKOFF,
+    identity: ClusterIdentity | None = None,
 ) -> AsyncIterator[TcpTransport]:
     """Listen on `listen` ("host:port", port 0 for any) and keep links to `peers`.
 
-    `ssl_context` serves TLS on the listener, `peer_ssl_context` dials peers with TLS.
+    `ssl_context` serves TLS on the listener, `peer_ssl_context` dials peers with TLS;
+    `identity` is the node's cluster, stated and checked in every handshake.
     """
     host, port = parse_address(listen)
-    listener = Listener(node_id, handler, secret=secret, ssl_context=ssl_context, limits=limits)
+    listener = Listener(
+        node_id, handler, secret=secret, ssl_context=ssl_context, limits=limits, identity=identity
+    )
     async with trio.open_nursery() as nursery:
         addresses = await nursery.start(listener.serve, host, port)
         dial_peer = partial(
@@ -219,6 +231,7 @@ async def open_tcp_transport(
             ssl_context=peer_ssl_context,
             limits=limits,
             handler=handler,
+            identity=identity,
         )
         transport = TcpTransport(
             node_id,

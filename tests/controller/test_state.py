@@ -10,6 +10,7 @@ from quorumlog.controller.commands import (
     CommandError,
     CreateTopic,
     DeleteTopic,
+    NameCluster,
     RegisterBroker,
     SetReplicas,
     from_wire,
@@ -29,6 +30,7 @@ COMMANDS = [
     CreateTopic("events", ((1, 2, 3), (2, 3, 1)), retention_bytes=1 << 20),
     DeleteTopic("events"),
     SetReplicas("events", 1, (3, 1, 4)),
+    NameCluster("3f2a9c0d41e7b865"),
 ]
 
 
@@ -80,6 +82,14 @@ def test_a_command_that_lost_a_race_changes_nothing_and_says_why():
     assert state.partition("a", 0).replicas == (1,)
     assert state.apply(DeleteTopic("zz"), 12) == "unknown topic 'zz'"
     assert "no partition 5" in state.apply(SetReplicas("a", 5, (1,)), 13)
+
+
+def test_the_first_name_of_the_cluster_stands():
+    state = cluster()
+    assert state.cluster_id is None
+    assert state.apply(NameCluster("aaaa"), 10) is None
+    assert state.apply(NameCluster("bbbb"), 11) == "the cluster is named aaaa already"
+    assert state.cluster_id == "aaaa"
 
 
 def test_a_deleted_topic_created_again_gets_new_groups():

@@ -3,9 +3,12 @@ node started on another's directory, exits 1 with one line before it touches any
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
+import time
 
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
@@ -16,6 +19,22 @@ def _serve(data_dir: str, node_id: int, peers: str | None = None) -> subprocess.
     if peers:
         args += ["--peers", peers]
     return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+
+def _cluster_id(cluster: ProcessCluster, node_id: int, timeout_s: float = 30.0) -> str:
+    """The id node `node_id` states for its cluster, once it has one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = cluster.node_status(node_id)
+        if status and status.get("cluster_id"):
+            return status["cluster_id"]
+        time.sleep(0.1)
+    raise AssertionError(f"node {node_id} has no cluster id after {timeout_s} s")
+
+
+def _recorded_cluster_id(data_dir: str) -> str | None:
+    with open(os.path.join(data_dir, "node")) as f:
+        return json.load(f).get("cluster_id")
 
 
 def _one_line(result: subprocess.CompletedProcess) -> str:
@@ -53,11 +72,15 @@ def test_a_directory_that_recorded_no_node_is_adopted_then_kept(tmp_path):
         cluster.wait_for_leader()
         with cluster.client() as c:
             c.append([b"before"])
+        named = {_cluster_id(cluster, i) for i in cluster.ids}
+        assert len(named) == 1, named
         cluster.kill(2)
         os.remove(os.path.join(cluster.data_dir(2), "node"))  # as an older version left it
         cluster.start(2)
         statuses = cluster.wait_converged()
         assert statuses[2]["commit_offset"] >= 1
+        assert _cluster_id(cluster, 2) in named, "the id comes back from the controller's log"
+        assert _recorded_cluster_id(cluster.data_dir(2)) in named
         cluster.kill(2)
         assert "belongs to node 2" in _one_line(_serve(cluster.data_dir(2), 1))
     finally:
@@ -108,3 +131,43 @@ def test_a_restart_with_other_peers_warns_and_keeps_the_stored_configuration(clu
     with open(os.path.join(cluster.root, "node3.log")) as f:
         warnings = [line for line in f if "--peers differ" in line]
     assert len(warnings) == 1 and "which stands" in warnings[0], warnings
+
+
+def test_a_node_with_another_clusters_data_exits_naming_both_ids(cluster, tmp_path):
+    """A directory copied from another cluster, started in node 3's place: its peers refuse
+    it at the handshake and it exits with one line, while nodes 1 and 2 serve on."""
+    os.makedirs(tmp_path / "other")
+    other = ProcessCluster(str(tmp_path / "other"))
+    other.start_all()
+    try:
+        ours, theirs = _cluster_id(cluster, 3), _cluster_id(other, 3)
+        assert _recorded_cluster_id(other.data_dir(3)) == theirs
+    finally:
+        other.stop_all()
+    assert ours != theirs
+    cluster.kill(3)
+    own_data = cluster.data_dir(3) + ".own"
+    os.rename(cluster.data_dir(3), own_data)
+    shutil.copytree(other.data_dir(3), cluster.data_dir(3))
+    peers = ",".join(f"{i}={cluster.address(i)}" for i in cluster.ids)
+    args = [*QUORUMLOG, "serve", "--id", "3", "--data", cluster.data_dir(3)]
+    started = time.monotonic()
+    foreign = subprocess.run(
+        [*args, "--listen", cluster.address(3), "--peers", peers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert foreign.returncode == 1
+    assert time.monotonic() - started < 20
+    # It logs as it starts (to stderr, as every node): its error is the last line, whole.
+    line = foreign.stderr.strip().splitlines()[-1]
+    assert line.startswith("quorumlog serve: ") and "Traceback" not in foreign.stderr
+    assert f"of cluster {theirs}" in line and ours in line, line
+    with cluster.client() as c:
+        c.append([b"served by nodes 1 and 2 meanwhile"])
+    shutil.rmtree(cluster.data_dir(3))
+    os.rename(own_data, cluster.data_dir(3))
+    cluster.start(3)
+    statuses = cluster.wait_converged()
+    assert {s["cluster_id"] for s in statuses.values()} == {ours}

@@ -11,10 +11,13 @@ import pytest
 import trio
 
 from quorumlog.actors.controller import ControllerActor
+from quorumlog.actors.leader_sync import DIGEST_INTERVAL_S, LeaderTableSync
 from quorumlog.actors.mover import ReplicaMover
-from quorumlog.bench.sim_checks import Violation
+from quorumlog.bench.sim_checks import Violation, stale_leader_tables
 from quorumlog.bench.sim_elections import ALL_RESTARTED_BOUND_S, ONE_LOST_BOUND_S, run_elections
-from quorumlog.bench.simulation import Cluster, run_seed
+from quorumlog.bench.sim_faults import TABLE_MESSAGES
+from quorumlog.bench.simulation import TABLE_REPAIR_BOUND_S, Cluster, run_deterministic, run_seed
+from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.raft.progress import Progress
 
 SEEDS_3 = range(120)
@@ -133,20 +136,104 @@ def test_a_commit_counting_an_unflushed_replica_is_caught(monkeypatch, follower_
 
 
 @pytest.mark.parametrize(
-    ("seed", "topics", "left_out"),
-    [(30001, True, "_drive_moved"), (30015, False, "_follow_membership")],
+    ("topics", "left_out"), [(True, "_drive_moved"), (False, "_follow_membership")]
 )
-def test_a_group_left_off_its_members_is_caught(monkeypatch, seed, topics, left_out):
+def test_a_group_left_off_its_members_is_caught(monkeypatch, topics, left_out):
     """The checker can fail: with a controller that commits new replica sets but never
     drives the partitions' groups to them, or never brings `default` back to the
-    cluster's membership after a call cut short, these seeds end with groups off theirs."""
+    cluster's membership after a call cut short, runs end with groups off theirs. Which
+    seeds show it moves with every change of schedule, so the first of a range that does
+    is taken (about one in three does)."""
     monkeypatch.setattr(ReplicaMover, left_out, lambda self, nursery: None)
     caught: list[str] = []
-    try:
-        run_seed(seed, size=3, membership=True, topics=topics)
-    except* Violation as group:
-        caught = [str(e) for e in group.exceptions]
+    for seed in range(30001, 30031):
+        try:
+            run_seed(seed, size=3, membership=True, topics=topics)
+        except* Violation as group:
+            caught = [str(e) for e in group.exceptions]
+        if caught:
+            break
     assert any("did not reach their replica sets" in c for c in caught), caught
+
+
+# Lost leader-table messages: every seed loses them in windows (bench/sim_faults.py,
+# lost_leader_tables) and checks that the tables name every partition's leader within a
+# few digest rounds once the losses end. Here each way of repair alone, the others off,
+# after every partition's leadership moved while every table message was lost:
+
+
+async def _leaders_move_while_tables_are_cut_off(cluster: Cluster, nursery) -> None:
+    for i in cluster.nodes:
+        await cluster.start(nursery, i)
+    await cluster.create_topics()
+    cluster.network.dropped_types = TABLE_MESSAGES
+    for node_id in cluster.nodes:
+        await cluster.crash(node_id)
+        await trio.sleep(3.0)
+        await cluster.start(nursery, node_id)
+        assert await cluster.wait_converged(timeout_s=10.0)
+    cluster.network.dropped_types = frozenset()
+
+
+def _no_digests(monkeypatch) -> None:
+    monkeypatch.setattr(LeaderTableSync, "_send_digests", lambda self: trio.sleep_forever())
+
+
+def test_without_repair_lost_updates_leave_tables_stale(monkeypatch):
+    """What the repair is for (and that the check can fail)."""
+    _no_digests(monkeypatch)
+
+    async def scenario() -> list[str]:
+        cluster = Cluster(7, 3)
+        async with trio.open_nursery() as nursery:
+            await _leaders_move_while_tables_are_cut_off(cluster, nursery)
+            await trio.sleep(4 * DIGEST_INTERVAL_S)
+            nursery.cancel_scope.cancel()
+        return stale_leader_tables(cluster)
+
+    assert run_deterministic(7, scenario)
+
+
+def test_digests_alone_repair_every_table(monkeypatch):
+    monkeypatch.setattr(LeaderTableSync, "report_to_new_controller", lambda self: None)
+
+    async def scenario() -> bool:
+        cluster = Cluster(7, 3)
+        async with trio.open_nursery() as nursery:
+            await _leaders_move_while_tables_are_cut_off(cluster, nursery)
+            current = await cluster.wait_tables_current(TABLE_REPAIR_BOUND_S)
+            nursery.cancel_scope.cancel()
+        return current
+
+    assert run_deterministic(7, scenario)
+
+
+def test_full_reports_alone_bring_a_new_controller_leader_up_to_date(monkeypatch):
+    """KUDU-1353: with no digests, the next controller leader still learns every
+    partition's leader from the nodes' reports."""
+    _no_digests(monkeypatch)
+
+    async def scenario() -> list[str]:
+        cluster = Cluster(7, 3)
+        async with trio.open_nursery() as nursery:
+            await _leaders_move_while_tables_are_cut_off(cluster, nursery)
+            old = cluster.leader_of(CONTROLLER_GROUP).node_id
+            await cluster.crash(old)
+            await cluster.start(nursery, old)
+            assert await cluster.wait_converged(timeout_s=10.0)
+            await trio.sleep(1.0)  # the reports' round trip
+            new = cluster.leader_of(CONTROLLER_GROUP)
+            ctl = cluster.nodes[new.node_id].node.controller_actor
+            stale = [
+                f"{p.topic}/{p.partition}"
+                for t in ctl.state.topics.values()
+                for p in t.partitions
+                if ctl.leader_hint(p.topic, p.partition) != cluster.leader_of(p.group_id).node_id
+            ]
+            nursery.cancel_scope.cancel()
+        return stale
+
+    assert run_deterministic(7, scenario) == []
 
 
 def test_a_run_whose_clock_stands_still_fails_instead_of_hanging(monkeypatch):

@@ -6,14 +6,17 @@ import trio.testing
 
 from quorumlog.transport import auth
 from quorumlog.transport.codec import encode_frame
-from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError
+from quorumlog.transport.errors import AuthError, ConnectionClosed, ProtocolError, WrongClusterError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.handshake import PROTOCOL_VERSION, dial_handshake, listen_handshake
+from quorumlog.transport.identity import ClusterIdentity
 from quorumlog.transport.messages import Challenge, ErrorCode, ErrorReply, Hello, Proof, Role
 from quorumlog.transport.network import ConnectionInfo
 
 
-async def shake(dialler_secret, listener_secret, *, role=Role.PEER, node_id=2):
+async def shake(
+    dialler_secret, listener_secret, *, role=Role.PEER, node_id=2, identities=(None, None)
+):
     dialler_stream, listener_stream = trio.testing.memory_stream_pair()
     outcome = {}
 
@@ -37,6 +40,7 @@ async def shake(dialler_secret, listener_secret, *, role=Role.PEER, node_id=2):
                     node_id=node_id,
                     secret=dialler_secret,
                     remote="listener",
+                    identity=identities[0],
                 ),
             )
             nursery.start_soon(
@@ -49,6 +53,7 @@ async def shake(dialler_secret, listener_secret, *, role=Role.PEER, node_id=2):
                     node_id=1,
                     secret=listener_secret,
                     remote="dialler",
+                    identity=identities[1],
                 ),
             )
     return outcome["dialler"], outcome["listener"]
@@ -133,3 +138,40 @@ async def test_listener_refusal_reaches_the_dialler_as_connection_closed():
         await dial_handshake(
             dialler_stream, FrameDecoder(), role=Role.CLIENT, node_id=None, secret=None, remote="x"
         )
+
+
+@pytest.mark.parametrize("secret", [None, b"s3cret"])
+async def test_nodes_of_different_clusters_refuse_each_other_on_both_sides(secret):
+    dialler_cluster, listener_cluster = ClusterIdentity("aaaa"), ClusterIdentity("bbbb")
+    dialler, listener = await shake(secret, secret, identities=(dialler_cluster, listener_cluster))
+    assert isinstance(dialler, WrongClusterError) and isinstance(listener, WrongClusterError)
+    assert "node 1 is of cluster bbbb, not of this node's aaaa" in str(dialler)
+    assert "node 2 is of cluster aaaa, not of this node's bbbb" in str(listener)
+    assert dialler_cluster.foreign == {1: "bbbb"}
+    assert listener_cluster.foreign == {2: "aaaa"}
+
+
+@pytest.mark.parametrize("ids", [("aaaa", "aaaa"), (None, "aaaa"), ("aaaa", None)])
+async def test_the_same_cluster_or_a_node_without_an_id_connects(ids):
+    identities = tuple(ClusterIdentity(cluster_id) for cluster_id in ids)
+    dialler, listener = await shake(None, None, identities=identities)
+    assert dialler == ConnectionInfo(role=Role.PEER, node_id=1, remote="listener")
+    assert listener == ConnectionInfo(role=Role.PEER, node_id=2, remote="dialler")
+    assert not identities[0].foreign and not identities[1].foreign
+
+
+async def test_a_client_states_no_cluster_and_is_served_by_any():
+    dialler, listener = await shake(
+        None, None, role=Role.CLIENT, node_id=None, identities=(None, ClusterIdentity("bbbb"))
+    )
+    assert dialler == ConnectionInfo(role=Role.PEER, node_id=1, remote="listener")
+    assert listener == ConnectionInfo(role=Role.CLIENT, node_id=None, remote="dialler")
+
+
+async def test_a_dialler_without_the_secret_cannot_make_a_node_note_it_foreign():
+    listener_cluster = ClusterIdentity("bbbb")
+    _, listener = await shake(
+        b"wrong", b"s3cret", identities=(ClusterIdentity("aaaa"), listener_cluster)
+    )
+    assert isinstance(listener, AuthError)
+    assert not listener_cluster.foreign

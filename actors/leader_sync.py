@@ -1,0 +1,183 @@
+"""How the leader table (controller/leaders.py) reaches every node, and is repaired when
+a message that fed it was lost (KUDU-1353, in the form that outlived the full report).
+
+Three ways, each covering what the one before can miss:
+
+1. **Updates.** Each node sends the leader changes of its own replicas to every other
+   node, batched every LEADER_UPDATES_INTERVAL_S. A send may be dropped (no connection, a
+   full queue): nothing resends it.
+2. **Reports.** A node that sees a new controller leader sends it a full report of its
+   replicas, and the leader answers with its whole table; a link that connects gets the
+   same at once (the node's own entries, and the whole table from the controller's
+   leader), since whatever was sent while it was down was lost.
+3. **Digests.** Every DIGEST_INTERVAL_S the controller's leader sends every node a hash
+   of its table. A node whose own table hashes otherwise (at the same point of the
+   controller's log) sends the leader a full report, and gets the whole table back. Every
+   entry's newest version starts at the node that hosts the replica, so after one round
+   of reports the leader holds the newest of everything, and after the next every node
+   does. This one alone repairs any loss, within a few intervals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING
+
+import msgpack
+import structlog
+import trio
+
+from quorumlog.controller.leaders import LeaderEntry, LeaderTable
+from quorumlog.transport.messages import LeaderDigest, LeaderUpdates
+
+if TYPE_CHECKING:
+    from quorumlog.actors.controller import ControllerActor
+    from quorumlog.actors.group import GroupActor
+
+logger = structlog.get_logger("quorumlog.controller")
+
+# Leader changes of this node's replicas go out at most this often, batched.
+LEADER_UPDATES_INTERVAL_S = 0.05
+# How often the controller's leader sends every node the hash of its table.
+DIGEST_INTERVAL_S = 2.0
+
+
+class LeaderTableSync:
+    def __init__(self, ctl: ControllerActor) -> None:
+        self._ctl = ctl
+        self.table = LeaderTable()
+        self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
+        self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
+        self._digest: tuple[tuple[int, int], bytes] | None = None  # cached, by its key
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._send_updates)
+            nursery.start_soon(self._send_digests)
+
+    # ------------------------------------------------------------------- feeding
+
+    def local_changed(self, topic: str, partition: int, group: GroupActor) -> None:
+        """One of this node's replicas saw a new leader or term."""
+        core = group.core
+        entry = LeaderEntry(
+            topic, partition, core.leader_id, core.term, self._revision(topic, partition)
+        )
+        if self.table.update(entry):
+            self._outgoing[entry.key] = entry
+            self._ctl.signal()
+
+    def on_updates(self, sender: int, message: LeaderUpdates) -> None:
+        try:
+            entries = [LeaderEntry(*e) for e in msgpack.unpackb(message.entries, raw=False)]
+        except (TypeError, ValueError, msgpack.UnpackException) as exc:
+            logger.warning("bad_leader_updates", error=str(exc))
+            return
+        if self.table.merge(entries):
+            self._ctl.signal()
+        if message.full and self._ctl.group.core.is_leader:
+            # The sender knows only what changed since it last heard: without the whole
+            # table it would never learn of a partition whose leader stays put.
+            self._send(sender, list(self.table), full=False)
+
+    def on_digest(self, sender: int, message: LeaderDigest) -> None:
+        core = self._ctl.group.core
+        if sender != core.leader_id or message.applied_through != self._ctl.applied_through:
+            return  # not the leader this node follows, or states apart: the next one
+        if message.digest != self.digest():
+            logger.info("leader_table_repair", node_id=self._ctl.node.id, leader=sender)
+            self._send(sender, self._own_entries(), full=True)
+
+    def peer_connected(self, peer: int) -> None:
+        """What was sent to `peer` while its link was down is lost: send it again."""
+        core = self._ctl.group.core
+        if core.is_leader:
+            self._send(peer, list(self.table), full=False)
+        else:
+            self._send(peer, self._own_entries(), full=peer == core.leader_id)
+
+    def report_to_new_controller(self) -> None:
+        """A new controller leader gets a full report of every replica hosted here."""
+        core = self._ctl.group.core
+        if core.leader_id is None or (core.leader_id, core.term) == self._reported_to:
+            return
+        self._reported_to = (core.leader_id, core.term)
+        entries = self._own_entries()
+        if core.leader_id == self._ctl.node.id:
+            self.table.merge(entries)
+        else:
+            self._send(core.leader_id, entries, full=True)
+
+    # ------------------------------------------------------------------- sending
+
+    async def _send_updates(self) -> None:
+        while True:
+            await trio.sleep(LEADER_UPDATES_INTERVAL_S)
+            if self._outgoing:
+                entries, self._outgoing = list(self._outgoing.values()), {}
+                message = LeaderUpdates(_pack(entries), False)
+                for peer in self._members():
+                    self._ctl.node.send_nowait(peer, message)
+
+    async def _send_digests(self) -> None:
+        while True:
+            await trio.sleep(DIGEST_INTERVAL_S)
+            if self._ctl.group.core.is_leader:
+                message = LeaderDigest(self.digest(), self._ctl.applied_through)
+                for peer in self._members():
+                    self._ctl.node.send_nowait(peer, message)
+
+    def _members(self) -> list[int]:
+        """The other nodes of the cluster: the controller group's members, learners too
+        (a node being added hosts replicas and answers clients before it votes)."""
+        config = self._ctl.group.core.config
+        members = set(self._ctl.state.brokers) | (set() if config is None else config.members)
+        return sorted(members - {self._ctl.node.id})
+
+    def _send(self, peer: int, entries: list[LeaderEntry], *, full: bool) -> None:
+        self._ctl.node.send_nowait(peer, LeaderUpdates(_pack(entries), full))
+
+    # ------------------------------------------------------------------- entries
+
+    def digest(self) -> bytes:
+        """A hash of the entries of the partitions the controller's state holds (an
+        update that arrived after its topic was deleted must not keep two tables apart
+        for ever), cached until the table or the state changes."""
+        key = (self.table.version, self._ctl.applied_through)
+        if self._digest is None or self._digest[0] != key:
+            rows = sorted(
+                (e.topic, e.partition, -1 if e.leader_id is None else e.leader_id, e.term)
+                for e in self.table
+                if self._is_placed(e)
+            )
+            value = hashlib.blake2b(msgpack.packb(rows), digest_size=16).digest()
+            self._digest = (key, value)
+        return self._digest[1]
+
+    def _is_placed(self, entry: LeaderEntry) -> bool:
+        topic = self._ctl.state.topics.get(entry.topic)
+        return (
+            topic is not None
+            and entry.partition < len(topic.partitions)
+            and entry.revision == topic.created_offset
+        )
+
+    def _revision(self, topic: str, partition: int) -> int:
+        """What orders a partition's leader entries before its terms: the creation of its
+        group (a topic deleted and created again is a new group whose terms start again).
+        Not the last move: within one group terms only grow."""
+        found = self._ctl.state.topics.get(topic)
+        return 0 if found is None else found.created_offset
+
+    def _own_entries(self) -> list[LeaderEntry]:
+        return [
+            LeaderEntry(t, p, g.core.leader_id, g.core.term, self._revision(t, p))
+            for (t, p), g in self._ctl.node.partitions.items()
+        ]
+
+
+def _pack(entries: list[LeaderEntry]) -> bytes:
+    return msgpack.packb(
+        [[e.topic, e.partition, e.leader_id, e.term, e.revision] for e in entries],
+        use_bin_type=True,
+    )
