@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from quorumlog.log.batch import BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.log.batch import TYPES_CHECKED, BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.log.records import field_type_problem
 from quorumlog.transport.messages import AppendRequest, ErrorCode, ErrorReply
 
 
@@ -24,6 +25,9 @@ def checked_batches(
         return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
     if not batches or any(h.batch_type is not BatchType.DATA for h, _ in batches):
         return ErrorReply(ErrorCode.PROTOCOL, "an append carries one or more data batches")
+    for header, batch in batches:
+        if not header.flags & TYPES_CHECKED and (problem := field_type_problem(batch, header)):
+            return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {problem}")
     if request.producer_id >= 0 and (
         len(batches) != 1
         or (batches[0][0].producer_id, batches[0][0].producer_seq)

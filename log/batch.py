@@ -18,7 +18,8 @@ Layout (little-endian):
                            or the leader's when it appended it (flag LOG_APPEND_TIME)
     48  1    batch_type     data | config | barrier
     49  1    compression    none | zstd | kafka (a Kafka record batch, log/kafka_batch.py)
-    50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`
+    50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`;
+                           TYPES_CHECKED: the maker checked every field is bytes
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -48,6 +49,10 @@ _BASE_OFFSET_POS = 8
 # flags: the leader stamped the batch (log/stamping.py); readers take `timestamp_ms` as every
 # record's timestamp, as Kafka does for its LogAppendTime topics.
 LOG_APPEND_TIME = 0x1
+# flags: the batch was made by quorumlog's own encoder (0.4 on), which checks that every
+# value, key and header value is bytes (or None) first; a leader checks the records of
+# batches without it (an older or foreign client) before they reach the log.
+TYPES_CHECKED = 0x2
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24
@@ -132,6 +137,7 @@ def build_batch(
     producer_id: int = -1,
     producer_seq: int = -1,
     timestamp_ms: int = 0,
+    flags: int = 0,
 ) -> bytes:
     """Make a batch from an already encoded payload."""
     if not 1 <= record_count <= RECORD_COUNT_MAX:
@@ -150,7 +156,7 @@ def build_batch(
             timestamp_ms,
             batch_type,
             compression,
-            0,
+            flags,
             len(payload),
             crc32c(payload),
         )

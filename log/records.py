@@ -18,6 +18,7 @@ from quorumlog.log import kafka_batch
 from quorumlog.log.batch import (
     HEADER_BYTES,
     LOG_APPEND_TIME,
+    TYPES_CHECKED,
     BatchError,
     BatchHeader,
     BatchType,
@@ -105,9 +106,7 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
     if compression == Compression.KAFKA:
         return _kafka_records(payload)
     try:
-        if compression == Compression.ZSTD:
-            payload = _decompressor().decompress(payload, max_output_size=DECOMPRESSED_BYTES_MAX)
-        items = msgpack.unpackb(payload, raw=False, use_list=True)
+        items = _unpacked(payload, compression)
         return [
             RawRecord(k, v, ts, h)
             if type(v) is bytes and (k is None or type(k) is bytes) and h is None
@@ -116,6 +115,12 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
         ]
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable record payload: {exc}") from None
+
+
+def _unpacked(payload: bytes | memoryview, compression: Compression) -> list:
+    if compression == Compression.ZSTD:
+        payload = _decompressor().decompress(payload, max_output_size=DECOMPRESSED_BYTES_MAX)
+    return msgpack.unpackb(payload, raw=False, use_list=True)
 
 
 def _mended(key, value, timestamp_ms: int, headers) -> RawRecord:
@@ -158,7 +163,10 @@ def make_data_batch(
     producer_seq: int = -1,
     compress: bool = True,
 ) -> bytes:
-    """Encode records into one data batch, ready to append."""
+    """Encode records into one data batch, ready to append. Every value, key and header
+    value must be bytes (or None): the client checks them at the call (quorumlog/
+    protocol.py) and the node's own records are bytes, so the batch says so
+    (TYPES_CHECKED) and the leader need not decode it to check again."""
     payload, compression = encode_records(records, compress)
     return build_batch(
         payload,
@@ -168,7 +176,28 @@ def make_data_batch(
         producer_id=producer_id,
         producer_seq=producer_seq,
         timestamp_ms=timestamp_ms,
+        flags=TYPES_CHECKED,
     )
+
+
+def field_type_problem(batch: bytes | memoryview, header: BatchHeader) -> str | None:
+    """What is not bytes in a data batch made without TYPES_CHECKED (by a client from
+    before 0.4, or another one), or None: a str stored as a value made every reader of
+    its partition fail."""
+    if header.compression == Compression.KAFKA:
+        return None  # Kafka's record format holds nothing but bytes
+    payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
+    try:
+        for i, (key, value, _, headers) in enumerate(_unpacked(payload, header.compression)):
+            for name, field in (("value", value), ("key", key)):
+                if field is not None and type(field) is not bytes:
+                    return f"record {i}: its {name} is {type(field).__name__}, not bytes"
+            for pair in headers or ():
+                if type(pair[0]) is not str or (pair[1] is not None and type(pair[1]) is not bytes):
+                    return f"record {i}: a header is not a (str, bytes) pair"
+    except (ValueError, TypeError, IndexError, zstandard.ZstdError, msgpack.UnpackException) as exc:
+        return f"undecodable record payload: {exc}"
+    return None
 
 
 def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRecord]:

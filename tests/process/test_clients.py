@@ -19,6 +19,10 @@ from quorumlog import (
     TooLargeError,
 )
 from quorumlog.localcluster import free_ports
+from quorumlog.log.batch import build_batch
+from quorumlog.log.records import encode_records
+from quorumlog.transport.messages import Acks, AppendRequest, ErrorCode, ErrorReply, Message
+from quorumlog.transport.tcp import open_connection
 
 
 async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
@@ -65,6 +69,26 @@ def test_bad_input_gets_clear_errors(cluster):
             c.append([b"x" * (100 * 1024 * 1024)])
         with pytest.raises(QuorumLogError):
             c.append([b"x"], acks="sometimes")
+
+
+def test_a_str_from_an_unchecked_client_is_refused_and_nothing_is_stored(cluster):
+    """A client that does not check types (before 0.4, or another language's) cannot
+    poison a partition: the leader refuses the append with one error."""
+    leader = cluster.wait_for_leader()
+    with Client(cluster.brokers) as c:
+        end = c.append([b"before"]) + 1
+        payload, _ = encode_records([(None, "a str", 0, None)], compress=False)
+        batch = build_batch(payload, record_count=1)
+
+        async def send() -> Message:
+            async with open_connection(cluster.address(leader)) as conn:
+                return await conn.request(AppendRequest(batch, Acks.QUORUM, -1, -1))
+
+        refused = trio.run(send)
+        assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.PROTOCOL
+        assert "its value is str, not bytes" in refused.message
+        assert c.append([b"after"]) == end
+        assert [r.value for r in c.read(end - 1, 10)] == [b"before", b"after"]
 
 
 def test_errors_leave_async_with_unwrapped():
