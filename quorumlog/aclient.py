@@ -243,15 +243,17 @@ class AsyncClient(ClientBase):
         max_records: int = 1000,
         topic: str = DEFAULT_TOPIC,
         partition: int = 0,
+        max_bytes: int = READ_BYTES_MAX,
     ) -> tuple[list[Record], int]:
         """`read`, and the offset to read next: past the control batches (leader barriers,
-        configurations) read over, so that a reader's position reaches a partition's end."""
+        configurations) read over, so that a reader's position reaches a partition's end.
+        At most `max_bytes` of batches, but always at least one whole batch."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
         position = offset
         with self._deadline():
             while True:
-                request = ReadRequest(position, READ_BYTES_MAX, topic, partition, self._leader_only)
+                request = ReadRequest(position, max_bytes, topic, partition, self._leader_only)
                 reply = await self._call(request, to_leader=True)
                 assert isinstance(reply, ReadReply)
                 if not reply.batches:

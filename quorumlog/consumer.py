@@ -15,6 +15,9 @@ to this member (`lease_timeout`), `ack` settles one, `release` hands it back; bo
 sent with the next poll or `commit` (consumers/queue.py and actors/queue_calls.py say
 how the coordinator keeps the leases).
 
+What a member reads ahead of `poll`, all its partitions together, stays within
+`buffer_bytes` (64 MiB by default; quorumlog/fetcher.py says how it is shared).
+
 `Consumer` is the blocking form: it runs an `AsyncConsumer` on a trio loop of its own.
 """
 
@@ -36,7 +39,7 @@ from quorumlog.errors import (
     QuorumLogError,
     UnreachableError,
 )
-from quorumlog.fetcher import PartitionFetch
+from quorumlog.fetcher import BUFFER_BYTES, PartitionFetch, ReadAheadBudget
 from quorumlog.leases import Leases
 from quorumlog.loop_thread import LoopThread
 from quorumlog.protocol import Record
@@ -58,6 +61,7 @@ class AsyncConsumer:
         lease_timeout: float = 30.0,
         max_deliveries: int = 5,
         timeout: float = 10.0,
+        buffer_bytes: int = BUFFER_BYTES,
         secret: bytes | str | None = None,
         tls_ca: str | None = None,
         tls_cert: str | None = None,
@@ -86,6 +90,7 @@ class AsyncConsumer:
             self._client, group, self.member, start, lease_timeout, max_deliveries
         )  # queue mode
         self._fetches: dict[TopicPartition, PartitionFetch] = {}  # the partitions consumed
+        self._read_ahead = ReadAheadBudget(buffer_bytes)  # all their buffers together
         self._committed: dict[TopicPartition, int | None] = {}  # as last known
         self._target: set[TopicPartition] = set()
         self._granted: dict[TopicPartition, int | None] = {}  # may start: committed position
@@ -259,10 +264,12 @@ class AsyncConsumer:
         if revoked:
             await self._commit(revoked)
             for tp in revoked:
-                self._fetches.pop(tp).scope.cancel()
+                self._drop(self._fetches.pop(tp))
         started = [tp for tp in self._granted if tp not in self._fetches]
+        self._read_ahead.partitions = len(self._fetches) + len(started)
         for tp in started:
-            fetch = PartitionFetch(*tp, await self._start_position(tp, self._granted[tp]))
+            position = await self._start_position(tp, self._granted[tp])
+            fetch = PartitionFetch(*tp, position, self._read_ahead)
             self._fetches[tp] = fetch
             self._committed[tp] = self._granted[tp]
             assert self._nursery is not None
@@ -314,8 +321,13 @@ class AsyncConsumer:
 
     def _stop_all(self) -> None:
         for fetch in self._fetches.values():
-            fetch.scope.cancel()
+            self._drop(fetch)
         self._fetches.clear()
+
+    @staticmethod
+    def _drop(fetch: PartitionFetch) -> None:
+        fetch.scope.cancel()
+        fetch.drop()
 
 
 class Consumer:
