@@ -40,6 +40,7 @@ logger = structlog.get_logger("quorumlog.storage")
 
 LOG_DIR = "log"
 CONTROLLER_DIR = "controller"
+CONTROLLER_TOPIC = "__controller"  # how offline tools name the controller's group
 TOPICS_DIR = "topics"
 GROUP_FILE = "group"
 
@@ -383,14 +384,15 @@ def _partition_dirs(fs: FileSystem, data_dir: str) -> list[tuple[str, int, str]]
     return found
 
 
-def group_dirs(fs: FileSystem, data_dir: str) -> list[str]:
-    """Every group folder of a node's data directory, the controller's first (for offline
-    tools; a 0.3 directory is one group)."""
+def group_dirs(fs: FileSystem, data_dir: str) -> list[tuple[str, int, str]]:
+    """Every group folder of a node's data directory as (topic, partition, folder), the
+    controller's first as CONTROLLER_TOPIC (for offline tools; a 0.3 directory is one
+    group, partition 0 of `default`)."""
     if fs.exists(os.path.join(data_dir, METADATA_FILE)):
-        return [data_dir]
+        return [(DEFAULT_TOPIC, 0, data_dir)]
     controller = os.path.join(data_dir, CONTROLLER_DIR)
-    found = [controller] if fs.exists(controller) else []
-    return found + [d for _, _, d in _partition_dirs(fs, data_dir)]
+    found = [(CONTROLLER_TOPIC, 0, controller)] if fs.exists(controller) else []
+    return found + _partition_dirs(fs, data_dir)
 
 
 def _hosts_partitions(fs: FileSystem, data_dir: str) -> bool:

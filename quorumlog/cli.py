@@ -269,33 +269,31 @@ def demo() -> None:
 @click.option(
     "--inspect", is_flag=True, help="Only compare the given data directories; change nothing."
 )
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object per group.")
 @click.option("--yes", is_flag=True, help="Really rewrite the configuration.")
 def unsafe_recover(
-    data_dirs: tuple[str, ...], members: str | None, inspect: bool, yes: bool
+    data_dirs: tuple[str, ...], members: str | None, inspect: bool, as_json: bool, yes: bool
 ) -> None:
     """Recover from the loss of a majority: DANGEROUS, acknowledged records may be lost.
 
     \b
     Example (nodes 2 and 3 are lost for good; node 1 survives, stopped):
-      quorumlog unsafe-recover --inspect --data /var/lib/ql/1
+      quorumlog unsafe-recover --inspect --data /var/lib/ql/1   # every group: what is lost
       quorumlog unsafe-recover --data /var/lib/ql/1 --members 1=10.0.0.1:7001 --yes
     Then start node 1 and add the others back with `members add`.
     """
     from quorumlog import recover
 
     try:
-        replicas = [recover.inspect(d) for d in data_dirs]
+        reports = recover.inspect(data_dirs)
     except Exception as exc:  # damaged or foreign data: one line, like every command
         raise click.ClickException(str(exc)) from None
-    for replica in replicas:
-        click.echo(json.dumps(replica.to_row()))
-    best, lost = recover.lost_range(replicas)
-    click.echo(
-        f"most up to date: {best.data_dir} (last offset {best.last_offset}, term {best.last_term})"
-    )
-    if lost is not None:
+    for report in reports:  # every group, the controller's first
+        click.echo(json.dumps(report.to_json()) if as_json else report.to_line())
+    losing = [f"{r.topic}/{r.partition}" for r in reports if r.lost is not None]
+    if losing:
         click.echo(
-            f"WARNING: offsets {lost[0]}..{lost[1]} were committed but are on no survivor: "
+            f"WARNING: committed records are on no survivor in {', '.join(losing)}: "
             "they will be lost",
             err=True,
         )

@@ -6,17 +6,19 @@ configuration the replica has seen, and records it as committed in the replica's
 metadata, so that the node can elect itself; the others are then added back with
 `members add`. This throws away the guarantee: records committed on the lost
 majority but absent from this replica are gone, and `--inspect` over every surviving data
-directory says which offsets those are, from the highest commit offset any survivor knew.
+directory says, for every group, which survivor holds the most and which offsets no
+survivor holds, from the highest commit offset any survivor knew.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import trio
 
-from quorumlog.actors.storage import LOG_DIR, group_dirs, partition_dir
+from quorumlog.actors.storage import CONTROLLER_TOPIC, LOG_DIR, group_dirs
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.batch import BatchType, split_batches
 from quorumlog.log.files import OsFileSystem
@@ -67,15 +69,59 @@ def _config_version(log: Log, meta_config, config_offset: int) -> int:
     return version
 
 
-def _default_dir(data_dir: str) -> str:
-    """Partition 0 of `default`: the log the report speaks of (a 0.3 directory is it)."""
-    dirs = group_dirs(OsFileSystem(), data_dir)
-    return dirs[0] if dirs == [data_dir] else partition_dir(data_dir, DEFAULT_TOPIC, 0)
+@dataclass(frozen=True)
+class GroupReport:
+    """One group across the surviving data directories given."""
+
+    topic: str  # CONTROLLER_TOPIC for the controller's group
+    partition: int
+    replicas: list[Replica]
+
+    @property
+    def lost(self) -> tuple[int, int] | None:
+        """The offsets known committed that no survivor holds."""
+        return lost_range(self.replicas)[1]
+
+    def to_json(self) -> dict:
+        best, lost = lost_range(self.replicas)
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "replicas": [r.to_row() for r in self.replicas],
+            "last_offsets": {r.data_dir: r.last_offset for r in self.replicas},
+            "best": best.data_dir,
+            "best_last_offset": best.last_offset,
+            "lost": None if lost is None else list(lost),
+        }
+
+    def to_line(self) -> str:
+        best, lost = lost_range(self.replicas)
+        offsets = ", ".join(f"{r.data_dir} {r.last_offset}" for r in self.replicas)
+        line = (
+            f"{self.topic}/{self.partition}: best {best.data_dir} (last offset "
+            f"{best.last_offset}, term {best.last_term}); last offsets: {offsets}"
+        )
+        if lost is not None:
+            line += f"; offsets {lost[0]}..{lost[1]} were committed but are on no survivor"
+        return line
 
 
-def inspect(data_dir: str) -> Replica:
-    """What partition 0 of `default` holds in this data directory."""
-    log, store = _open(_default_dir(data_dir))
+def inspect(data_dirs: Sequence[str]) -> list[GroupReport]:
+    """Every group (the controller's first) as the given data directories hold it."""
+    fs = OsFileSystem()
+    found: dict[tuple[str, int], list[Replica]] = {}
+    for data_dir in data_dirs:
+        groups = group_dirs(fs, data_dir)
+        if not groups:
+            raise ValueError(f"{data_dir} holds no quorumlog node")
+        for topic, partition, directory in groups:
+            found.setdefault((topic, partition), []).append(_replica(data_dir, directory))
+    order = sorted(found, key=lambda key: (key[0] != CONTROLLER_TOPIC, key))
+    return [GroupReport(topic, partition, found[(topic, partition)]) for topic, partition in order]
+
+
+def _replica(data_dir: str, group_dir: str) -> Replica:
+    log, store = _open(group_dir)
     try:
         meta = store.load()
         return Replica(
@@ -102,11 +148,11 @@ def lost_range(replicas: list[Replica]) -> tuple[Replica, tuple[int, int] | None
 def recover(data_dir: str, members: dict[int, str]) -> Configuration:
     """Rewrite the configuration of every group in `data_dir` to `members`; returns the
     new configuration of partition 0 of `default`."""
-    dirs = group_dirs(OsFileSystem(), data_dir)
-    if not dirs:
+    groups = group_dirs(OsFileSystem(), data_dir)
+    if not groups:
         raise ValueError(f"{data_dir} holds no quorumlog node")
-    configs = {d: _recover_group(d, members) for d in dirs}
-    return configs[_default_dir(data_dir)]
+    configs = {(t, p): _recover_group(d, members) for t, p, d in groups}
+    return configs[(DEFAULT_TOPIC, 0)]
 
 
 def _recover_group(group_dir: str, members: dict[int, str]) -> Configuration:

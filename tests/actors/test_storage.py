@@ -42,7 +42,10 @@ def test_a_new_node_bootstraps_the_controller_and_default_with_the_same_voters()
     node.close()
     again = open_node(fs, peers=None)
     assert [g.group_id for g in again.groups] == [CONTROLLER_GROUP, DEFAULT_GROUP]
-    assert group_dirs(fs, "/data") == ["/data/controller", "/data/topics/default/0"]
+    assert group_dirs(fs, "/data") == [
+        ("__controller", 0, "/data/controller"),
+        ("default", 0, "/data/topics/default/0"),
+    ]
 
 
 def test_a_joining_node_waits_for_its_configurations_and_an_empty_one_needs_peers():

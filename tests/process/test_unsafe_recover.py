@@ -16,6 +16,9 @@ def ql(*args: str) -> subprocess.CompletedProcess:
 def test_the_survivor_takes_over_and_reports_what_may_be_lost(cluster):
     cluster.wait_for_leader()
     with cluster.client() as c:
+        c.create_topic("kept", partitions=2)
+        for p in range(2):
+            c.append([b"kept-%d" % p] * (p + 1), topic="kept", partition=p)
         first = c.append([b"before-%d" % i for i in range(100)])
     cluster.wait_converged()
     cluster.kill(2)
@@ -23,11 +26,22 @@ def test_the_survivor_takes_over_and_reports_what_may_be_lost(cluster):
     cluster.kill(1, signal.SIGTERM)
     survivor = cluster.data_dir(1)
 
-    out = ql("unsafe-recover", "--inspect", "--data", survivor)
+    out = ql(
+        "unsafe-recover", "--inspect", "--json", "--data", survivor, "--data", cluster.data_dir(2)
+    )
     assert out.returncode == 0, out.stderr
-    row = json.loads(out.stdout.splitlines()[0])
-    assert row["last_offset"] >= first + 99
-    assert row["known_commit_offset"] >= first + 99
+    groups = {(g["topic"], g["partition"]): g for g in map(json.loads, out.stdout.splitlines())}
+    assert next(iter(groups)) == ("__controller", 0), "the controller's group first"
+    assert {("default", 0), ("kept", 0), ("kept", 1)} <= groups.keys()
+    default = groups[("default", 0)]
+    assert default["last_offsets"][survivor] >= first + 99
+    assert default["replicas"][0]["known_commit_offset"] >= first + 99
+    assert default["best"] in (survivor, cluster.data_dir(2)) and default["lost"] is None
+    assert set(groups[("kept", 1)]["last_offsets"]) == {survivor, cluster.data_dir(2)}
+    lines = ql("unsafe-recover", "--inspect", "--data", survivor).stdout.decode().splitlines()
+    assert lines[0].startswith("__controller/0: best ") and any(
+        line.startswith("kept/1: best ") for line in lines
+    ), lines
 
     members = f"1={cluster.address(1)}"
     out = ql("unsafe-recover", "--data", survivor, "--members", members)
