@@ -116,6 +116,10 @@ class ReplicationRules:
                 steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
                 budget = s.steady_bytes_max if steady else s.chunk_bytes_max
                 chunk = log.read(p.next_offset, budget)
+                if steady and chunk.last_offset < log.dirty_offset:
+                    # More than one steady message behind: a recovery, in chunks from its
+                    # first message on (it was up to steady_bytes_max).
+                    chunk = log.read(p.next_offset, s.chunk_bytes_max)
             else:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
             # More than this message to send: the follower is recovering (seed 004).
