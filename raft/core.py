@@ -266,6 +266,7 @@ class RaftCore(
             if self.role is Role.LEADER:
                 self._retransmit_stalled(now)
                 self._maybe_promote()
+                self._abandon_stalled_learners()
                 self.pump()
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
             self._on_election_timeout(now)

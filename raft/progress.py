@@ -33,6 +33,7 @@ class Progress:
     rate: ReplicationRate = field(default_factory=ReplicationRate)
     last_contact_s: float = -math.inf
     last_reply_s: float = -math.inf
+    advanced_s: float = -math.inf  # when its match offset last grew (or it was tracked)
     # A witness joining as a learner starts its log here (the commit offset + 1 when it was
     # added) instead of copying the log: it needs only what is not yet committed.
     floor: int = 0

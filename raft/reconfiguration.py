@@ -11,6 +11,7 @@ from quorumlog.membership.changes import (
     check_safe_transition,
     leave_joint,
     promote,
+    remove,
 )
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch
@@ -54,6 +55,7 @@ class ReconfigurationRules:
                 floor or self.log.dirty_offset + 1,  # a witness's log starts at its floor
                 last_contact_s=self.now,
                 last_reply_s=self.now,
+                advanced_s=self.now,
                 floor=floor,
             )
         for peer in self.progress.keys() - members:
@@ -136,6 +138,29 @@ class ReconfigurationRules:
                 continue
             if learner in config.witnesses or self.holds_the_log(p):
                 self.propose_config(promote(config, learner))
+                return
+
+    def _abandon_stalled_learners(self) -> None:
+        """Remove a learner that is not caught up and whose log has not advanced for
+        `learner_abandon_s`: an `add` cut short, or a node that is gone, would otherwise
+        stay in the configuration for ever. One change at a time."""
+        config = self.config
+        if self.role is not Role.LEADER or self.configs.change_in_flight or config.is_joint:
+            return
+        for learner in sorted(config.learners):
+            p = self.progress.get(learner)
+            if p is None or self.now - p.advanced_s < self.settings.learner_abandon_s:
+                continue
+            if not self.caught_up(p):
+                logger.warning(
+                    "learner_abandoned",
+                    node_id=self.id,
+                    group=self.group_id,
+                    learner=learner,
+                    match_offset=p.match_offset,
+                    stalled_s=round(self.now - p.advanced_s),
+                )
+                self.propose_config(remove(config, learner))
                 return
 
     def caught_up(self, p: Progress) -> bool:

@@ -183,6 +183,8 @@ class ReplicationRules:
             p.probing = True
             p.forget_inflight()
         if reply.result is AppendResult.SUCCESS:
+            if reply.last_dirty > p.match_offset:
+                p.advanced_s = now
             p.match_offset = max(p.match_offset, reply.last_dirty)
             p.flushed_offset = max(p.flushed_offset, min(reply.last_flushed, p.match_offset))
             p.dirty_offset = reply.last_dirty

@@ -55,6 +55,9 @@ class RaftSettings:
     slow_fsync_min_s: float = 0.01
     slow_fsync_for_s: float = 2.0
     slow_fsync_cooldown_s: float = 60.0
+    # A learner whose log has not advanced for this long while it is not caught up (its
+    # node is gone, or an `add` was cut short) is removed by the leader.
+    learner_abandon_s: float = 600.0
 
     def __post_init__(self) -> None:
         assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
@@ -65,3 +68,4 @@ class RaftSettings:
             and min(self.recovery_window_bytes, self.steady_inflight_max) > 0
         )
         assert self.slow_fsync_factor > 1 and self.slow_fsync_min_s > 0
+        assert self.learner_abandon_s > 0

@@ -421,6 +421,34 @@ def test_a_learner_votes_when_asked_so_that_a_joint_configuration_can_elect():
     assert core.role is Role.LEARNER, "voting does not make it a candidate"
 
 
+def test_a_learner_that_stalls_behind_is_removed_after_learner_abandon_s():
+    """An `add` cut short leaves a learner that never catches up: after learner_abandon_s
+    without its log advancing, the leader removes it; one that advances stays."""
+    with_learner = Configuration(
+        version=1,
+        voters=frozenset({1, 2, 3}),
+        learners=frozenset({4}),
+        learners_to_promote=frozenset({4}),
+        addresses={**PEERS, 4: "127.0.0.1:7004"},
+    )
+    abandon_s = SETTINGS.learner_abandon_s
+    for advancing in (False, True):
+        core = make_core(config=with_learner)
+        elect(core)
+        for i in range(3):
+            now = 10.0 + (i + 1) * abandon_s / 3
+            propose(core, batch_of(b"x"), now, False)
+            for peer in (2, 3, 4) if advancing else (2, 3):
+                end = core.log.dirty_offset
+                core.step(
+                    peer,
+                    AppendEntriesReply(0, peer, core.term, -1, end, AppendResult.SUCCESS, -1, -1),
+                    now,
+                )
+            core.tick(now)
+        assert (4 in core.config.members) is advancing, advancing
+
+
 def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
     s = SETTINGS
     healthy, slow = make_core(node_id=2), make_core(node_id=3)
