@@ -4,7 +4,8 @@ A batch a Kafka producer wrote goes back as it came, with its base offset patche
 (a term's barrier, a configuration) becomes an empty batch over its offsets, so that
 consumers step over it. The high watermark is the commit offset + 1: nothing uncommitted
 is ever served (I5). A fetch that finds less than `min_bytes` waits, up to `max_wait`, for
-its partitions to commit more.
+its partitions to commit more; one response carries at most the request's `max_bytes`
+(and FETCH_BYTES_MAX), except for a first batch larger than that.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 
 LATEST, EARLIEST = -1, -2
 SCAN_BYTES = 1024 * 1024
+# The most one Fetch response carries, whatever the client asks (Kafka's broker default,
+# fetch.max.bytes, is 55 MiB): a fetch of a thousand partitions must not read a thousand
+# MiB into the node's memory.
+FETCH_BYTES_MAX = 50 * 1024 * 1024
 # Leader epochs are left out (-1): clients then skip KIP-320's truncation checks, which
 # need OffsetForLeaderEpoch; a Raft log never loses a committed record anyway.
 NO_EPOCH = -1
@@ -39,12 +44,20 @@ class Fetch:
     async def fetch(self, request, version: int) -> dict:
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
         deadline = trio.current_time() + request.max_wait.total_seconds()
+        # The response's bytes, all partitions together (v3 on; a broker's cap besides).
+        limit = min(getattr(request, "max_bytes", None) or FETCH_BYTES_MAX, FETCH_BYTES_MAX)
         while True:
-            answers = [
-                self._read(topic, p.partition, p.fetch_offset, p.partition_max_bytes)
-                for topic, p in wanted
-            ]
-            size = sum(len(a.get("records") or b"") for _, a in answers)
+            answers, size = [], 0
+            for topic, p in wanted:
+                # Kafka's rule: past the limit the partitions still answer, with no records;
+                # the first one with records gets at least one whole batch.
+                room = min(p.partition_max_bytes, limit - size) if size < limit else 0
+                group, answer = self._read(topic, p.partition, p.fetch_offset, room)
+                records = answer.get("records") or b""
+                if size and len(records) > room:  # a first batch larger than what is left
+                    answer["records"] = records = b""
+                answers.append((group, answer))
+                size += len(records)
             waiting = [g for g, a in answers if g is not None and a["error_code"] == K.none]
             if size >= request.min_bytes or not waiting or trio.current_time() >= deadline:
                 break
@@ -61,7 +74,6 @@ class Fetch:
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error}
-        reply = read_committed(group, offset, max_bytes)
         core, log = group.core, group.log
         answer = {
             "partition_index": partition,
@@ -69,6 +81,9 @@ class Fetch:
             "last_stable_offset": core.commit_offset + 1,
             "log_start_offset": log.log_start_offset,
         }
+        if max_bytes <= 0:
+            return group, {**answer, "records": b"", "error_code": K.none}
+        reply = read_committed(group, offset, max_bytes)
         if isinstance(reply, ErrorReply):
             return group, {**answer, "error_code": kafka_error(reply)}
         answer["records"] = as_kafka(reply.batches) if reply.batches else b""

@@ -27,6 +27,7 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as AioTopicPartition
     from kafka import KafkaProducer
+    from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
     from kafka.protocol.metadata import (
         ApiVersionsRequest,
         ApiVersionsResponse,
@@ -411,6 +412,49 @@ def test_list_offsets_by_time_finds_the_first_record_at_or_after_it(cluster, adm
                 assert (partition, delta, found.offset) == (partition, delta, expected)
     finally:
         consumer.close()
+
+
+def test_a_fetch_carries_at_most_its_max_bytes_over_all_partitions(cluster, admin):
+    """KIP-74: the request's max_bytes bounds the whole response (the first batch goes
+    whole); past it the partitions answer with no records, so a fetch of many partitions
+    cannot take a partition's maximum of memory for each."""
+    partitions = 6
+    with cluster.client(timeout=20) as client:
+        client.create_topic("bounded", partitions=partitions, replicas=3)
+        for p in range(partitions):
+            for _ in range(16):  # 16 batches of 4 KiB each
+                client.append([random.randbytes(4096)], topic="bounded", partition=p)
+    leaders = [leader_of(admin, "bounded", p) for p in range(partitions)]
+    node = max(set(leaders), key=leaders.count)
+    led = [p for p in range(partitions) if leaders[p] == node]
+    assert len(led) >= 2
+    topic = FetchRequest.FetchTopic(
+        topic="bounded",
+        partitions=[
+            FetchRequest.FetchTopic.FetchPartition(
+                partition=p, fetch_offset=0, log_start_offset=-1, partition_max_bytes=1 << 20
+            )
+            for p in led
+        ],
+    )
+    for max_bytes, at_most in ((10_000, 10_000 + 4200), (1 << 30, None)):
+        request = FetchRequest[4](
+            replica_id=-1,
+            max_wait_ms=100,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            topics=[topic],
+        )
+        with connect(cluster, node) as sock:
+            response = call(sock, request, FetchResponse, 7)
+        answers = response.responses[0].partitions
+        sizes = [len(a.records or b"") for a in answers]
+        assert all(a.error_code == 0 for a in answers)
+        if at_most is None:
+            assert all(size > 60_000 for size in sizes), sizes  # each partition whole
+        else:
+            assert 0 < sum(sizes) <= at_most and max(sizes[1:]) < 4096, sizes
 
 
 def test_a_batch_whose_records_do_not_match_its_header_is_refused(cluster, admin):
