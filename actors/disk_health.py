@@ -67,6 +67,7 @@ class DiskHealth:
         self._settings = settings
         self.disks: dict[int, Disk] = {node_id: Disk()}
         self._pass_started_s: float | None = None
+        self.stalled_s = -math.inf  # when this node's process last stood still (stall_watch)
 
     # ----------------------------------------------------------------------- inputs
 
@@ -140,10 +141,13 @@ class DiskHealth:
         return since is not None and now - since >= self._settings.slow_fsync_for_s
 
     def avoided(self, node_id: int, now: float) -> bool:
-        """Slow for `slow_fsync_for_s`, now or within the cooldown: no leadership for this
-        node while another can lead."""
+        """Slow for `slow_fsync_for_s`, now or within the cooldown (or, this node, its
+        process starved within it): no leadership for this node while another can lead."""
+        cooldown_s = self._settings.slow_fsync_cooldown_s
+        if node_id == self.node_id and now - self.stalled_s < cooldown_s:
+            return True
         disk = self.disks.get(node_id)
-        return disk is not None and now - disk.last_slow_s < self._settings.slow_fsync_cooldown_s
+        return disk is not None and now - disk.last_slow_s < cooldown_s
 
     def fastest(self, candidates: list[int], now: float) -> int | None:
         """The candidate with the fastest disk among those not avoided (unknown counts
@@ -167,20 +171,25 @@ async def hand_over_from_slow_disk(node: Node) -> None:
         await trio.sleep(CHECK_INTERVAL_S)
         now = trio.current_time()
         health.judge(now)
-        if not health.should_hand_over(now):
+        if health.should_hand_over(now):
+            await hand_over_leaderships(node, now)
+
+
+async def hand_over_leaderships(node: Node, now: float) -> None:
+    """Give the groups this node leads to the caught-up voters with the fastest disks, a
+    bounded number at a time."""
+    moved = 0
+    for group in list(node.groups.values()):
+        core = group.core
+        if not core.is_leader or core.transfer is not None:
             continue
-        moved = 0
-        for group in list(node.groups.values()):
-            core = group.core
-            if not core.is_leader or core.transfer is not None:
-                continue
-            target = health.fastest(core.live_voters(), now)
-            if target is None:
-                continue
-            if await group.call_core(lambda c, t=target: c.transfer_to_live_voter(t)):
-                logger.info(
-                    "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
-                )
-                moved += 1
-                if moved >= HAND_OVERS_PER_CHECK_MAX:
-                    break
+        target = node.disk_health.fastest(core.live_voters(), now)
+        if target is None:
+            continue
+        if await group.call_core(lambda c, t=target: c.transfer_to_live_voter(t)):
+            logger.info(
+                "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
+            )
+            moved += 1
+            if moved >= HAND_OVERS_PER_CHECK_MAX:
+                break

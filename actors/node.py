@@ -34,6 +34,7 @@ from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.manager import GroupManager
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
 from quorumlog.controller.state import DEFAULT_TOPIC, Partition
@@ -206,6 +207,7 @@ class Node:
             nursery.start_soon(self.controller_actor.run)
             nursery.start_soon(balance_leaders, self)
             nursery.start_soon(hand_over_from_slow_disk, self)
+            nursery.start_soon(watch_stalls, self)
             nursery.start_soon(ReplicaMover(self).run)
             nursery.start_soon(self.coordinator.run)
             task_status.started(self)

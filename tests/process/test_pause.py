@@ -37,6 +37,23 @@ def test_a_paused_leader_is_replaced_and_steps_down_when_resumed(cluster):
         check_no_loss(c, producer.acked)
 
 
+def test_a_leader_starved_of_cpu_hands_its_leadership_over(cluster):
+    """Stopped 200 ms in every 400, a leader keeps its followers' votes while each append
+    waits out its pauses: it hands its groups to a healthy voter (actors/stall_watch.py)."""
+    leader = cluster.wait_for_leader()
+    proc = cluster.procs[leader]
+    for _ in range(8):
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.2)
+    statuses = cluster.wait_converged()
+    leaders = [s["node_id"] for s in statuses.values() if s["role"] == "leader"]
+    assert len(leaders) == 1 and leaders != [leader], (leader, leaders)
+    with open(f"{cluster.root}/node{leader}.log") as log:
+        assert "process_stalled" in log.read()
+
+
 @pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
 def test_a_call_waiting_on_a_paused_leader_goes_to_the_one_elected_meanwhile(cluster, kind):
     """Tries here would wait out the whole call: only the leader watch, asking the other
