@@ -8,7 +8,9 @@
   target: at most the session timeout + 1 s);
 - queue mode (bench/consume_queue.py);
 - `quorumlog consume` of a partition of small lines (1M; 100,000 --tiny) to /dev/null,
-  against an AsyncClient.read loop over the same records (the target: x0.8).
+  against an AsyncClient.read loop over the same records (the target: x0.8);
+- one consumer of 1,000 partitions (512 KB each; 256 KB --quick) polling slowly: how much
+  its memory grows against its read-ahead bound (`buffer_bytes`, 64 MiB by default).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.consume_queue import queue_rows
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, running_cluster
+from quorumlog.fetcher import BUFFER_BYTES
 from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 
 TOPIC = "bench-consume"
@@ -47,11 +50,13 @@ class Sizes:
     latency_s: float
 
     cli_records: int
+    wide_partitions: int
+    wide_records: int  # per partition
 
 
-FULL = Sizes(100_000, 3, kills=5, queue_records=50_000, latency_s=20.0, cli_records=1_000_000)
-QUICK = Sizes(50_000, 2, kills=2, queue_records=20_000, latency_s=8.0, cli_records=1_000_000)
-TINY = Sizes(1_000, 1, kills=1, queue_records=1_000, latency_s=1.0, cli_records=100_000)
+FULL = Sizes(100_000, 3, 5, 50_000, 20.0, 1_000_000, wide_partitions=1000, wide_records=2000)
+QUICK = Sizes(50_000, 2, 2, 20_000, 8.0, 1_000_000, wide_partitions=1000, wide_records=1000)
+TINY = Sizes(1_000, 1, 1, 1_000, 1.0, 100_000, wide_partitions=20, wide_records=500)
 
 
 async def fill(brokers: str, topic: str, partitions: int, per_partition: int) -> None:
@@ -257,6 +262,22 @@ def _cli_row(cluster: ProcessCluster, records: int, rounds: int) -> dict:
     }
 
 
+def _wide_row(cluster: ProcessCluster, partitions: int, per_partition: int) -> dict:
+    """One consumer of many partitions polling slowly, in a process of its own: how much
+    its memory grew, against its read-ahead bound (quorumlog/fetcher.py)."""
+    trio.run(fill, cluster.brokers, "wide", partitions, per_partition)
+    args = [sys.executable, "-m", "quorumlog.bench.consumer_memory", cluster.brokers, "wide"]
+    out = subprocess.run([*args, str(BUFFER_BYTES), "10"], capture_output=True, check=True)
+    polled, grown = map(int, out.stdout.split())
+    return {
+        "figure": f"one consumer of {partitions:,} partitions, polling slowly for 10 s",
+        "topic_mb": round(partitions * per_partition * RECORD_BYTES / 1e6),
+        "rss_grown_mb": round(grown / 1e6, 1),
+        "buffer_bytes_mb": round(BUFFER_BYTES / 1e6, 1),
+        "records_polled": polled,
+    }
+
+
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     sizes = TINY if tiny else QUICK if quick else FULL
     with running_cluster("consume") as cluster:
@@ -265,6 +286,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         rows += _takeover_rows(cluster, sizes.kills)
         rows += queue_rows(cluster, sizes.queue_records, sizes.rounds, sizes.latency_s)
         rows.append(_cli_row(cluster, sizes.cli_records, sizes.rounds))
+        rows.append(_wide_row(cluster, sizes.wide_partitions, sizes.wide_records))
         rows.append({"figure": "scenario wall time", "s": round(time.monotonic() - started, 1)})
     return rows
 
