@@ -154,3 +154,7 @@ class PartitionFetch:
                 else:
                     await trio.sleep(pause)
                     pause = min(pause * 2, IDLE_PAUSE_S_MAX)
+        if self.scope.cancel_called:
+            # Dropped (revoked): a read that ended as it was cancelled still buffered
+            # what it got; give that room back too, or the budget would shrink for good.
+            self.drop()
