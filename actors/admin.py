@@ -110,6 +110,10 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
         if group is None:
             return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"node {node.id} hosts no group {group_id}")
         return await handle_group_admin(group, request)
+    if request.op == "promote_member":
+        reply = await _backfill_witness(node, request)
+        if reply is not None:
+            return reply
     reply = await handle_group_admin(node.controller, request)
     if not isinstance(reply, AdminReply):
         return reply
@@ -122,6 +126,29 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
         ErrorCode.TIMEOUT,
         f"{request.op}: the cluster's configuration changed, but the topic 'default' did not "
         "follow in time: retry",
+    )
+
+
+async def _backfill_witness(node: Node, request: AdminRequest) -> Message | None:
+    """A witness of `default` holds only the log's tail: before it may lead, its leader
+    copies it the rest (raft/backfill.py). None once it holds the whole log."""
+    node_id = check_node_id(request.args["node_id"])
+    config = node.default_group.core.config
+    if config is None or node_id not in config.witnesses or not config.is_voter(node_id):
+        return None
+    args = {"node_id": node_id, "group": node.default_group.group_id}
+    forwarded = AdminRequest("backfill_member", {**args, "timeout_s": _wait_s(request)})
+    with trio.move_on_after(_wait_s(request)):
+        reply = await forward_to_leader(node, node.default_group, forwarded)
+        if isinstance(reply, AdminReply):
+            return None
+        if not (isinstance(reply, ErrorReply) and reply.code is ErrorCode.TIMEOUT):
+            return reply
+    return ErrorReply(
+        ErrorCode.TIMEOUT,
+        f"node {node_id} is still copying the records before its log start (a witness holds "
+        f"only the log's tail; the copy goes on): run `members promote {node_id}` again to "
+        "wait for it",
     )
 
 
@@ -231,6 +258,8 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
             plan = plan_set(config, members, core.id)
         case "transfer_leader":
             return await _transfer(group, check_node_id(args["node_id"]))
+        case "backfill_member":
+            return await _backfill(group, check_node_id(args["node_id"]))
         case _:
             raise ConfigChangeError(f"unknown admin call {op!r}")
     return await _execute(group, plan)
@@ -358,6 +387,14 @@ async def _wait_for(
         if leader and (not core.is_leader or core.term != term):
             raise LeadershipLost
         await group.round_done.wait()
+
+
+async def _backfill(group: GroupActor, node_id: int) -> Message:
+    """The leader copies a follower the records before its log start; answers once the
+    follower's log starts where the leader's does."""
+    await group.call_core(lambda c: c.start_backfill(node_id))
+    await _wait_for(group, lambda c: c.holds_whole_log(node_id))
+    return AdminReply({})
 
 
 async def _transfer(group: GroupActor, target: int) -> Message:

@@ -105,5 +105,6 @@ class Flusher:
         self._stats.fsync_latency_s.observe(ended - started)
         self._disk_health.pass_ended(ended - started, ended)
         for group, before, job in work:
-            if group.log.end_flush(job, durable=True) != before:
+            # A copy of older records moved in counts too: the group reports it.
+            if group.log.end_flush(job, durable=True) != before or job.splice is not None:
                 group.wake_flushed()

@@ -182,8 +182,9 @@ class GroupActor:
             now = trio.current_time()
             if core.is_leader:
                 core.note_contacts(self._heartbeats.answered_by)
-            if self.log.flushed_offset != self._flushed_seen:
-                # The flusher made more durable: commit may advance, waiting replies go.
+            if self.log.flushed_offset != self._flushed_seen or core.backfill_moving:
+                # The flusher made more durable: commit may advance, waiting replies go
+                # (or it moved in a copy of older records: raft/backfill.py).
                 self._flushed_seen = self.log.flushed_offset
                 core.on_flushed(now)
             if appends:
@@ -234,11 +235,11 @@ class GroupActor:
     def _append(self, appends: list[ClientAppend], now: float) -> None:
         """Propose a round's client appends; answer or queue a waiter for each."""
         core = self.core
-        if core.is_leader and core.transfer is not None:
+        if core.serves_clients and core.transfer is not None:
             self._held.extend(appends)
             return
-        if not core.is_leader:
-            answer = self.not_leader(core.leader_id)
+        if not core.serves_clients:
+            answer = self.refusal()
             for item in appends:
                 if item.reply is not None:
                     item.reply.resolve(answer)
@@ -291,7 +292,7 @@ class GroupActor:
         self.round_done.set()  # wakes admin calls waiting for a state of the core
         self.round_done = trio.Event()
         log = self.log
-        if log.dirty_offset > log.flushed_offset:
+        if log.dirty_offset > log.flushed_offset or core.flush_urgent:
             urgent = (
                 not core.is_leader
                 or bool(self._waiters)
@@ -371,6 +372,12 @@ class GroupActor:
     def address_of(self, node_id: int | None) -> str | None:
         config = self.core.config
         return None if node_id is None or config is None else config.addresses.get(node_id)
+
+    def refusal(self) -> ErrorReply:
+        """This replica does not serve appends or leader reads: who does, if known (a
+        witness leading for a moment names no one: it hands over)."""
+        core = self.core
+        return self.not_leader(None if core.is_leader else core.leader_id)
 
     def not_leader(self, leader_id: int | None) -> ErrorReply:
         return ErrorReply(
@@ -463,7 +470,7 @@ class GroupActor:
 
     def _checked(self, request: AppendRequest) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
         core = self.core
-        refusal = None if core.is_leader else self.not_leader(core.leader_id)
+        refusal = None if core.serves_clients else self.refusal()
         return checked_batches(request, self.settings.append_bytes_max, refusal)
 
     def _received_reply(self) -> AppendReply:

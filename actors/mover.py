@@ -163,7 +163,10 @@ class ReplicaMover:
             if t.name != DEFAULT_TOPIC
             for p in t.partitions
         }
-        moves = replace_departed(sets, state.brokers, self.controller.live_brokers())
+        leaders = {
+            key: entry.leader_id for key in sets if (entry := self.controller.leaders.get(*key))
+        }
+        moves = replace_departed(sets, state.brokers, self.controller.live_brokers(), leaders)
         for (topic, partition), replicas in sorted(moves.items()):
             logger.info(
                 "replicas_moving", topic=topic, partition=partition, replicas=list(replicas)

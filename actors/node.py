@@ -48,6 +48,8 @@ from quorumlog.transport.messages import (
     AppendEntriesReply,
     AppendRequest,
     AppendResult,
+    BackfillChunk,
+    BackfillReply,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
@@ -84,6 +86,8 @@ RAFT_TYPES = (
     TimeoutNow,
     Heartbeat,
     HeartbeatReply,
+    BackfillChunk,
+    BackfillReply,
 )
 
 OpenTransport = Callable[[Handler], AbstractAsyncContextManager[NodeTransport]]

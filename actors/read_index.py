@@ -30,11 +30,11 @@ async def unsettled(group: GroupActor) -> ErrorReply | None:
     then covers every acknowledged append. A follower, or a leader just elected (after a
     restart its commit offset starts at -1), would answer a reader "nothing there"."""
     core = group.core
-    if core.is_leader and core.term_at(core.commit_offset) == core.term:
+    if core.serves_clients and core.term_at(core.commit_offset) == core.term:
         return None
-    if core.is_leader and await term_committed(group):
+    if core.serves_clients and await term_committed(group):
         return None
-    return group.not_leader(core.leader_id)
+    return group.refusal()
 
 
 async def term_committed(group: GroupActor) -> bool:

@@ -105,6 +105,21 @@ def _measure(cluster: ProcessCluster, sizes: Sizes) -> list[dict]:
             }
         )
     rows[-1]["ratio_to_baseline"] = rows[-1]["p50_ms"] / rows[-2]["p50_ms"]
+
+    # Step t=5: the witness is copied the records before its join, then becomes a full
+    # voter; against the copy to a new full replica above.
+    with Client(_brokers(members), timeout=3600) as c:
+        start = time.monotonic()
+        c.admin("promote_member", node_id=witness)
+        promote_s = time.monotonic() - start
+    rows.append(
+        {
+            "figure": f"promote the witness: copy of the older records, {sizes.log_mb} MB log",
+            "seconds": promote_s,
+            "ratio_to_full_replica_add": promote_s / replica_added_s,
+            "log_start_offset": (cluster.node_status(witness) or {}).get("log_start_offset"),
+        }
+    )
     return rows
 
 

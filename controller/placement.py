@@ -56,13 +56,19 @@ def place(
 
 
 def replace_departed(
-    replica_sets: Mapping[K, Sequence[int]], brokers: Iterable[int], live: Iterable[int]
+    replica_sets: Mapping[K, Sequence[int]],
+    brokers: Iterable[int],
+    live: Iterable[int],
+    leaders: Mapping[K, int | None] | None = None,
 ) -> dict[K, tuple[int, ...]]:
     """New replica sets for the partitions that have replicas on nodes that are no longer
     brokers (removed or replaced members). Each departed replica is replaced in its place
     (a preferred leader by a preferred leader) by the live broker with the fewest replicas
     that the set does not hold yet; where no live broker is left to take it, the set loses
-    it. A set left with no replica at all keeps its old one: nothing is left to copy from.
+    it. A set with no replica left on a broker (a move onto nodes that then left, cut short
+    before they held anything: simulation seed 30325) starts again from the partition's
+    leader as last known, which still holds the data, when it is a live broker; with none,
+    it keeps its old set: nothing is left to copy from.
     Only the sets that change are returned, each from the same inputs on every node."""
     nodes = set(brokers)
     candidates = sorted(nodes & set(live))
@@ -74,7 +80,11 @@ def replace_departed(
         if all(n in nodes for n in replica_set):
             continue
         if not any(n in nodes for n in replica_set):
-            continue
+            leader = (leaders or {}).get(key)
+            if leader not in candidates:
+                continue
+            replica_set = (leader, *(n for n in replica_set if n != leader))[: len(replica_set)]
+            load[leader] += 1
         new_set: list[int] = []
         for n in replica_set:
             if n in nodes:

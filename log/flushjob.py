@@ -7,6 +7,7 @@ import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from quorumlog.log.backfill import Splice
 from quorumlog.log.files import File, FileSystem, write_file_atomically
 from quorumlog.log.segment import Segment
 
@@ -26,6 +27,7 @@ class FlushJob:
     # (file, start, end): byte ranges written before the flush began that the page cache
     # may drop once the fsyncs made them durable.
     uncache: list[tuple[File, int, int]]
+    splice: Splice | None = None  # a complete copy of the records before the log's start
 
     def run(self) -> None:
         """Blocking: fsync the files, the folder, write the indexes, uncache."""
@@ -33,6 +35,8 @@ class FlushJob:
             f.fsync()
         if self.sync_dir:
             self.fs.fsync_dir(self.directory)
+        if self.splice is not None:
+            self.splice.run()
         for path, data in self.indexes:
             write_file_atomically(self.fs, path, data)
         for f, start, end in self.uncache:

@@ -63,8 +63,7 @@ class Segment:
         self, fs: FileSystem, path: str, base_offset: int, file: File, index_interval_bytes: int
     ):
         self.fs = fs
-        self.path = path
-        self.index_path = path[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
+        self.moved_to(path)
         self.base_offset = base_offset
         self.file = file
         self.index_interval_bytes = index_interval_bytes
@@ -82,6 +81,11 @@ class Segment:
         # sequential readers skip the index walk. Bounded; cleared by truncation.
         self._read_ends: dict[int, int] = {}
         self._last_batch_bytes = HEADER_BYTES
+
+    def moved_to(self, path: str) -> None:
+        """Its file was renamed to `path` (log/backfill.py), still open."""
+        self.path = path
+        self.index_path = path[: -len(SEGMENT_SUFFIX)] + INDEX_SUFFIX
 
     @property
     def is_empty(self) -> bool:

@@ -21,11 +21,13 @@ from typing import Any
 
 import structlog
 
+from quorumlog.log.backfill import Backfill
 from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
 from quorumlog.log.config import LogConfig
-from quorumlog.log.files import CorruptionError, File, FileSystem, read_whole_file
+from quorumlog.log.files import File, FileSystem
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
-from quorumlog.log.segment import Segment, parse_segment_file_name, segment_file_name
+from quorumlog.log.loading import load_segments
+from quorumlog.log.segment import Segment, segment_file_name
 from quorumlog.log.tailcache import LogChunk, TailCache
 
 logger = structlog.get_logger("quorumlog.log")
@@ -63,6 +65,7 @@ class Log:
         self._flushing = False
         self._retired: list[File] = []  # files of removed segments, closed after a flush
         self._tail = TailCache()
+        self._backfill: Backfill | None = None  # records before the start, being copied in
 
     # Opening
 
@@ -85,7 +88,9 @@ class Log:
         """
         log = cls(fs, directory, config or LogConfig(), run_sync)
         fs.makedirs(directory)
-        log._load_segments(repair)
+        loaded = load_segments(fs, directory, log._config, repair)
+        log._segments = loaded.segments or [log._create_segment(0)]
+        log._unindexed = loaded.unindexed
         # What a previous process wrote may still be only in the page cache: make it
         # durable now, so that flushed_offset can start at dirty_offset.
         for segment in log._segments:
@@ -93,93 +98,6 @@ class Log:
         fs.fsync_dir(directory)
         log._flushed_offset = log.dirty_offset
         return log
-
-    def _load_segments(self, repair: bool) -> None:
-        names = self._fs.listdir(self._dir)
-        for name in names:
-            if name.endswith(".tmp"):
-                self._fs.remove(os.path.join(self._dir, name))
-        bases = sorted(b for b in map(parse_segment_file_name, names) if b is not None)
-        if not bases:
-            self._segments.append(self._create_segment(0))
-            return
-        for i, base in enumerate(bases):
-            segment = self._open_segment(base)
-            previous = self._segments[-1] if self._segments else None
-            if previous is not None and base != previous.last_offset + 1:
-                segment.file.close()
-                raise CorruptionError(
-                    segment.path,
-                    0,
-                    f"segment starts at {base}, expected {previous.last_offset + 1}"
-                    " (a segment is missing or damaged)",
-                    offset=previous.last_offset + 1,
-                )
-            self._segments.append(segment)
-            newest = i == len(bases) - 1
-            if not newest and not self._config.verify_on_open and self._load_index(segment):
-                continue
-            failure = segment.scan(min_term=self.last_term)
-            if failure is None:
-                if not newest:
-                    if segment.is_empty:
-                        raise CorruptionError(
-                            segment.path, 0, "empty segment before the newest one"
-                        )
-                    if self._read_index_file(segment) != segment.index_file_bytes():
-                        self._unindexed.append(segment)  # rebuilt: rewritten by the next flush
-                continue
-            if newest and segment.valid_batch_after(failure.position) is None:
-                self._cut_torn_tail(segment, failure.position, failure.offset, failure.reason)
-                continue
-            if not repair:
-                raise CorruptionError(
-                    segment.path, failure.position, failure.reason, failure.offset
-                )
-            self._repair_from(i, failure.position, failure.offset, failure.reason)
-            return
-
-    def _open_segment(self, base: int) -> Segment:
-        path = os.path.join(self._dir, segment_file_name(base))
-        return Segment(self._fs, path, base, self._fs.open(path), self._config.index_interval_bytes)
-
-    def _load_index(self, segment: Segment) -> bool:
-        data = self._read_index_file(segment)
-        return data is not None and segment.load_index_file(data)
-
-    def _read_index_file(self, segment: Segment) -> bytes | None:
-        if not self._fs.exists(segment.index_path):
-            return None
-        return read_whole_file(self._fs, segment.index_path)
-
-    def _cut_torn_tail(self, segment: Segment, position: int, offset: int, reason: str) -> None:
-        cut_bytes = segment.file.size() - position
-        segment.truncate_at_position(position, offset)
-        logger.warning(
-            "torn_tail_cut",
-            file=segment.path,
-            position=position,
-            offset=offset,
-            bytes=cut_bytes,
-            reason=reason,
-        )
-
-    def _repair_from(self, index: int, position: int, offset: int, reason: str) -> None:
-        segment = self._segments[index]
-        logger.error(
-            "log_repaired_by_truncation",
-            file=segment.path,
-            position=position,
-            offset=offset,
-            reason=reason,
-            warning="records from this offset on are deleted on this node",
-        )
-        segment.truncate_at_position(position, offset)
-        for name in self._fs.listdir(self._dir):
-            base = parse_segment_file_name(name)
-            if base is not None and base > segment.base_offset:
-                self._fs.remove(os.path.join(self._dir, name))
-        self._remove_index_file(segment)
 
     # Offsets and terms
 
@@ -210,7 +128,7 @@ class Log:
     def unflushed(self) -> bool:
         """Whether a flush has anything to do (appends, truncations, new files)."""
         return self.dirty_offset > self._flushed_offset or bool(
-            self._unsynced or self._unindexed or self._dir_dirty
+            self._unsynced or self._unindexed or self._dir_dirty or self._splice_due
         )
 
     @property
@@ -364,6 +282,7 @@ class Log:
     def begin_flush(self) -> FlushJob:
         """Take what is to be made durable now; `job.run()` (blocking) syncs it."""
         assert not self._flushing, "one flush at a time: the flusher owns it"
+        splice = self._backfill.splice() if self._splice_due else None
         files = [s.file for s in self._unsynced]
         self._unsynced.clear()
         indexes = [(s.index_path, s.index_file_bytes()) for s in self._unindexed]
@@ -384,6 +303,7 @@ class Log:
                 self._config.page_cache_window_bytes,
                 self._config.segment_bytes_max,
             ),
+            splice,
         )
 
     def end_flush(self, job: FlushJob, durable: bool) -> int:
@@ -395,7 +315,43 @@ class Log:
         self._retired.clear()
         if durable and job.truncations == self._truncations and job.target > self._flushed_offset:
             self._flushed_offset = job.target
+        if job.splice is not None and durable:
+            self._end_backfill()
         return self._flushed_offset
+
+    # Copying in the records before the start (log/backfill.py)
+
+    def backfill(self, start: int) -> Backfill:
+        """The copy of the offsets from `start` to this log's start, begun now unless one
+        of exactly those is under way."""
+        copy = self._backfill
+        if self._splice_due:
+            return copy  # done: the next flush moves it in
+        if copy is None or copy.start != start or copy.end != self.log_start_offset:
+            if copy is not None:
+                copy.discard()
+            copy = self._backfill = Backfill(
+                self._fs, self._dir, start, self.log_start_offset, self._config
+            )
+        return copy
+
+    @property
+    def _splice_due(self) -> bool:
+        copy = self._backfill
+        return copy is not None and copy.complete and copy.end == self.log_start_offset
+
+    def _end_backfill(self) -> None:
+        """The copy's files moved into the log's folder: they become its first segments.
+        A reset meanwhile started the log elsewhere: what was moved in is removed."""
+        copy, self._backfill = self._backfill, None
+        segments = copy.spliced_segments()
+        if copy.end != self.log_start_offset:
+            for segment in segments:
+                self._remove_segment(segment)
+            return
+        self._segments[:0] = segments
+        self._unindexed.extend(segments)  # their index files are written by the next flush
+        logger.info("log_backfilled", directory=self._dir, log_start_offset=copy.start)
 
     # Reading
 
@@ -491,6 +447,8 @@ class Log:
             self._dir_dirty = True
 
     def close(self) -> None:
+        if self._backfill is not None:
+            self._backfill.discard()
         for segment in self._segments:
             segment.file.close()
         self._segments.clear()

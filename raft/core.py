@@ -38,6 +38,7 @@ from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import committed_offset
+from quorumlog.raft.backfill import BackfillRules
 from quorumlog.raft.configs import ConfigTracker, config_of
 from quorumlog.raft.election import (
     ELECTION_BACKOFF,
@@ -54,10 +55,13 @@ from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.raft.storage import RaftLog
+from quorumlog.raft.witness import WitnessRules
 from quorumlog.transport.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,
+    BackfillChunk,
+    BackfillReply,
     Heartbeat,
     HeartbeatReply,
     Message,
@@ -82,7 +86,13 @@ class Proposal:
 
 
 class RaftCore(
-    ElectionRules, FollowerRules, ReplicationRules, ReconfigurationRules, QuiescenceRules
+    ElectionRules,
+    FollowerRules,
+    ReplicationRules,
+    ReconfigurationRules,
+    QuiescenceRules,
+    BackfillRules,
+    WitnessRules,
 ):
     def __init__(
         self,
@@ -143,8 +153,12 @@ class RaftCore(
         self.elections_started = 0
         # Elections started since a leader was last heard of: they widen the timeout.
         self.failed_elections = 0
+        # Election timeouts a witness saw with no leader (raft/witness.py).
+        self.timeouts_as_witness = 0
         self._turn_waited = False  # the election timer ran out once and gave others a turn
         self.recovery_bytes_sent = 0
+        # Follower: a complete copy of older records to move in, (its end, the leader).
+        self.backfill_moving: tuple[int, int] | None = None
         self._replay_tail()
         self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         # Outputs for the node actor.
@@ -265,6 +279,8 @@ class RaftCore(
                 self.transfer = None
             if self.role is Role.LEADER:
                 self._retransmit_stalled(now)
+                self._retransmit_backfill(now)
+                self._hand_over_as_witness()
                 self._maybe_promote()
                 self._abandon_stalled_learners()
                 self.pump()
@@ -283,7 +299,7 @@ class RaftCore(
                     pass  # granted pre-votes carry the term we would take
                 case VoteRequest(transfer=transfer) if self._in_lease(now) and not transfer:
                     return  # a live leader exists: do not let this node disrupt it
-                case AppendEntries() | Heartbeat() | TimeoutNow():
+                case AppendEntries() | Heartbeat() | TimeoutNow() | BackfillChunk():
                     self.become_follower(term, message.leader_id, now)
                 case _:
                     self.become_follower(term, None, now)
@@ -309,6 +325,10 @@ class RaftCore(
                 self._on_heartbeat(sender, message, now)
             case AppendEntriesReply() | HeartbeatReply():
                 self._on_append_reply(sender, message, now)
+            case BackfillChunk():
+                self._on_backfill_chunk(sender, message, now)
+            case BackfillReply():
+                self._on_backfill_reply(sender, message, now)
             case TimeoutNow():
                 if self._can_lead() and self.role is not Role.LEADER and not self.node_stopping():
                     self._campaign(now, transfer=True)
@@ -323,6 +343,8 @@ class RaftCore(
             self._maybe_commit()
             return
         self._follow_commit()
+        if self.backfill_moving is not None:
+            self._report_backfilled()
         if self.leader_id is None:
             return
         ready = [p for p in self.pending_replies if p[0] <= flushed]

@@ -65,8 +65,10 @@ class ElectionRules:
         campaign slot: actors/campaigns.py)."""
         if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
             return False
-        if self.node_stopping() or not self._can_lead():
+        if self.node_stopping():
             return False
+        if not self._can_lead():
+            return self._witness_may_campaign()  # raft/witness.py
         return self._turn_waited or self._campaign_rank() == 0
 
     def _campaign_rank(self) -> int:
@@ -85,6 +87,7 @@ class ElectionRules:
             self._start_pre_vote(now)
         elif self.node_stopping() or not self._can_lead():
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
+            self.timeouts_as_witness += 1
         else:
             # Voters before this one campaign first: a turn each (the range of a timeout).
             s = self.settings

@@ -32,6 +32,7 @@ class FollowerRules:
             self.become_follower(self.term, leader_id, now)
         self.last_leader_contact_s = now
         self.failed_elections = 0
+        self.timeouts_as_witness = 0
         self._reset_election_deadline(now)
 
     def _on_append_entries(self, sender: int, req: AppendEntries, now: float) -> None:

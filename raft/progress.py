@@ -10,6 +10,23 @@ from quorumlog.membership.catchup import ReplicationRate
 
 
 @dataclass(slots=True)
+class BackfillCopy:
+    """A copy under way of the offsets [start, end) to a follower whose log starts at
+    `end` (raft/backfill.py): it holds those below `acked`, and more are in flight."""
+
+    start: int
+    end: int
+    next_offset: int
+    acked: int
+    inflight: int = 0
+    last_reply_s: float = -math.inf
+
+    def send_again(self) -> None:
+        """What is in flight is lost: continue from what the follower holds."""
+        self.next_offset, self.inflight = self.acked, 0
+
+
+@dataclass(slots=True)
 class Progress:
     node_id: int
     # Next offset to send: always the start of a batch in the leader's log.
@@ -39,6 +56,9 @@ class Progress:
     floor: int = 0
     # Where the follower's log starts, as it last said (None: not heard from).
     log_start: int | None = None
+    # Asked to hold the whole log (a witness to be promoted): the copy of what it lacks.
+    backfill_wanted: bool = False
+    backfill: BackfillCopy | None = None
 
     def sent(self, last_offset: int, size: int) -> None:
         self.inflight.append((last_offset, size))

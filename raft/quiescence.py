@@ -45,6 +45,7 @@ class QuiescenceRules:
             return (
                 has_quorum(self.config, recent)
                 and self.transfer is None
+                and self._can_lead()  # a witness leading hands over (raft/witness.py)
                 and not self.configs.change_in_flight
                 and not self.config.learners_to_promote
                 # A follower whose node is down waits for it to come back: its link's
@@ -55,6 +56,7 @@ class QuiescenceRules:
                     and p.flushed_offset == dirty
                     and not p.inflight
                     and not p.probing
+                    and not p.backfill_wanted
                     for p in self.progress.values()
                     if self.peer_alive(p.node_id)
                 )

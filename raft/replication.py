@@ -63,9 +63,13 @@ class ReplicationRules:
         been lost with the old connection, so probe again now rather than after the
         retransmit timeout (a new member's first messages go while it is being dialled)."""
         p = self.progress.get(peer)
-        if self.role is Role.LEADER and p is not None and p.inflight:
+        if self.role is not Role.LEADER or p is None:
+            return
+        if p.inflight:
             p.forget_inflight()
             p.probing = True
+        if p.backfill is not None:
+            p.backfill.send_again()
 
     def pump(self) -> None:
         """Send every follower what its window allows (called after each round of inputs)."""
@@ -73,6 +77,7 @@ class ReplicationRules:
             return
         for p in self.progress.values():
             self._send_appends(p)
+            self._send_backfill(p)
 
     def _may_send(self, p: Progress) -> bool:
         """Whether the window has room for another AppendEntries to this follower."""
@@ -104,6 +109,8 @@ class ReplicationRules:
             prev = p.next_offset - 1
             # Below the start the follower takes the term as unknown: all is committed there.
             prev_term = UNKNOWN_TERM if 0 <= prev < start else self.term_at(prev)
+            if prev_term == UNKNOWN_TERM and not self._can_lead():
+                return  # a witness leading: it cannot vouch for its log's past (raft/witness.py)
             base_config = b""
             committed = self.configs.committed
             if (

@@ -206,6 +206,36 @@ class HeartbeatReply:
     log_start: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class BackfillChunk:
+    """Records before a follower's log start (a witness becoming a full replica): whole
+    batches from `offset` on, of the copy of [start, end) (raft/backfill.py)."""
+
+    TAG = 17
+    group: int
+    term: int
+    leader_id: int
+    start: int
+    end: int
+    offset: int
+    batches: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReply:
+    """Where the follower's copy stands: it holds [start, next_offset). `gap`: a chunk
+    came after a lost one and was dropped, so send again from `next_offset`."""
+
+    TAG = 18
+    group: int
+    node_id: int
+    term: int
+    start: int
+    next_offset: int
+    log_start: int
+    gap: bool
+
+
 # --- clients ----------------------------------------------------------------------------
 
 
@@ -411,6 +441,8 @@ Message = (
     | TimeoutNow
     | Heartbeat
     | HeartbeatReply
+    | BackfillChunk
+    | BackfillReply
     | AppendRequest
     | AppendReply
     | ReadRequest
@@ -444,6 +476,7 @@ REPLY_TYPES = frozenset(
         AppendEntriesReply,
         VoteReply,
         HeartbeatReply,
+        BackfillReply,
         AppendReply,
         ReadReply,
         EndOffsetReply,

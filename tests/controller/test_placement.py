@@ -71,6 +71,14 @@ def test_a_set_whose_replicas_all_departed_is_left_alone():
     assert replace_departed({"p": (7, 8)}, brokers=[1, 2], live=[1, 2]) == {}
 
 
+def test_a_set_whose_replicas_all_departed_starts_again_from_its_live_leader():
+    """A move onto nodes 7 and 8, cut short, then 7 and 8 left: the partition's group still
+    lives on its old members, led by 2 (simulation seed 30325 kept [7, 8] for ever)."""
+    sets = {"p": (7, 8), "q": (1, 2)}
+    assert replace_departed(sets, [1, 2, 3], [1, 2, 3], {"p": 2}) == {"p": (2, 3)}
+    assert replace_departed(sets, [1, 2, 3], [1, 3], {"p": 2}) == {}, "a leader gone: no copy"
+
+
 @given(
     nodes=st.integers(2, 7),
     partitions=st.integers(1, 40),

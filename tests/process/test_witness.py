@@ -1,11 +1,12 @@
 """Real processes: seed 000's appendix, step by step. A voter dies; a witness (votes and
 logs from its join on, never leads) is added and the dead voter demoted to log-only, each
 one committed change, so that the cluster tolerates one more fault before any data is
-copied."""
+copied; later the witness is copied the rest and becomes a full voter (t=5)."""
 
 from __future__ import annotations
 
 import json
+import random
 import signal
 
 from quorumlog import Client
@@ -34,8 +35,10 @@ def leaders(cluster: ProcessCluster, node_ids: list[int]) -> set[int]:
 
 def test_witness_and_demotion_restore_fault_tolerance_then_the_dead_voter_returns(cluster):
     cluster.wait_for_leader()
+    old = [random.Random(5).randbytes(2000) + b"%d" % i for i in range(300)]
     with Client(cluster.brokers, timeout=20) as c:
         first_offset = c.append([b"t=1"])
+        c.append(old)  # ~600 KB the witness will have to copy before it may lead
     # t=2: node 1 dies; the majority is 2 of 3 and only 2 are live: no fault tolerance.
     dead_address = cluster.address(1)
     cluster.kill(1)
@@ -58,24 +61,30 @@ def test_witness_and_demotion_restore_fault_tolerance_then_the_dead_voter_return
         assert c.append([b"after the second fault"]) >= 0
         assert leaders(cluster, [2, 4]) == {2}, "the witness never leads"
 
-        # The dead voter returns with its log and is promoted again, no new copy; the
-        # witness becomes a full voter.
+        # The dead voter returns with its log and is promoted again, no new copy.
         cluster.start(1)
         c.admin("add_member", node_id=1, address=dead_address, wait=True)
-        # The witness joined with the uncommitted tail only: it cannot become a full voter
-        # (one that may lead) without the records before its join.
-        out = ql("members", "-b", brokers, "promote", "4", "--timeout", "30")
-        assert out.returncode == 1 and b"holds the log from offset" in out.stderr, out.stderr
         cluster.start(3)
         wait_until(lambda: cluster.node_status(3), 10, "node 3 answers")
+        # t=5: the witness joined with the uncommitted tail only; promoted, it is first
+        # copied the records before its join, then becomes a full voter.
+        out = ql("members", "-b", brokers, "promote", "4", "--timeout", "60")
+        assert out.returncode == 0, out.stderr
+        assert cluster.node_status(4)["log_start_offset"] == 0, "it holds the whole log"
         config = config_as_seen(brokers)
         assert (config["voters"], config["witnesses"], config["log_only"]) == (
             [1, 2, 3, 4],
-            [4],
+            [],
             [],
         )
-        values = [r.value for r in c.read(0)]
-        assert values == [b"t=1", b"after the second fault"]
+        # It may lead now, and serves every record, those from before its join included.
+        out = ql("transfer-leader", "-b", brokers, "4", "--timeout", "30")
+        assert out.returncode == 0, out.stderr
+    with Client(witness_address, timeout=30) as c:
+        records = c.read(0)
+        while records and len(records) < len(old) + 2:
+            records += c.read(records[-1].offset + 1)
+    assert [r.value for r in records] == [b"t=1", *old, b"after the second fault"]
 
 
 def test_impossible_witness_and_demotion_calls_exit_1_at_once(cluster):

@@ -98,6 +98,11 @@ FOUND_SEEDS += [(30095, 5, {"membership": True, "topics": True})]
 # `default`'s configuration, which still listed it, and never gave it back (the mover).
 FOUND_SEEDS += [(30217, 5, {"membership": True, "topics": False})]
 FOUND_SEEDS += [(30311, 3, {"membership": True, "topics": False})]
+# 30268: a witness held the newest log and never campaigned; no one else could win
+# (raft/witness.py). 30325: a move onto two nodes, cut short, then both left: the target
+# named only departed nodes for good (controller/placement.py `replace_departed`).
+FOUND_SEEDS += [(30268, 3, {"membership": True, "topics": False})]
+FOUND_SEEDS += [(30325, 5, {"membership": True, "topics": True})]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
