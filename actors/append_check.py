@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from quorumlog.log.batch import TYPES_CHECKED, BatchError, BatchHeader, BatchType, split_batches
+from quorumlog.log.batch import (
+    SNAPSHOT,
+    TYPES_CHECKED,
+    BatchError,
+    BatchHeader,
+    BatchType,
+    split_batches,
+)
 from quorumlog.log.records import field_type_problem
 from quorumlog.transport.messages import AppendRequest, ErrorCode, ErrorReply
 
 
 def checked_batches(
-    request: AppendRequest, append_bytes_max: int, not_leader: ErrorReply | None
+    request: AppendRequest,
+    append_bytes_max: int,
+    not_leader: ErrorReply | None,
+    by_client: bool = True,
 ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
     """The request's batches, checked (size, CRCs, types, producer stamp), or why not;
-    `not_leader` is this replica's refusal when it does not lead (after the size check)."""
+    `not_leader` is this replica's refusal when it does not lead (after the size check).
+    Only the node's own appends may be snapshots (they compact a log: log/batch.py)."""
     if len(request.batches) > append_bytes_max:
         return ErrorReply(
             ErrorCode.TOO_LARGE,
@@ -28,6 +39,8 @@ def checked_batches(
     for header, batch in batches:
         if not header.flags & TYPES_CHECKED and (problem := field_type_problem(batch, header)):
             return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {problem}")
+        if by_client and header.flags & SNAPSHOT:
+            return ErrorReply(ErrorCode.PROTOCOL, "bad batch: the snapshot flag is the node's own")
     if request.producer_id >= 0 and (
         len(batches) != 1
         or (batches[0][0].producer_id, batches[0][0].producer_seq)

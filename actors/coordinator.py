@@ -12,6 +12,11 @@ once, and a member is let into a partition only when no other member reports con
 any more: the old owner commits and releases it on its next heartbeat, so a graceful
 rebalance delivers nothing twice and members keep their unaffected partitions throughout.
 A member silent for its session timeout is removed, and its partitions are free at once.
+
+Every SNAPSHOT_EVERY commands (or SNAPSHOT_AFTER_S after the last command, if fewer) the
+coordinator appends a snapshot of its partition's whole state, with no other command in
+flight (`AppendGate`), and the partition's log is compacted to its last committed one
+(consumers/state.py): a new coordinator replays from there, not from the first commit.
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import structlog
 import trio
 
 from quorumlog.actors.admin import forward_to_leader
+from quorumlog.actors.coordination import Coordination, NotMember
 from quorumlog.actors.leader_calls import (
     ASK_S,
     UnknownTopic,
@@ -34,24 +39,17 @@ from quorumlog.actors.leader_calls import (
     leader_of,
 )
 from quorumlog.actors.read_index import term_committed
-from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
+from quorumlog.actors.replicated import PassBack, not_leader
 from quorumlog.consumers.assignment import TopicPartition, assign
 from quorumlog.consumers.state import (
     GROUPS_PARTITIONS,
     GROUPS_TOPIC,
-    Command,
-    CommandError,
     Group,
     GroupError,
-    GroupsState,
     SetMembers,
     check_group_name,
-    from_wire,
     groups_partition,
-    to_wire,
 )
-from quorumlog.log.batch import BatchType
-from quorumlog.log.records import batch_records
 from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
@@ -64,7 +62,6 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.group import GroupActor
     from quorumlog.actors.node import Node
     from quorumlog.controller.state import Topic
 
@@ -72,140 +69,9 @@ logger = structlog.get_logger("quorumlog.coordinator")
 
 # How often the coordinator looks for members whose session ran out.
 EXPIRY_CHECK_S = 0.1
-# Members heartbeat every tenth of their session timeout, at most this long apart: a
-# partition freed by a member leaving reaches its next owner within one interval.
-HEARTBEAT_INTERVAL_S_MAX = 0.5
-HEARTBEAT_INTERVAL_S_MIN = 0.05
-# Queue mode: a lease given before this coordinator took over runs this long from then,
-# unless its holder said otherwise since.
-LEASE_S_DEFAULT = 30.0
 SLOW_CALL_S = 2.0  # a group call slower than this is logged
 # How often the coordinator learns the end of the partitions its groups consume (for lag).
 LAG_REFRESH_S = 2.0
-MEMBER_ID_CHARS_MAX = 200
-
-
-class NotMember(Exception):
-    """The caller is not (or no longer) a member of the group: it must rejoin."""
-
-
-@dataclass(slots=True)
-class Session:
-    last_seen: float
-    timeout_s: float
-    # The partitions the member last said it consumes; None: not heard from since this
-    # coordinator took over, so it may still consume anything it was given before.
-    owned: frozenset[TopicPartition] | None
-    lease_timeout_s: float = 30.0  # queue mode: as the member's calls say (LEASE_S_DEFAULT)
-
-
-class Coordination:
-    """One `__groups` partition as its replica here applies it, and the sessions of its
-    groups' members while that replica leads."""
-
-    def __init__(self, replica: GroupActor, partition: int):
-        self.replica = replica
-        self.partition = partition
-        self.state = GroupsState()
-        self.next_offset = 0  # the next offset of the partition to apply
-        self.term = -1  # the term in which the sessions were set up
-        self.sessions: dict[str, dict[str, Session]] = {}  # group -> member -> session
-        self.locks: dict[str, trio.Lock] = {}  # group -> one membership change at a time
-        self.rotation = 0  # queue mode: the partition a lease call looks at first
-        # queue mode: (group, topic partition, offset) -> when its lease runs out
-        self.lease_deadlines: dict[tuple[str, TopicPartition, int], float] = {}
-        self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
-        self._proposed_from = 0  # commands before it were not proposed by this leader
-
-    def catch_up(self) -> None:
-        core = self.replica.core
-        if core.commit_offset < self.next_offset:
-            return
-        for header, batch in committed_batches(self.replica, self.next_offset):
-            if header.batch_type is not BatchType.DATA:
-                continue
-            for i, record in enumerate(batch_records(batch, header)):
-                self._apply(record.value, header.base_offset + i)
-        self.next_offset = core.commit_offset + 1
-
-    def _apply(self, value: bytes, offset: int) -> None:
-        try:
-            command = from_wire(msgpack.unpackb(value, raw=False))
-        except (CommandError, ValueError, msgpack.UnpackException) as exc:
-            logger.error("bad_group_command", offset=offset, error=str(exc))
-            return
-        why = self.state.apply(command, offset)
-        if offset >= self._proposed_from:
-            self._results[offset] = why
-
-    def take_over(self, now: float) -> None:
-        """This replica leads in a new term: every member gets a fresh session."""
-        core = self.replica.core
-        self.term = core.term
-        self._proposed_from = core.commit_offset + 1
-        self.sessions = {
-            name: {m: Session(now, ms / 1000, None) for m, ms in group.members.items()}
-            for name, group in self.state.groups.items()
-        }
-
-    def is_current(self) -> bool:
-        core = self.replica.core
-        return (
-            core.is_leader
-            and core.term == self.term
-            and core.term_at(core.commit_offset) == core.term
-        )
-
-    async def propose(self, command: Command) -> str | None:
-        """Append with acks=quorum; once applied, why it did nothing (or None)."""
-        value = msgpack.packb(to_wire(command), use_bin_type=True)
-        offset = await append_command(self.replica, value)
-        self.catch_up()  # committed now: apply it here before answering
-        return self._results.pop(offset, None)
-
-    def note_leased(
-        self, name: str, member: str, tp: TopicPartition, offsets: tuple[int, ...]
-    ) -> None:
-        """Queue mode: when the leases just given run out."""
-        session = self.sessions.get(name, {}).get(member)
-        deadline = trio.current_time() + (session.lease_timeout_s if session else LEASE_S_DEFAULT)
-        for o in offsets:
-            self.lease_deadlines[(name, tp, o)] = deadline
-
-    def lock(self, name: str) -> trio.Lock:
-        return self.locks.setdefault(name, trio.Lock())
-
-    def free_for(self, group: Group, member: str, tp: TopicPartition) -> bool:
-        """Whether `member` may consume `tp` now: no other member consumes it, as far as
-        this coordinator knows."""
-        sessions = self.sessions.get(group.name, {})
-        for other in group.members:
-            if other == member:
-                continue
-            session = sessions.get(other)
-            if session is None or session.owned is None or tp in session.owned:
-                return False
-        return True
-
-
-def member_id(args: dict) -> str:
-    member = args["member"]
-    if not isinstance(member, str) or not 1 <= len(member) <= MEMBER_ID_CHARS_MAX:
-        raise GroupError(f"a member id has 1-{MEMBER_ID_CHARS_MAX} characters")
-    return member
-
-
-def membership(c: Coordination, name: str, member: str) -> tuple[Group, Session]:
-    """The group and the session of one of its members; NotMember if it is not one."""
-    group = c.state.groups.get(name)
-    session = c.sessions.get(name, {}).get(member)
-    if group is None or member not in group.members or session is None:
-        raise NotMember(f"member {member!r} is not in the group {name!r}: rejoin")
-    return group, session
-
-
-def heartbeat_interval_s(session_timeout_s: float) -> float:
-    return max(HEARTBEAT_INTERVAL_S_MIN, min(HEARTBEAT_INTERVAL_S_MAX, session_timeout_s / 10))
 
 
 GroupCall = Callable[["Coordinator", Coordination, str, dict], Awaitable[dict[str, Any]]]
@@ -243,6 +109,7 @@ class Coordinator:
                 try:
                     await self._expire_sessions(c)
                     await self.calls.tick(c, trio.current_time())
+                    await c.snapshot_if_due(trio.current_time())
                 except PassBack:
                     continue  # leadership moved: the next coordinator takes over
                 except GroupError as exc:  # a race lost to a member's call: next time

@@ -351,11 +351,7 @@ class GroupActor:
             await trio.sleep(RETENTION_CHECK_S)
             # Wall-clock time: retention by age compares with the records' timestamps.
             now_ms = int(time.time() * 1000)
-            await self.call_core(
-                lambda core, now_ms=now_ms: core.log.apply_retention(
-                    now_ms, keep_from_offset=core.commit_offset + 1
-                )
-            )
+            await self.call_core(lambda core, now_ms=now_ms: core.retain(now_ms))
 
     async def save_metadata(self) -> None:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""
@@ -451,7 +447,7 @@ class GroupActor:
         """The waiting path of an append (the mailbox was full for `take_append`), and
         the node's own (`by_client=False`: the controller's commands, the coordinators'
         records), which the client metrics leave out."""
-        checked = self._checked(request)
+        checked = self._checked(request, by_client)
         if not isinstance(checked, list):
             return checked
         started = trio.current_time()
@@ -468,10 +464,12 @@ class GroupActor:
             self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
         return answer
 
-    def _checked(self, request: AppendRequest) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
+    def _checked(
+        self, request: AppendRequest, by_client: bool = True
+    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
         core = self.core
         refusal = None if core.serves_clients else self.refusal()
-        return checked_batches(request, self.settings.append_bytes_max, refusal)
+        return checked_batches(request, self.settings.append_bytes_max, refusal, by_client)
 
     def _received_reply(self) -> AppendReply:
         """The answer to an acks=none append: received, no offsets yet."""

@@ -9,19 +9,18 @@ from typing import Any
 import trio
 
 from quorumlog.actors import queue_calls
-from quorumlog.actors.coordinator import (
-    Calls,
+from quorumlog.actors.coordination import (
     Coordination,
-    Coordinator,
     NotMember,
-    PassBack,
     Session,
     heartbeat_interval_s,
     member_id,
     membership,
 )
+from quorumlog.actors.coordinator import Calls, Coordinator
 from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
 from quorumlog.actors.read_index import end_offset
+from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.state import (
     GROUPS_TOPIC,

@@ -15,13 +15,13 @@ from typing import Any
 
 import trio
 
-from quorumlog.actors.coordinator import (
+from quorumlog.actors.coordination import (
     LEASE_S_DEFAULT,
     Coordination,
-    Coordinator,
     member_id,
     membership,
 )
+from quorumlog.actors.coordinator import Coordinator
 from quorumlog.actors.leader_calls import ask_partition_leader
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.queue import Lease, RecordState, Settle, SharePartition

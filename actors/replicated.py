@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from quorumlog.log.batch import BatchHeader, split_batches
+from quorumlog.log.batch import SNAPSHOT, BatchHeader, split_batches
 from quorumlog.log.records import make_data_batch
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, Message
 
@@ -29,10 +29,15 @@ def not_leader(group: GroupActor) -> PassBack:
     return PassBack(group.not_leader(group.core.leader_id))
 
 
-async def append_command(group: GroupActor, value: bytes) -> int:
+async def append_command(group: GroupActor, value: bytes, snapshot: bool = False) -> int:
     """Append one command with acks=quorum; its offset once committed (PassBack if the
-    group's leader could not take it)."""
-    batch = make_data_batch([(None, value, 0, None)], timestamp_ms=0, compress=False)
+    group's leader could not take it). A `snapshot` holds the whole state (compaction)."""
+    batch = make_data_batch(
+        [(None, value, 0, None)],
+        timestamp_ms=0,
+        compress=snapshot,
+        flags=SNAPSHOT if snapshot else 0,
+    )
     reply = await group.append(AppendRequest(batch, Acks.QUORUM, -1, -1), by_client=False)
     if not isinstance(reply, AppendReply) or reply.last_offset is None:
         raise PassBack(reply)

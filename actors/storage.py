@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
@@ -84,6 +85,21 @@ class TopicSettings:
 
 # The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
 CONTROLLER_SETTINGS = TopicSettings(timestamp_type="create")
+# `__groups` holds commands too, and each snapshot of a partition's whole state lets what
+# precedes it go (actors/coordinator.py): small segments, dropped up to the last snapshot.
+GROUPS_LOG = {
+    "segment_bytes_max": 256 * 1024,
+    "compact_to_snapshots": True,
+    "timestamp_type": "create",
+    "retention_bytes": None,
+    "retention_ms": None,
+}
+
+
+def topic_log_config(topic: str, settings: TopicSettings, base: LogConfig) -> LogConfig:
+    """A replica's log settings: the node's, changed by its topic's."""
+    config = settings.applied_to(base)
+    return replace(config, **GROUPS_LOG) if topic == GROUPS_TOPIC else config
 
 
 @dataclass(slots=True)
@@ -142,7 +158,7 @@ class NodeStorage:
             config=config,
             create=False,
             rng=rng,
-            log_config=settings.applied_to(self.log_config),
+            log_config=topic_log_config(topic, settings, self.log_config),
             run_sync=self.run_sync,
         )
 
@@ -152,9 +168,11 @@ class NodeStorage:
     def reopen(self, storage: GroupStorage, rng: random.Random) -> GroupStorage:
         """The same replica, read again from disk (after its task crashed)."""
         storage.log.close()
-        settings = TopicSettings()
+        log_config = CONTROLLER_SETTINGS.applied_to(self.log_config)
         if storage.group_id != CONTROLLER_GROUP:
             _, settings = _read_group_file(self.fs, storage.directory)
+            topic = os.path.basename(os.path.dirname(storage.directory))
+            log_config = topic_log_config(topic, settings, self.log_config)
         fresh = open_group_storage(
             self.fs,
             storage.directory,
@@ -162,7 +180,7 @@ class NodeStorage:
             config=None,
             create=False,
             rng=rng,
-            log_config=settings.applied_to(self.log_config),
+            log_config=log_config,
             run_sync=self.run_sync,
         )
         if storage is self.controller:
@@ -308,7 +326,7 @@ def open_storage(
 
     log_config = log_config or LogConfig()
 
-    def open_group(directory: str, group_id: int, settings: TopicSettings) -> GroupStorage:
+    def open_group(directory: str, group_id: int, config: LogConfig) -> GroupStorage:
         storage = open_group_storage(
             fs,
             directory,
@@ -316,7 +334,7 @@ def open_storage(
             config=bootstrap,
             create=new,
             rng=rng,
-            log_config=settings.applied_to(log_config),
+            log_config=config,
             run_sync=run_sync,
             repair=repair,
         )
@@ -324,7 +342,9 @@ def open_storage(
         return storage
 
     try:
-        controller = open_group(controller_dir, CONTROLLER_GROUP, CONTROLLER_SETTINGS)
+        controller = open_group(
+            controller_dir, CONTROLLER_GROUP, CONTROLLER_SETTINGS.applied_to(log_config)
+        )
         node = NodeStorage(
             fs, data_dir, log_config, run_sync, controller, node_id=node_id, cluster_id=cluster_id
         )
@@ -334,7 +354,9 @@ def open_storage(
             _write_group_file(fs, default_dir, DEFAULT_GROUP, TopicSettings())
         for topic, partition, directory in _partition_dirs(fs, data_dir):
             group_id, settings = _read_group_file(fs, directory)
-            node.partitions[(topic, partition)] = open_group(directory, group_id, settings)
+            node.partitions[(topic, partition)] = open_group(
+                directory, group_id, topic_log_config(topic, settings, log_config)
+            )
     except BaseException:
         for storage in opened:
             storage.log.close()

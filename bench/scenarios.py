@@ -25,6 +25,7 @@ SCENARIOS = {
     "gray": "quorumlog.bench.gray",
     "timestamps": "quorumlog.bench.timestamps",
     "witness": "quorumlog.bench.witness",
+    "groups-log": "quorumlog.bench.groups_log",
 }
 
 

@@ -66,6 +66,8 @@ LOG_CONFIG = LogConfig(timestamp_type="log_append", timestamp_wait_max_ms=1000)
 CLOCK_SKEW_MAX_S = 2.0
 SKEW_SEED = 0x5EED
 TABLE_REPAIR_BOUND_S = 4 * DIGEST_INTERVAL_S
+# A witness that had to lead hands over within this (simulated s; raft/witness.py).
+WITNESS_LEAD_BOUND_S = 10.0
 
 
 TOPICS = (("t0", 4), ("t1", 4), ("t2", 4))
@@ -97,6 +99,8 @@ class Cluster:
             sim.clock_skew_s = skews.uniform(-CLOCK_SKEW_MAX_S, CLOCK_SKEW_MAX_S)
         self.outcomes: list[Outcome] = []
         self.leaders: dict[tuple[int, int], set[int]] = {}  # (group, term) -> its leaders
+        # (node, group, term) -> when a witness began to lead it (raft/witness.py)
+        self.witness_leads: dict[tuple[int, int, int], float] = {}
         self.trace: list[str] = []
         self.failures: list[str] = []
         # (group, configuration, the one that replaced it) as seen in some log
@@ -173,7 +177,7 @@ class Cluster:
                     if core.is_leader:
                         self.leaders.setdefault((gid, core.term), set()).add(i)
                         if i in core.config.witnesses:
-                            self.failures.append(f"node {i} leads group {gid}, a witness")
+                            self._check_witness_lead(i, gid, core)
                     replica = (gid, group.storage.meta.incarnation)
                     if core.is_leader:
                         sim.led.add(replica)
@@ -196,6 +200,21 @@ class Cluster:
                     sim.last_commit[replica] = core.commit_offset
             self._check_active_configs()
             await trio.sleep(0.005)
+
+    def _check_witness_lead(self, node_id: int, gid: int, core) -> None:
+        """A witness leads only to hand over: it serves no client, and a voter that can
+        lead takes over soon (unless it needs records the witness does not hold)."""
+        began = self.witness_leads.setdefault((node_id, gid, core.term), trio.current_time())
+        if core.serves_clients:
+            self.failures.append(f"node {node_id} serves group {gid} as leader, a witness")
+        needs_older = any(
+            p.match_offset < core.log.log_start_offset for p in core.progress.values()
+        )
+        if trio.current_time() - began > WITNESS_LEAD_BOUND_S and not needs_older:
+            self.failures.append(
+                f"node {node_id}, a witness, led group {gid} in term {core.term} for "
+                f"{WITNESS_LEAD_BOUND_S} s"
+            )
 
     def _check_active_configs(self) -> None:
         """A configuration and the one that follows it in some log, both in effect

@@ -133,6 +133,7 @@ def running_cluster(
     raft: dict | None = None,
     log: dict | None = None,
     kafka: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Iterator[ProcessCluster]:
     """A started cluster in a fresh temporary folder (with Kafka listeners if `kafka`);
     everything stopped and removed after, on error too."""
@@ -143,7 +144,9 @@ def running_cluster(
             config = os.path.join(root, "settings.toml")
             write_config(config, raft, log)
         kafka_ports = free_ports(size) if kafka else []
-        cluster = ProcessCluster(root, size=size, config_file=config, kafka_ports=kafka_ports)
+        cluster = ProcessCluster(
+            root, size=size, config_file=config, kafka_ports=kafka_ports, env=env or {}
+        )
         try:
             cluster.start_all()
             _wait_for_first_leader(cluster, timeout_s=30.0)

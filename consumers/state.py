@@ -11,6 +11,12 @@ the coordinator and never in the log: a new coordinator gives every member a fre
 
 A command that is no longer valid when applied (a commit fenced by a newer generation, a
 position that would go back) changes nothing and says why, as the controller's do.
+
+Every so often the coordinator appends a `Snapshot`: the partition's whole state, taken
+with no other command in flight, so that it equals the state its predecessors built. The
+log is compacted to its last committed snapshot (everything before goes: LogConfig.
+compact_to_snapshots), and a replica that starts applying after offset 0 ignores what
+precedes the first snapshot it meets (the state those commands built is in it).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from quorumlog.consumers.assignment import TopicPartition
-from quorumlog.consumers.queue import Lease, Settle, SharePartition
+from quorumlog.consumers.queue import InFlight, Lease, RecordState, Settle, SharePartition
 
 GROUPS_TOPIC = "__groups"
 GROUPS_PARTITIONS = 8  # coordinators spread over the nodes; fixed once the topic exists
@@ -78,7 +84,14 @@ class ResetOffsets:
     offsets: tuple[tuple[str, int, int], ...]
 
 
-Command = SetMembers | Commit | ResetOffsets | Lease | Settle
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every group of the partition, whole (`snapshot_of`)."""
+
+    groups: tuple[dict[str, Any], ...]
+
+
+Command = SetMembers | Commit | ResetOffsets | Lease | Settle | Snapshot
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
 
@@ -97,7 +110,10 @@ def from_wire(wire: Any) -> Command:
     if set(args) != {f.name for f in fields(cls)}:
         raise CommandError(f"{cls.__name__} has fields {sorted(f.name for f in fields(cls))}")
     try:
-        if cls in (Lease, Settle):
+        if cls is Snapshot:
+            args["groups"] = tuple(args["groups"])
+            _restore(args["groups"])  # checked whole here: a bad one is refused as it is read
+        elif cls in (Lease, Settle):
             args["offsets"] = tuple(int(o) for o in args["offsets"])
         elif cls is SetMembers:
             args["topics"] = tuple(args["topics"])
@@ -108,7 +124,7 @@ def from_wire(wire: Any) -> Command:
         else:
             args["offsets"] = tuple((t, int(p), int(o)) for t, p, o in args["offsets"])
         return cls(**args)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise CommandError(f"bad {cls.__name__}: {exc}") from None
 
 
@@ -136,11 +152,19 @@ class GroupsState:
 
     groups: dict[str, Group] = field(default_factory=dict)
     applied_offset: int = -1
+    # False while applying a log that starts after offset 0, until its first snapshot.
+    whole: bool = True
 
     def apply(self, command: Command, offset: int) -> str | None:
         """Apply a committed command at `offset`; returns why it changed nothing, or None."""
         assert offset > self.applied_offset, (offset, self.applied_offset)
         self.applied_offset = offset
+        if isinstance(command, Snapshot):
+            self.groups = {g.name: g for g in _restore(command.groups)}
+            self.whole = True
+            return None
+        if not self.whole:
+            return "before the first snapshot of a compacted log (it holds what this did)"
         match command:
             case SetMembers(name, mode, topics, generation, members, assignment):
                 group = self.groups.get(name)
@@ -174,6 +198,63 @@ class GroupsState:
             case Lease() | Settle():
                 return _apply_queue(self.groups.get(command.group), command)
         return None
+
+
+def snapshot_of(state: GroupsState) -> Snapshot:
+    """The whole state as a command (plain msgpack types)."""
+    return Snapshot(
+        tuple(
+            {
+                "name": g.name,
+                "mode": g.mode,
+                "topics": list(g.topics),
+                "generation": g.generation,
+                "members": [[m, t] for m, t in g.members.items()],
+                "assignment": [[m, [list(tp) for tp in tps]] for m, tps in g.assignment.items()],
+                "committed": [[t, p, o] for (t, p), o in g.committed.items()],
+                "queues": [
+                    [
+                        t,
+                        p,
+                        w.start,
+                        w.next,
+                        [[o, r.state.value, r.deliveries, r.member] for o, r in w.records.items()],
+                    ]
+                    for (t, p), w in g.queues.items()
+                ],
+            }
+            for g in state.groups.values()
+        )
+    )
+
+
+def _restore(groups: tuple[dict[str, Any], ...]) -> list[Group]:
+    """The groups of a snapshot; raises TypeError, ValueError or KeyError if malformed."""
+    restored = []
+    for g in groups:
+        queues = {}
+        for t, p, start, next_, records in g["queues"]:
+            queues[(str(t), int(p))] = SharePartition(
+                int(start),
+                int(next_),
+                {
+                    int(o): InFlight(RecordState(state), int(deliveries), member)
+                    for o, state, deliveries, member in records
+                },
+            )
+        restored.append(
+            Group(
+                str(g["name"]),
+                str(g["mode"]),
+                tuple(g["topics"]),
+                int(g["generation"]),
+                {str(m): int(t) for m, t in g["members"]},
+                {str(m): tuple((str(t), int(p)) for t, p in tps) for m, tps in g["assignment"]},
+                {(str(t), int(p)): int(o) for t, p, o in g["committed"]},
+                queues,
+            )
+        )
+    return restored
 
 
 def _apply_queue(group: Group | None, command: Lease | Settle) -> str | None:

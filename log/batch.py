@@ -19,7 +19,8 @@ Layout (little-endian):
     48  1    batch_type     data | config | barrier
     49  1    compression    none | zstd | kafka (a Kafka record batch, log/kafka_batch.py)
     50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`;
-                           TYPES_CHECKED: the maker checked every field is bytes
+                           TYPES_CHECKED: the maker checked every field is bytes;
+                           SNAPSHOT: a state machine's whole state (a compaction point)
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -53,6 +54,10 @@ LOG_APPEND_TIME = 0x1
 # value, key and header value is bytes (or None) first; a leader checks the records of
 # batches without it (an older or foreign client) before they reach the log.
 TYPES_CHECKED = 0x2
+# flags: a command holding a state machine's whole state (a `__groups` snapshot): in a log
+# compacted to its snapshots (LogConfig.compact_to_snapshots), everything before the last
+# committed one may go.
+SNAPSHOT = 0x4
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24

@@ -29,6 +29,9 @@ class LogConfig:
     # times the cost of the write itself where a VM's memory is touched for the first time,
     # docs/decisions.md), while a reader that far behind would soon read from the disk.
     page_cache_window_bytes: int = 64 * 1024 * 1024
+    # Drop the segments before the last committed snapshot (batch flag SNAPSHOT): for a
+    # state machine's log that holds its whole state in each snapshot (`__groups`).
+    compact_to_snapshots: bool = False
 
     def __post_init__(self) -> None:
         if self.timestamp_type not in TIMESTAMP_TYPES:

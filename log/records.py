@@ -162,6 +162,7 @@ def make_data_batch(
     producer_id: int = -1,
     producer_seq: int = -1,
     compress: bool = True,
+    flags: int = 0,
 ) -> bytes:
     """Encode records into one data batch, ready to append. Every value, key and header
     value must be bytes (or None): the client checks them at the call (quorumlog/
@@ -176,7 +177,7 @@ def make_data_batch(
         producer_id=producer_id,
         producer_seq=producer_seq,
         timestamp_ms=timestamp_ms,
-        flags=TYPES_CHECKED,
+        flags=TYPES_CHECKED | flags,
     )
 
 

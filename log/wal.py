@@ -133,7 +133,12 @@ class Log:
 
     @property
     def retains_all(self) -> bool:
-        return self._config.retention_bytes is None and self._config.retention_ms is None
+        config = self._config
+        return (
+            config.retention_bytes is None
+            and config.retention_ms is None
+            and not config.compact_to_snapshots
+        )
 
     @property
     def size_bytes(self) -> int:

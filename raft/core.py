@@ -33,7 +33,13 @@ from dataclasses import dataclass
 
 import structlog
 
-from quorumlog.log.batch import LOG_APPEND_TIME, BatchHeader, BatchType, split_batches
+from quorumlog.log.batch import (
+    LOG_APPEND_TIME,
+    SNAPSHOT,
+    BatchHeader,
+    BatchType,
+    split_batches,
+)
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
@@ -150,6 +156,9 @@ class RaftCore(
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
         self.producers = ProducerTable()
+        # The latest batches flagged SNAPSHOT (a state machine's whole state): a log
+        # compacted to its snapshots keeps the last committed one and what follows.
+        self.snapshot_offsets: list[int] = []
         self.elections_started = 0
         # Elections started since a leader was last heard of: they widen the timeout.
         self.failed_elections = 0
@@ -392,6 +401,8 @@ class RaftCore(
                 # Noted as placed, before the write below: a retry later in this round
                 # finds it.
                 self.producers.note_batch(header.placed(next_offset, self.term))
+                if header.flags & SNAPSHOT:
+                    self._note_snapshot(next_offset)
                 headers.append(header)
                 placed.append(batch)
                 next_offset += header.record_count
@@ -420,10 +431,25 @@ class RaftCore(
         """Account for a batch now in the log: producer sequences, configurations, stamps."""
         if header.flags & LOG_APPEND_TIME:
             self.max_stamp_ms = max(self.max_stamp_ms, header.timestamp_ms)
+        if header.flags & SNAPSHOT:
+            self._note_snapshot(header.base_offset)
         if header.batch_type is BatchType.CONFIG:
             self.configs.appended(header.base_offset, config_of(batch, header))
         elif producers:
             self.producers.note_batch(header)
+
+    def _note_snapshot(self, offset: int) -> None:
+        self.snapshot_offsets = [*self.snapshot_offsets[-3:], offset]
+
+    def retain(self, now_ms: int) -> None:
+        """Drop what the log's retention lets go: committed records only, and in a log
+        compacted to its snapshots everything before the last committed one."""
+        log = self.log
+        if log.config.compact_to_snapshots:
+            committed = [o for o in self.snapshot_offsets if o <= self.commit_offset]
+            if committed:
+                log.truncate_prefix(committed[-1])
+        log.apply_retention(now_ms, keep_from_offset=self.commit_offset + 1)
 
     # ----------------------------------------------------------------------- reporting
 

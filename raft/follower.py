@@ -54,6 +54,7 @@ class FollowerRules:
                 )
                 log.reset(prev + 1)
                 self.producers.truncate(0)
+                self.snapshot_offsets.clear()
                 self.configs.truncated(0)
                 self.verified_offset = prev
                 if req.base_config:
@@ -92,6 +93,7 @@ class FollowerRules:
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
                 log.truncate_suffix(header.base_offset)
                 self.producers.truncate(header.base_offset)
+                self.snapshot_offsets = [o for o in self.snapshot_offsets if o < header.base_offset]
                 self.configs.truncated(header.base_offset)
                 self.verified_offset = min(self.verified_offset, header.base_offset - 1)
                 break

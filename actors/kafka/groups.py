@@ -26,10 +26,11 @@ import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
 
-from quorumlog.actors.coordinator import Coordination, PassBack
+from quorumlog.actors.coordination import Coordination
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
 from quorumlog.actors.mailbox import Pending
 from quorumlog.actors.read_index import end_offset
+from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
 from quorumlog.transport.messages import EndOffsetReply
 

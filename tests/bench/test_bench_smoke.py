@@ -420,3 +420,15 @@ def test_witness_smallest(tmp_path):
     for figure in ("leader + full follower (baseline)", "leader + witness"):
         _positive(rows[f"commit latency, {figure}"], "p50_ms", "p99_ms", "appends")
     _no_serve_left()
+
+
+def test_groups_log_smallest(tmp_path):
+    from quorumlog.bench import groups_log
+
+    rows = _by_figure(_written(tmp_path, "groups-log", groups_log.run(tiny=True)))
+    base = rows["2,000 commits, snapshots off (baseline)"]
+    compacted = rows["2,000 commits, compacted"]
+    for row in (base, compacted):
+        _positive(row, "commits", "commits_per_s", "groups_bytes", "takeover_s")
+    _positive(compacted, "bytes_ratio_to_baseline", "takeover_ratio_to_baseline")
+    _no_serve_left()

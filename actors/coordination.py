@@ -1,0 +1,245 @@
+"""One `__groups` partition as the coordinator leading it sees it: its groups' state,
+applied from the partition's committed commands, the members' sessions (soft state no log
+holds), and the appends of new commands, snapshots among them (actors/coordinator.py
+answers the calls)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import msgpack
+import structlog
+import trio
+
+from quorumlog.actors.replicated import append_command, committed_batches
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.state import (
+    Command,
+    CommandError,
+    Group,
+    GroupError,
+    GroupsState,
+    Snapshot,
+    from_wire,
+    snapshot_of,
+    to_wire,
+)
+from quorumlog.log.batch import BatchType
+from quorumlog.log.records import batch_records
+
+if TYPE_CHECKING:
+    from quorumlog.actors.group import GroupActor
+
+logger = structlog.get_logger("quorumlog.coordinator")
+
+# Members heartbeat every tenth of their session timeout, at most this long apart: a
+# partition freed by a member leaving reaches its next owner within one interval.
+HEARTBEAT_INTERVAL_S_MAX = 0.5
+HEARTBEAT_INTERVAL_S_MIN = 0.05
+# Queue mode: a lease given before this coordinator took over runs this long from then,
+# unless its holder said otherwise since.
+LEASE_S_DEFAULT = 30.0
+MEMBER_ID_CHARS_MAX = 200
+# A snapshot of a `__groups` partition's state after this many commands (the environment
+# variable QUORUMLOG_GROUPS_SNAPSHOT_EVERY sets another, for tests and benchmarks), or this
+# long after the first command since the last one.
+SNAPSHOT_EVERY = int(os.environ.get("QUORUMLOG_GROUPS_SNAPSHOT_EVERY", "10000"))
+SNAPSHOT_AFTER_S = 60.0
+
+
+class NotMember(Exception):
+    """The caller is not (or no longer) a member of the group: it must rejoin."""
+
+
+class AppendGate:
+    """Commands are appended together; a snapshot waits until none is in flight (each is
+    applied once committed) and holds new ones back until it is appended itself, so that
+    it is the state every command before it built."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._open = trio.Event()
+        self._open.set()
+        self._idle = trio.Event()
+
+    @contextlib.asynccontextmanager
+    async def command(self) -> AsyncIterator[None]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        while not self._open.is_set():
+            await self._open.wait()
+        self._open = trio.Event()
+        try:
+            while self.in_flight:
+                self._idle = trio.Event()
+                await self._idle.wait()
+            yield
+        finally:
+            self._open.set()
+
+
+@dataclass(slots=True)
+class Session:
+    last_seen: float
+    timeout_s: float
+    # The partitions the member last said it consumes; None: not heard from since this
+    # coordinator took over, so it may still consume anything it was given before.
+    owned: frozenset[TopicPartition] | None
+    lease_timeout_s: float = 30.0  # queue mode: as the member's calls say (LEASE_S_DEFAULT)
+
+
+class Coordination:
+    """One `__groups` partition as its replica here applies it, and the sessions of its
+    groups' members while that replica leads."""
+
+    def __init__(self, replica: GroupActor, partition: int):
+        self.replica = replica
+        self.partition = partition
+        self.state = GroupsState()
+        self.next_offset = 0  # the next offset of the partition to apply
+        self.term = -1  # the term in which the sessions were set up
+        self.sessions: dict[str, dict[str, Session]] = {}  # group -> member -> session
+        self.locks: dict[str, trio.Lock] = {}  # group -> one membership change at a time
+        self.rotation = 0  # queue mode: the partition a lease call looks at first
+        # queue mode: (group, topic partition, offset) -> when its lease runs out
+        self.lease_deadlines: dict[tuple[str, TopicPartition, int], float] = {}
+        self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
+        self._proposed_from = 0  # commands before it were not proposed by this leader
+        self.gate = AppendGate()
+        self.since_snapshot = 0  # commands applied since the last snapshot
+        self.first_since_snapshot_s = 0.0  # when the first of them was proposed
+
+    def catch_up(self) -> None:
+        core = self.replica.core
+        if core.commit_offset < self.next_offset:
+            return
+        start = self.replica.log.log_start_offset
+        if self.next_offset < start:
+            # The log was compacted past what this replica applied (or it starts again
+            # at its leader's start): apply it from its start, up to its first snapshot.
+            self.state = GroupsState(whole=start == 0)
+            self.next_offset = start
+        for header, batch in committed_batches(self.replica, self.next_offset):
+            if header.batch_type is not BatchType.DATA:
+                continue
+            for i, record in enumerate(batch_records(batch, header)):
+                self._apply(record.value, header.base_offset + i)
+        self.next_offset = core.commit_offset + 1
+
+    def _apply(self, value: bytes, offset: int) -> None:
+        try:
+            command = from_wire(msgpack.unpackb(value, raw=False))
+        except (CommandError, ValueError, msgpack.UnpackException) as exc:
+            logger.error("bad_group_command", offset=offset, error=str(exc))
+            return
+        why = self.state.apply(command, offset)
+        self.since_snapshot = 0 if isinstance(command, Snapshot) else self.since_snapshot + 1
+        if offset >= self._proposed_from:
+            self._results[offset] = why
+
+    def take_over(self, now: float) -> None:
+        """This replica leads in a new term: every member gets a fresh session."""
+        core = self.replica.core
+        self.term = core.term
+        self._proposed_from = core.commit_offset + 1
+        self.sessions = {
+            name: {m: Session(now, ms / 1000, None) for m, ms in group.members.items()}
+            for name, group in self.state.groups.items()
+        }
+
+    def is_current(self) -> bool:
+        core = self.replica.core
+        return (
+            core.is_leader
+            and core.term == self.term
+            and core.term_at(core.commit_offset) == core.term
+        )
+
+    async def propose(self, command: Command) -> str | None:
+        """Append with acks=quorum; once applied, why it did nothing (or None)."""
+        value = msgpack.packb(to_wire(command), use_bin_type=True)
+        if self.since_snapshot == 0:
+            self.first_since_snapshot_s = trio.current_time()
+        async with self.gate.command():
+            offset = await append_command(self.replica, value)
+            self.catch_up()  # committed now: apply it here before answering
+        return self._results.pop(offset, None)
+
+    async def snapshot_if_due(self, now: float) -> None:
+        """Append a snapshot of the whole state once enough commands came since the last
+        one (none while the state is not whole: nothing to compact to yet)."""
+        due = self.since_snapshot >= SNAPSHOT_EVERY or (
+            self.since_snapshot and now - self.first_since_snapshot_s >= SNAPSHOT_AFTER_S
+        )
+        if not due or not self.state.whole:
+            return
+        async with self.gate.alone():
+            self.catch_up()
+            value = msgpack.packb(to_wire(snapshot_of(self.state)), use_bin_type=True)
+            offset = await append_command(self.replica, value, snapshot=True)
+            self.catch_up()
+        logger.info(
+            "groups_snapshot",
+            partition=self.partition,
+            offset=offset,
+            groups=len(self.state.groups),
+            bytes=len(value),
+        )
+
+    def note_leased(
+        self, name: str, member: str, tp: TopicPartition, offsets: tuple[int, ...]
+    ) -> None:
+        """Queue mode: when the leases just given run out."""
+        session = self.sessions.get(name, {}).get(member)
+        deadline = trio.current_time() + (session.lease_timeout_s if session else LEASE_S_DEFAULT)
+        for o in offsets:
+            self.lease_deadlines[(name, tp, o)] = deadline
+
+    def lock(self, name: str) -> trio.Lock:
+        return self.locks.setdefault(name, trio.Lock())
+
+    def free_for(self, group: Group, member: str, tp: TopicPartition) -> bool:
+        """Whether `member` may consume `tp` now: no other member consumes it, as far as
+        this coordinator knows."""
+        sessions = self.sessions.get(group.name, {})
+        for other in group.members:
+            if other == member:
+                continue
+            session = sessions.get(other)
+            if session is None or session.owned is None or tp in session.owned:
+                return False
+        return True
+
+
+def member_id(args: dict) -> str:
+    member = args["member"]
+    if not isinstance(member, str) or not 1 <= len(member) <= MEMBER_ID_CHARS_MAX:
+        raise GroupError(f"a member id has 1-{MEMBER_ID_CHARS_MAX} characters")
+    return member
+
+
+def membership(c: Coordination, name: str, member: str) -> tuple[Group, Session]:
+    """The group and the session of one of its members; NotMember if it is not one."""
+    group = c.state.groups.get(name)
+    session = c.sessions.get(name, {}).get(member)
+    if group is None or member not in group.members or session is None:
+        raise NotMember(f"member {member!r} is not in the group {name!r}: rejoin")
+    return group, session
+
+
+def heartbeat_interval_s(session_timeout_s: float) -> float:
+    return max(HEARTBEAT_INTERVAL_S_MIN, min(HEARTBEAT_INTERVAL_S_MAX, session_timeout_s / 10))
