@@ -15,7 +15,15 @@ import msgpack
 import structlog
 import trio
 
-from quorumlog.actors.replicated import append_command, committed_batches
+from quorumlog.actors.lease_reads import ReadAhead
+from quorumlog.actors.mailbox import Pending
+from quorumlog.actors.replicated import (
+    Submitted,
+    append_command,
+    committed,
+    committed_batches,
+    submit_command,
+)
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.state import (
     Command,
@@ -49,6 +57,7 @@ MEMBER_ID_CHARS_MAX = 200
 # long after the first command since the last one.
 SNAPSHOT_EVERY = int(os.environ.get("QUORUMLOG_GROUPS_SNAPSHOT_EVERY", "10000"))
 SNAPSHOT_AFTER_S = 60.0
+PENDING_PRUNE = 1024  # submitted commands remembered before the answered ones are dropped
 
 
 class NotMember(Exception):
@@ -56,27 +65,32 @@ class NotMember(Exception):
 
 
 class AppendGate:
-    """Commands are appended together; a snapshot waits until none is in flight (each is
-    applied once committed) and holds new ones back until it is appended itself, so that
-    it is the state every command before it built."""
+    """Commands are submitted together, each appended in the order submitted; a snapshot
+    waits until every command submitted before it is committed (or failed) and applied,
+    and holds new ones back until it is appended itself, so that it is the state every
+    command before it built."""
 
     def __init__(self) -> None:
-        self.in_flight = 0
         self._open = trio.Event()
         self._open.set()
-        self._idle = trio.Event()
+        self._entering = 0  # admitted, not yet in the group's mailbox
+        self._entered = trio.Event()
+        self._pending: list[Pending] = []  # in the mailbox, perhaps not yet committed
 
-    @contextlib.asynccontextmanager
-    async def command(self) -> AsyncIterator[None]:
+    async def admit(self) -> None:
         while not self._open.is_set():
             await self._open.wait()
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._idle.set()
+        self._entering += 1
+
+    def submitted(self, submitted: Submitted | None) -> None:
+        """What `submit_command` gave (None: it failed) for an admitted command."""
+        self._entering -= 1
+        if self._entering == 0:
+            self._entered.set()
+        if isinstance(submitted, Pending):
+            if len(self._pending) >= PENDING_PRUNE:
+                self._pending = [p for p in self._pending if not p.done]
+            self._pending.append(submitted)
 
     @contextlib.asynccontextmanager
     async def alone(self) -> AsyncIterator[None]:
@@ -84,12 +98,26 @@ class AppendGate:
             await self._open.wait()
         self._open = trio.Event()
         try:
-            while self.in_flight:
-                self._idle = trio.Event()
-                await self._idle.wait()
+            while self._entering:
+                self._entered = trio.Event()
+                await self._entered.wait()
+            pending, self._pending = self._pending, []
+            for p in pending:
+                with contextlib.suppress(Exception):
+                    await p.wait()
             yield
         finally:
             self._open.set()
+
+
+@dataclass(slots=True)
+class Leasing:
+    """Queue mode, one group and partition: the offsets of the leases submitted and not
+    yet applied, and the first fresh offset after them, so that the next lease is decided
+    before they commit without handing out the same record twice."""
+
+    offsets: set[int]
+    next: int
 
 
 @dataclass(slots=True)
@@ -117,6 +145,9 @@ class Coordination:
         self.rotation = 0  # queue mode: the partition a lease call looks at first
         # queue mode: (group, topic partition, offset) -> when its lease runs out
         self.lease_deadlines: dict[tuple[str, TopicPartition, int], float] = {}
+        # queue mode: leases submitted and not yet applied (the window learns them then)
+        self.leasing: dict[tuple[str, TopicPartition], Leasing] = {}
+        self.read_ahead: dict[tuple[str, TopicPartition], ReadAhead] = {}
         self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
         self._proposed_from = 0  # commands before it were not proposed by this leader
         self.gate = AppendGate()
@@ -156,6 +187,8 @@ class Coordination:
         core = self.replica.core
         self.term = core.term
         self._proposed_from = core.commit_offset + 1
+        self.leasing = {}
+        self.read_ahead = {}
         self.sessions = {
             name: {m: Session(now, ms / 1000, None) for m, ms in group.members.items()}
             for name, group in self.state.groups.items()
@@ -171,12 +204,26 @@ class Coordination:
 
     async def propose(self, command: Command) -> str | None:
         """Append with acks=quorum; once applied, why it did nothing (or None)."""
+        return await self.outcome(await self.submit(command))
+
+    async def submit(self, command: Command) -> Submitted:
+        """Put a command in the partition's mailbox, after every one submitted before it;
+        `outcome` waits for it. The next may be decided meanwhile (queue mode's leases)."""
         value = msgpack.packb(to_wire(command), use_bin_type=True)
         if self.since_snapshot == 0:
             self.first_since_snapshot_s = trio.current_time()
-        async with self.gate.command():
-            offset = await append_command(self.replica, value)
-            self.catch_up()  # committed now: apply it here before answering
+        await self.gate.admit()
+        submitted = None
+        try:
+            submitted = await submit_command(self.replica, value)
+        finally:
+            self.gate.submitted(submitted)
+        return submitted
+
+    async def outcome(self, submitted: Submitted) -> str | None:
+        """Once a submitted command is committed and applied: why it did nothing, or None."""
+        offset = await committed(submitted)
+        self.catch_up()  # committed now: apply it here before answering
         return self._results.pop(offset, None)
 
     async def snapshot_if_due(self, now: float) -> None:

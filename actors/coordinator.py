@@ -50,6 +50,7 @@ from quorumlog.consumers.state import (
     check_group_name,
     groups_partition,
 )
+from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
@@ -86,11 +87,19 @@ class Calls:
     tick: Callable[[Coordination, float], Awaitable[None]]  # every check, per partition led
 
 
+async def _logged(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    try:
+        await fn(*args)
+    except (PassBack, UnknownTopic, ConnectionClosed) as exc:
+        logger.info("background_call_failed", call=fn.__qualname__, error=str(exc))
+
+
 class Coordinator:
     def __init__(self, node: Node, calls: Calls):
         self.node = node
         self.calls = calls
         self.coordinations: dict[int, Coordination] = {}
+        self._nursery: trio.Nursery | None = None  # run()'s, for background work
         self.ends: dict[TopicPartition, int] = {}  # the highest end each partition was seen at
 
     # ------------------------------------------------------------------- running
@@ -99,8 +108,15 @@ class Coordinator:
         """Removes members whose session ran out and hands back leases that ran out, on
         the coordinations led here; keeps their groups' lag known."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._refresh_ends)
             await self._expire()
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Background work of the calls (queue mode's read-ahead): errors are logged, the
+        call that needs the data reads it itself."""
+        if self._nursery is not None:
+            self._nursery.start_soon(_logged, fn, *args)
 
     async def _expire(self) -> None:
         while True:

@@ -70,7 +70,6 @@ MAILBOX_MAX = 1024
 RETENTION_CHECK_S = 5.0
 # Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
 ROUND_INPUTS_MAX = 256
-READ_BYTES_MAX = 4 * 1024 * 1024
 
 
 class GroupActor:
@@ -447,22 +446,27 @@ class GroupActor:
         """The waiting path of an append (the mailbox was full for `take_append`), and
         the node's own (`by_client=False`: the controller's commands, the coordinators'
         records), which the client metrics leave out."""
-        checked = self._checked(request, by_client)
-        if not isinstance(checked, list):
-            return checked
         started = trio.current_time()
-        proposal = Proposal(checked, request.acks is Acks.QUORUM)
-        if request.acks is Acks.NONE:
-            await self._inbox.send(ClientAppend(proposal, request.acks, None))
-            answer: Message = self._received_reply()
-        else:
-            reply = Pending()
-            await self._inbox.send(ClientAppend(proposal, request.acks, reply))
-            answer = await reply.wait()
+        submitted = await self.submit(request, by_client)
+        answer = await submitted.wait() if isinstance(submitted, Pending) else submitted
         if by_client and isinstance(answer, AppendReply):
             elapsed = trio.current_time() - started
             self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
         return answer
+
+    async def submit(self, request: AppendRequest, by_client: bool = False) -> Pending | Message:
+        """Put an append in the mailbox: appended in the order submitted; its answer when
+        the Pending is resolved (acks=none: answered now), or the refusal."""
+        checked = self._checked(request, by_client)
+        if not isinstance(checked, list):
+            return checked
+        proposal = Proposal(checked, request.acks is Acks.QUORUM)
+        if request.acks is Acks.NONE:
+            await self._inbox.send(ClientAppend(proposal, request.acks, None))
+            return self._received_reply()
+        reply = Pending()
+        await self._inbox.send(ClientAppend(proposal, request.acks, reply))
+        return reply
 
     def _checked(
         self, request: AppendRequest, by_client: bool = True

@@ -28,6 +28,10 @@ class Pending:
         self.value: Any = None
         self.error: Exception | None = None
 
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
     def resolve(self, value: Any) -> None:
         if not self._done.is_set():
             self.value = value

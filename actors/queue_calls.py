@@ -4,13 +4,17 @@ member, settle what members acked or released, expire leases, and move records d
 
 The coordinator reads the records it leases from their partition's leader and sends them
 with the lease, so that it knows which offsets are records (control batches are skipped)
-and a member needs one call per poll. Leases are decided and appended under the group's
-lock: two members are never handed the same record. A call also carries the member's
-settlements since its last one, settled before anything new is leased.
+and a member needs one call per poll. Leases are decided and submitted under the group's
+lock, and committed outside it: the next call decides while this one's lease commits,
+leaving out the offsets of leases submitted and not yet applied (`Leasing`), so two
+members are never handed the same record and the appends of many calls share a commit. A
+call also carries the member's settlements since its last one, submitted before anything
+new is leased.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -18,27 +22,26 @@ import trio
 from quorumlog.actors.coordination import (
     LEASE_S_DEFAULT,
     Coordination,
+    Leasing,
     member_id,
     membership,
 )
 from quorumlog.actors.coordinator import Coordinator
 from quorumlog.actors.leader_calls import ask_partition_leader
+from quorumlog.actors.lease_reads import ReadAhead, holds, read_batches, records_at
+from quorumlog.actors.replicated import Submitted
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.queue import Lease, RecordState, Settle, SharePartition
 from quorumlog.consumers.state import Commit, Group, GroupError
-from quorumlog.log.batch import BatchType, parse_header, split_batches
-from quorumlog.log.records import RawRecord, batch_records, make_data_batch
+from quorumlog.log.records import RawRecord, make_data_batch
 from quorumlog.transport.messages import (
     Acks,
     AppendReply,
     AppendRequest,
-    ReadReply,
-    ReadRequest,
 )
 
 LEASE_RECORDS_MAX = 5000
 DELIVERIES_MAX = 100
-READ_BYTES = 1024 * 1024
 DLQ_SUFFIX = ".dlq"
 MEMBER_OUTCOMES = ("ack", "release")
 
@@ -60,22 +63,52 @@ async def lease(co: Coordinator, c: Coordination, name: str, args: dict) -> Resu
     wanted = args["max_records"]  # 0: only settle
     if not isinstance(wanted, int) or not 0 <= wanted <= LEASE_RECORDS_MAX:
         raise GroupError(f"a lease takes 0-{LEASE_RECORDS_MAX} records")
-    async with c.lock(name):
-        refused = await _settle_all(c, group, member, args.get("settle", ()))
-        leases = []
-        tps = co.partitions_of(group.topics)
-        c.rotation = (c.rotation + 1) % max(len(tps), 1)
-        for tp in tps[c.rotation :] + tps[: c.rotation]:
-            if wanted <= 0:
-                break
-            found = await _lease_partition(
-                co, c, group, member, tp, wanted, deliveries_max, args.get("start") == "latest"
-            )
-            if found:
-                offsets, blobs = found
-                leases.append([*tp, offsets, blobs])
-                wanted -= len(offsets)
-    return {"leases": leases, "refused": refused}
+    settles: list[tuple[list[Any], Submitted]] = []
+    found: list[Found] = []
+    try:
+        async with c.lock(name):
+            refused, settles = await _submit_settles(c, group, member, args.get("settle", ()))
+            tps = co.partitions_of(group.topics)
+            c.rotation = (c.rotation + 1) % max(len(tps), 1)
+            for tp in tps[c.rotation :] + tps[: c.rotation]:
+                if wanted <= 0:
+                    break
+                lease = await _lease_partition(
+                    co, c, group, member, tp, wanted, deliveries_max, args.get("start") == "latest"
+                )
+                if lease is not None:
+                    found.append(lease)
+                    wanted -= len(lease.offsets)
+        for settled, outcome in settles:
+            why = await c.outcome(outcome)
+            if why is not None:
+                refused.append([*settled, why])
+        for lease in found:
+            why = await c.outcome(lease.submitted)
+            if why is not None:
+                c.leasing.pop((name, lease.tp), None)  # decide afresh from the window
+                raise GroupError(why)
+            c.note_leased(name, member, lease.tp, tuple(lease.offsets))
+    finally:
+        for lease in found:
+            leasing = c.leasing.get((name, lease.tp))
+            if leasing is not None:
+                leasing.offsets.difference_update(lease.offsets)
+    return {
+        "leases": [[*lease.tp, lease.offsets, lease.blobs] for lease in found],
+        "refused": refused,
+    }
+
+
+@dataclass(slots=True)
+class Found:
+    """A lease decided and submitted in one partition: its offsets, the data batches
+    holding them, and its command on its way to commit."""
+
+    tp: TopicPartition
+    offsets: list[int]
+    blobs: list[bytes]
+    submitted: Submitted
 
 
 def _positive(args: dict, key: str, most: int) -> int:
@@ -85,12 +118,14 @@ def _positive(args: dict, key: str, most: int) -> int:
     return value
 
 
-async def _settle_all(
+async def _submit_settles(
     c: Coordination, group: Group, member: str, settlements: Any
-) -> list[list[Any]]:
-    """The member's acks and releases, one command per partition and outcome; what was
-    refused (a lease that ran out and went to another member, say), with why."""
+) -> tuple[list[list[Any]], list[tuple[list[Any], Submitted]]]:
+    """The member's acks and releases, one command per partition and outcome: those
+    refused at once (a lease that ran out and went to another member, say) with why, and
+    those submitted."""
     refused = []
+    submitted = []
     for topic, partition, outcome, offsets in settlements:
         if outcome not in MEMBER_OUTCOMES:
             raise GroupError(f"a member settles with {' or '.join(MEMBER_OUTCOMES)}")
@@ -101,11 +136,13 @@ async def _settle_all(
             if window is None
             else window.check_settle(member, offsets, outcome)
         )
+        settled = [topic, partition, outcome, list(offsets)]
         if why is None:
-            why = await c.propose(Settle(group.name, topic, partition, member, offsets, outcome))
-        if why is not None:
-            refused.append([topic, partition, outcome, list(offsets), why])
-    return refused
+            command = Settle(group.name, topic, partition, member, offsets, outcome)
+            submitted.append((settled, await c.submit(command)))
+        else:
+            refused.append([*settled, why])
+    return refused, submitted
 
 
 async def _lease_partition(
@@ -117,8 +154,9 @@ async def _lease_partition(
     wanted: int,
     deliveries_max: int,
     from_latest: bool,
-) -> tuple[list[int], list[bytes]] | None:
-    """Leases in one partition: the offsets, and the data batches holding them."""
+) -> Found | None:
+    """A lease in one partition, decided from the window and the leases submitted before
+    it, and submitted."""
     window = group.queues.get(tp)
     if window is None and tp not in group.committed and from_latest:
         # Nothing consumed yet: the group starts at the end, as the member asked.
@@ -128,76 +166,39 @@ async def _lease_partition(
         group.committed.get(tp, 0), group.committed.get(tp, 0)
     )
     await _dead_letters(co, c, group, tp, window, deliveries_max)
+    leasing = c.leasing.setdefault((group.name, tp), Leasing(set(), window.next))
     blobs: dict[int, bytes] = {}  # base offset -> a data batch holding leased records
     offsets: list[int] = []
-    for o in window.redeliverable(wanted, deliveries_max):
-        if not any(base <= o <= _last(blob) for base, blob in blobs.items()):
-            blobs.update(await _read_batches(co, tp, o, 1, o + 1))
+    for o in window.redeliverable(wanted + len(leasing.offsets), deliveries_max):
+        if o in leasing.offsets or len(offsets) == wanted:
+            continue
+        if not holds(blobs, o):
+            blobs.update((await read_batches(co, tp, o, 1, o + 1))[0])
         offsets.append(o)
-    fresh = min(wanted - len(offsets), window.bound - window.next)
+    first = max(window.next, leasing.next)
+    fresh = min(wanted - len(offsets), window.bound - first)
     if fresh > 0:
-        end = co.ends.get(tp, 0)
-        if window.next >= end:
-            _, end = await co.offsets_of(tp)
-        if window.next < end:
-            read = await _read_batches(co, tp, window.next, fresh, min(end, window.bound))
-            blobs.update(read)
-            offsets += _offsets_in(read, window.next, fresh, min(end, window.bound))
+        ahead = c.read_ahead.get((group.name, tp))
+        if ahead is None:
+            ahead = c.read_ahead[(group.name, tp)] = ReadAhead(tp)
+        if not ahead.covers(first):
+            end = co.ends.get(tp, 0)
+            if first >= end:
+                _, end = await co.offsets_of(tp)
+            if first < end:
+                read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
+                ahead.read_under_lock(first, read, reached)
+        taken, fresh_offsets = ahead.take(first, fresh, window.bound)
+        blobs.update(taken)
+        offsets += fresh_offsets
+        if ahead.wants_more():
+            co.start_soon(ahead.fill, co)
     if not offsets:
         return None
-    why = await c.propose(Lease(group.name, *tp, member, tuple(offsets)))
-    if why is not None:
-        raise GroupError(why)
-    c.note_leased(group.name, member, tp, tuple(offsets))
-    return offsets, list(blobs.values())
-
-
-async def _read_batches(
-    co: Coordinator, tp: TopicPartition, offset: int, max_records: int, below: int
-) -> dict[int, bytes]:
-    """The data batches holding the first `max_records` records from `offset` on, below
-    offset `below`, by base offset, as read: control batches are skipped and no record is
-    decoded (a data batch's offsets are its records')."""
-    out: dict[int, bytes] = {}
-    count = 0
-    while offset < below and count < max_records:
-        reply = await ask_partition_leader(
-            co.node, tp, ReadRequest(offset, READ_BYTES, *tp, leader_only=True), ReadReply
-        )
-        if not reply.batches:
-            break
-        for header, batch in split_batches(reply.batches):
-            if count >= max_records or header.base_offset >= below:
-                return out
-            if header.batch_type is BatchType.DATA and header.last_offset >= offset:
-                out[header.base_offset] = bytes(batch)
-                count += min(header.last_offset, below - 1) + 1 - max(offset, header.base_offset)
-            offset = max(offset, header.last_offset + 1)
-    return out
-
-
-def _last(blob: bytes) -> int:
-    return parse_header(blob).last_offset
-
-
-def _offsets_in(blobs: dict[int, bytes], offset: int, max_records: int, below: int) -> list[int]:
-    """The first `max_records` record offsets the batches hold from `offset`, below `below`."""
-    out: list[int] = []
-    for base, blob in sorted(blobs.items()):
-        first, last = max(base, offset), min(_last(blob), below - 1)
-        out += range(first, last + 1)
-    return out[:max_records]
-
-
-async def _records_at(co: Coordinator, tp: TopicPartition, offset: int) -> list[RawRecord]:
-    """The record at `offset`, decoded (for the dead-letter topic)."""
-    out = []
-    for blob in (await _read_batches(co, tp, offset, 1, offset + 1)).values():
-        header = parse_header(blob)
-        out += [
-            r for i, r in enumerate(batch_records(blob, header)) if header.base_offset + i == offset
-        ]
-    return out
+    submitted = await c.submit(Lease(group.name, *tp, member, tuple(offsets)))
+    leasing.offsets.update(offsets)
+    leasing.next = max(leasing.next, offsets[-1] + 1)
+    return Found(tp, offsets, list(blobs.values()), submitted)
 
 
 async def _dead_letters(
@@ -218,7 +219,7 @@ async def _dead_letters(
     await co.ensure_topic(dlq[0])
     letters = []
     for at in exhausted:
-        for key, value, timestamp_ms, headers in await _records_at(co, tp, at):
+        for key, value, timestamp_ms, headers in await records_at(co, tp, at):
             why = [
                 ("dlq.reason", f"delivered {window.records[at].deliveries} times".encode()),
                 ("dlq.group", group.name.encode()),

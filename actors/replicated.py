@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from quorumlog.actors.mailbox import Pending
 from quorumlog.log.batch import SNAPSHOT, BatchHeader, split_batches
 from quorumlog.log.records import make_data_batch
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, Message
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
 
 READ_BYTES_MAX = 1024 * 1024
+Submitted = Pending | Message  # the answer to come, or a refusal
 
 
 class PassBack(Exception):
@@ -32,13 +34,24 @@ def not_leader(group: GroupActor) -> PassBack:
 async def append_command(group: GroupActor, value: bytes, snapshot: bool = False) -> int:
     """Append one command with acks=quorum; its offset once committed (PassBack if the
     group's leader could not take it). A `snapshot` holds the whole state (compaction)."""
+    return await committed(await submit_command(group, value, snapshot))
+
+
+async def submit_command(group: GroupActor, value: bytes, snapshot: bool = False) -> Submitted:
+    """Put one command in the group's mailbox: appended after those submitted before it
+    (`committed` waits for it), so a caller may decide the next before this one commits."""
     batch = make_data_batch(
         [(None, value, 0, None)],
         timestamp_ms=0,
         compress=snapshot,
         flags=SNAPSHOT if snapshot else 0,
     )
-    reply = await group.append(AppendRequest(batch, Acks.QUORUM, -1, -1), by_client=False)
+    return await group.submit(AppendRequest(batch, Acks.QUORUM, -1, -1))
+
+
+async def committed(submitted: Submitted) -> int:
+    """The offset of a submitted command once committed (PassBack if it was not)."""
+    reply = await submitted.wait() if isinstance(submitted, Pending) else submitted
     if not isinstance(reply, AppendReply) or reply.last_offset is None:
         raise PassBack(reply)
     return reply.last_offset

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-WINDOW_MAX = 2_000  # records in flight per partition and group
+WINDOW_MAX = 8_000  # records in flight per partition and group
 
 
 class RecordState(Enum):
@@ -74,15 +74,20 @@ class SharePartition:
     start: int = 0
     next: int = 0
     records: dict[int, InFlight] = field(default_factory=dict)  # start <= offset < next
+    # The offsets of the records AVAILABLE again (released or expired): an index, so that a
+    # lease call need not look at every record in flight.
+    available: set[int] = field(default_factory=set, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.available = {o for o, r in self.records.items() if r.state is RecordState.AVAILABLE}
 
     def redeliverable(self, max_records: int, deliveries_max: int) -> list[int]:
         """Records in the window to lease again, oldest first: available (released or
         expired) and delivered fewer than `deliveries_max` times."""
-        return [
-            o
-            for o, r in sorted(self.records.items())
-            if r.state is RecordState.AVAILABLE and r.deliveries < deliveries_max
-        ][:max_records]
+        records = self.records
+        return sorted(o for o in self.available if records[o].deliveries < deliveries_max)[
+            :max_records
+        ]
 
     @property
     def bound(self) -> int:
@@ -91,11 +96,8 @@ class SharePartition:
 
     def exhausted(self, deliveries_max: int) -> list[int]:
         """Available records delivered `deliveries_max` times: for the dead-letter topic."""
-        return sorted(
-            o
-            for o, r in self.records.items()
-            if r.state is RecordState.AVAILABLE and r.deliveries >= deliveries_max
-        )
+        records = self.records
+        return sorted(o for o in self.available if records[o].deliveries >= deliveries_max)
 
     def leased_to(self, member: str) -> list[int]:
         return sorted(
@@ -145,6 +147,7 @@ class SharePartition:
             record = self.records.setdefault(o, InFlight())
             record.state, record.member = RecordState.LEASED, command.member
             record.deliveries += 1
+            self.available.discard(o)
             self.next = max(self.next, o + 1)
         return None
 
@@ -159,14 +162,19 @@ class SharePartition:
         for o in command.offsets:
             record = self.records[o]
             record.state, record.member = state, None
+            if state is RecordState.AVAILABLE:
+                self.available.add(o)
+            else:
+                self.available.discard(o)
         self._advance()
         return None
 
     def release_member(self, member: str) -> None:
         """A member left or was removed: what it held is available again at once."""
-        for record in self.records.values():
+        for o, record in self.records.items():
             if record.state is RecordState.LEASED and record.member == member:
                 record.state, record.member = RecordState.AVAILABLE, None
+                self.available.add(o)
 
     def _advance(self) -> None:
         """Move `start` past the settled front (offsets not in `records` below `next` are

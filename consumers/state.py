@@ -22,7 +22,7 @@ precedes the first snapshot it meets (the state those commands built is in it).
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from quorumlog.consumers.assignment import TopicPartition
@@ -96,7 +96,10 @@ _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
 
 def to_wire(command: Command) -> dict[str, Any]:
-    return {"type": type(command).__name__, **asdict(command)}
+    """Its msgpack form (the fields are plain values, tuples of them and dicts: no copy)."""
+    return {"type": type(command).__name__} | {
+        f.name: getattr(command, f.name) for f in fields(command)
+    }
 
 
 def from_wire(wire: Any) -> Command:
