@@ -260,6 +260,11 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
             return await _transfer(group, check_node_id(args["node_id"]))
         case "backfill_member":
             return await _backfill(group, check_node_id(args["node_id"]))
+        case "group_members":
+            # Every node the group counts or may count: its configuration in effect and
+            # the last committed (actors/burial.py asks before it deletes a replica).
+            members = core.config.members | core.configs.committed.members
+            return AdminReply({"members": sorted(members)})
         case _:
             raise ConfigChangeError(f"unknown admin call {op!r}")
     return await _execute(group, plan)

@@ -176,10 +176,10 @@ class ControllerActor:
 
     async def _reconcile(self) -> None:
         """Make this node's replicas match the state: create those placed here, drop those
-        of deleted topics. A replica moved off this node stays, idle, until its topic is
-        deleted: dropped while its group still counts it, or re-created empty later, it
-        could cost the group data it acknowledged (docs/decisions.md, "Replica moves").
-        `default` follows membership instead (admin calls)."""
+        of deleted topics (and what tombstones they left). A replica moved off this node
+        stays, idle, until its group no longer counts it (actors/burial.py): dropped while
+        it does, it could cost the group data it acknowledged (docs/decisions.md, "Replica
+        moves"). `default` follows membership instead (admin calls)."""
         node = self.node
         state = self.state
         wanted = {
@@ -195,6 +195,11 @@ class ControllerActor:
                 continue  # placed here, or moved away
             if group.group_id < state.next_group_id:  # the state has seen its topic go
                 await node.remove_partition(key)
+        for key, group_id in list(node.storage.tombstones.items()):
+            topic = state.topics.get(key[0])
+            placed = topic is not None and any(p.group_id == group_id for p in topic.partitions)
+            if not placed and group_id < state.next_group_id:
+                await node.remove_tombstone(key)
         for key, placed in wanted.items():
             if key not in node.partitions:
                 # A replica placed at creation bootstraps the group with its peers; one

@@ -13,7 +13,7 @@ membership machinery every group has: a `set_members` call on the partition's le
 a leader that is left out hands its leadership over first). The call is marked `retry`, so
 asking again is free once the group is there: a new controller leader asks again for every
 partition ever moved and learns at once which are done. A replica moved away stays on its
-node, idle, until its topic is deleted (actors/controller.py says why).
+node, idle, until its group no longer counts it (actors/burial.py deletes it then).
 
 The same call keeps `default` on the cluster's membership when a membership call was cut
 short between its two steps (`_follow_membership`).

@@ -22,6 +22,7 @@ import trio
 
 from quorumlog.actors.admin import handle_admin
 from quorumlog.actors.balancer import balance_leaders
+from quorumlog.actors.burial import bury_moved_replicas
 from quorumlog.actors.campaigns import CampaignSlots
 from quorumlog.actors.cluster_guard import ClusterGuard
 from quorumlog.actors.controller import ControllerActor
@@ -34,6 +35,7 @@ from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.manager import GroupManager
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.refusals import no_replica
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
@@ -213,6 +215,7 @@ class Node:
             nursery.start_soon(hand_over_from_slow_disk, self)
             nursery.start_soon(watch_stalls, self)
             nursery.start_soon(ReplicaMover(self).run)
+            nursery.start_soon(bury_moved_replicas, self)
             nursery.start_soon(self.coordinator.run)
             task_status.started(self)
 
@@ -283,6 +286,26 @@ class Node:
 
     async def remove_partition(self, key: tuple[str, int]) -> None:
         """Stop a replica and delete its files (its topic was deleted)."""
+        group_id = await self._stop_replica(key)
+        await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
+        logger.info(
+            "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group_id
+        )
+
+    async def bury_partition(self, key: tuple[str, int]) -> None:
+        """Stop a replica that moved off this node, which its group no longer counts, and
+        delete its log, keeping its term and vote (actors/tombstones.py)."""
+        group_id = await self._stop_replica(key)
+        await self._run_sync(self.storage.bury, *key, self.storage.pop(*key))
+        logger.info(
+            "replica_tombstoned", node_id=self.id, topic=key[0], partition=key[1], group=group_id
+        )
+
+    async def remove_tombstone(self, key: tuple[str, int]) -> None:
+        """What is left of a replica moved off this node: its topic was deleted."""
+        await self._run_sync(self.storage.remove_tombstone, *key)
+
+    async def _stop_replica(self, key: tuple[str, int]) -> int:
         assert self._manager is not None
         group = self.partitions.pop(key)
         del self.groups[group.group_id], self._keys[group.group_id]
@@ -290,11 +313,8 @@ class Node:
         await self.flusher.forget(group.group_id)
         self.heartbeats.forget(group.group_id)
         self.campaign_slots.forget(group.group_id)
-        await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
         self._update_peers()
-        logger.info(
-            "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
-        )
+        return group.group_id
 
     def send_nowait(self, peer: int, message: Message) -> bool:
         sent = self._transport is not None and self._transport.send_nowait(peer, message)
@@ -367,7 +387,7 @@ class Node:
                 | EndOffsetRequest(topic=topic, partition=partition)
             ):
                 group = self.replica(topic, partition)
-                return await group.answer(message) if group else self._no_replica(message)
+                return await group.answer(message) if group else no_replica(self, message)
             case LeaderRequest(topic, partition):
                 return self.leader_of(topic, partition)
             case StatusRequest():
@@ -399,7 +419,7 @@ class Node:
 
     def replica(self, topic: str, partition: int) -> GroupActor | None:
         """This node's replica of a partition, if the controller still places it here. A
-        replica moved away stays on the node, idle (actors/controller.py says why), with
+        replica moved away stays on the node, idle until buried (actors/burial.py), with
         its commit offset and leader frozen at the move: it must not answer for the
         partition (a reader would see its end stand still)."""
         group = self.partitions.get((topic, partition))
@@ -436,32 +456,6 @@ class Node:
         """Retriable: the client asks the other brokers."""
         return ErrorReply(ErrorCode.NOT_LEADER, f"node {self.id} is not a member of the cluster")
 
-    def _no_replica(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
-        """A call for a partition this node holds no (current) replica of: the leader it believes in,
-        or, for a partition it does not know, the controller's leader to ask (or, from that
-        leader, the answer: no such partition)."""
-        if not self.is_member():
-            return self.not_a_member()
-        topic, partition = message.topic, message.partition
-        found = self.controller_actor.state.topics.get(topic)
-        if found is not None and 0 <= partition < len(found.partitions):
-            leader = self.controller_actor.leader_hint(topic, partition)
-            return ErrorReply(
-                ErrorCode.NOT_LEADER,
-                f"node {self.id} holds no replica of {topic}/{partition}",
-                leader,
-                self.address_of(leader),
-            )
-        what = f"topic {topic!r}" if found is None else f"partition {partition} of topic {topic!r}"
-        if self.controller_actor.is_current():
-            logger.info("unknown_topic", node_id=self.id, topic=topic, partition=partition)
-            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}")
-        # This node's state may lag (it just restarted): only the controller's leader knows.
-        ask = self.controller.core.leader_id
-        if ask is None or ask == self.id:
-            return ErrorReply(ErrorCode.NOT_LEADER, f"node {self.id} cannot tell of {what} yet")
-        return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}", ask, self.address_of(ask))
-
     def _unknown_group(self, message: Message) -> Message | None:
         """A Raft message for a group this node does not host: a heartbeat request is
         answered so (ReadIndex), anything else is dropped as Raft drops a lost message."""
@@ -485,6 +479,6 @@ class Node:
             return False
         group = self.replica(message.topic, message.partition)
         if group is None:
-            answer(self._no_replica(message))
+            answer(no_replica(self, message))
             return True
         return group.take_append(message, answer)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
+from quorumlog.actors import tombstones
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from quorumlog.log.config import LogConfig
@@ -113,6 +114,9 @@ class NodeStorage:
     partitions: dict[tuple[str, int], GroupStorage] = field(default_factory=dict)
     node_id: int = 0
     cluster_id: str | None = None  # recorded once the cluster has named itself
+    # (topic, partition) -> group id of a replica moved off and deleted (actors/tombstones.py;
+    # -1 if unreadable)
+    tombstones: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def record_cluster_id(self, cluster_id: str) -> None:
         """Keep the cluster's id in the directory (transport/identity.py)."""
@@ -143,12 +147,17 @@ class NodeStorage:
         partition without its metadata (which a restart would take for damage)."""
         directory = partition_dir(self.data_dir, topic, partition)
         staging = os.path.join(os.path.dirname(directory), f".{partition}.new")
+        meta = new_metadata(config, rng)
+        buried = tombstones.carried_vote(self.fs, directory, group_id)
+        if buried is not None:  # this replica was here before: it never votes twice in a term
+            meta = meta.with_vote(buried.current_term, buried.voted_for)
+        self.tombstones.pop((topic, partition), None)
         for earlier in (directory, staging):  # a replica of an earlier topic of that name
             if self.fs.exists(earlier):
                 self.fs.remove_tree(earlier)
         self.fs.makedirs(staging)
         _write_group_file(self.fs, staging, group_id, settings)
-        MetadataStore(self.fs, staging).save(new_metadata(config, rng))
+        MetadataStore(self.fs, staging).save(meta)
         self.fs.rename(staging, directory)
         self.fs.fsync_dir(os.path.dirname(directory))
         return open_group_storage(
@@ -195,6 +204,23 @@ class NodeStorage:
         storage.log.close()
         self.fs.remove_tree(storage.directory)
         topic_dir = os.path.dirname(storage.directory)
+        if not self.fs.listdir(topic_dir):
+            self.fs.remove_tree(topic_dir)
+
+    def bury(self, topic: str, partition: int, storage: GroupStorage) -> None:
+        """Close a replica that moved off this node and delete its log, keeping its term
+        and vote (blocking); `pop` it first."""
+        storage.log.close()
+        log_dir = os.path.join(storage.directory, LOG_DIR)
+        tombstones.lay(self.fs, storage.directory, storage.group_id, log_dir)
+        self.tombstones[(topic, partition)] = storage.group_id
+
+    def remove_tombstone(self, topic: str, partition: int) -> None:
+        """Its topic was deleted: nothing of it is left (blocking)."""
+        del self.tombstones[(topic, partition)]
+        directory = partition_dir(self.data_dir, topic, partition)
+        self.fs.remove_tree(directory)
+        topic_dir = os.path.dirname(directory)
         if not self.fs.listdir(topic_dir):
             self.fs.remove_tree(topic_dir)
 
@@ -352,7 +378,12 @@ def open_storage(
             default_dir = partition_dir(data_dir, DEFAULT_TOPIC, 0)
             fs.makedirs(default_dir)
             _write_group_file(fs, default_dir, DEFAULT_GROUP, TopicSettings())
-        for topic, partition, directory in _partition_dirs(fs, data_dir):
+        for topic, partition, directory in _partition_dirs(fs, data_dir, with_tombstones=True):
+            if tombstones.is_tombstone(fs, directory):
+                tombstones.finish(fs, os.path.join(directory, LOG_DIR))
+                buried = tombstones.buried_group(fs, directory)
+                node.tombstones[(topic, partition)] = -1 if buried is None else buried
+                continue
             group_id, settings = _read_group_file(fs, directory)
             node.partitions[(topic, partition)] = open_group(
                 directory, group_id, topic_log_config(topic, settings, log_config)
@@ -394,15 +425,18 @@ def _write_node_file(fs: FileSystem, data_dir: str, node_id: int, cluster_id: st
     write_file_atomically(fs, os.path.join(data_dir, NODE_FILE), json.dumps(record).encode())
 
 
-def _partition_dirs(fs: FileSystem, data_dir: str) -> list[tuple[str, int, str]]:
+def _partition_dirs(
+    fs: FileSystem, data_dir: str, with_tombstones: bool = False
+) -> list[tuple[str, int, str]]:
     topics_dir = os.path.join(data_dir, TOPICS_DIR)
     if not fs.exists(topics_dir):
         return []
     found = []
     for topic in sorted(fs.listdir(topics_dir)):
         for name in sorted(fs.listdir(os.path.join(topics_dir, topic))):
-            if name.isdigit():
-                found.append((topic, int(name), os.path.join(topics_dir, topic, name)))
+            directory = os.path.join(topics_dir, topic, name)
+            if name.isdigit() and (with_tombstones or not tombstones.is_tombstone(fs, directory)):
+                found.append((topic, int(name), directory))
     return found
 
 

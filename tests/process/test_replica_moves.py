@@ -5,6 +5,8 @@ the moved partitions survive losing one of their original replicas afterwards.""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import threading
 
@@ -54,7 +56,8 @@ def check_no_loss(client: Client, acked: dict[tuple[int, int], bytes]) -> None:
     assert len(set(found.values())) == len(found), "a value was written twice"
 
 
-def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
+def four_nodes_and_a_topic(cluster) -> tuple[str, dict[int, list[int]]]:
+    """Node 4 added to the three, then TOPIC created: (brokers, partition -> replicas)."""
     cluster.wait_for_leader()
     address = cluster.start_joiner(4)
     brokers = f"{cluster.brokers},{address}"
@@ -62,7 +65,11 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
     assert out.returncode == 0, out.stderr
     with Client(brokers, timeout=30) as c:
         c.create_topic(TOPIC, partitions=PARTITIONS, replicas=3)
-        before = {r["partition"]: r["replicas"] for r in c.describe_topic(TOPIC)}
+        return brokers, {r["partition"]: r["replicas"] for r in c.describe_topic(TOPIC)}
+
+
+def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
+    brokers, before = four_nodes_and_a_topic(cluster)
     leaving = next(n for n in (1, 2, 3) if any(n in r for r in before.values()))
     producer = TopicProducer(brokers)
     producer.start()
@@ -116,3 +123,35 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
         for p in range(PARTITIONS):
             c.append([b"after-%d" % p], topic=TOPIC, partition=p)
         check_no_loss(c, producer.acked)
+
+
+def test_a_demoted_nodes_moved_replicas_are_tombstoned_once_their_groups_leave_it(cluster):
+    """A demoted (log-only) node still applies the controller's log, so it learns where its
+    replicas went: each is deleted, its term and vote kept, once its group no longer
+    counts it; a restart keeps them deleted."""
+    brokers, before = four_nodes_and_a_topic(cluster)
+    with Client(brokers, timeout=30) as c:
+        acked = {
+            (p, c.append([b"p%d" % p], topic=TOPIC, partition=p)): b"p%d" % p for p in range(4)
+        }
+    on_4 = [p for p, replicas in before.items() if 4 in replicas]
+    assert on_4, before
+    folder = os.path.join(cluster.data_dir(4), "topics", TOPIC)
+    out = ql("members", "-b", brokers, "demote", "4", "--timeout", "60")
+    assert out.returncode == 0, out.stderr
+
+    def buried() -> bool:
+        return all(
+            os.path.exists(os.path.join(folder, str(p), "tombstone"))
+            and not os.path.exists(os.path.join(folder, str(p), "log"))
+            for p in on_4
+        )
+
+    wait_until(buried, 60, "node 4's moved replicas are tombstoned")
+    assert all(os.path.exists(os.path.join(folder, str(p), "consensus.meta")) for p in on_4)
+    cluster.kill(4, signal.SIGTERM)
+    cluster.start(4, join=True)
+    wait_until(lambda: cluster.node_status(4), 20, "node 4 answers again")
+    assert buried(), "a restart does not bring them back"
+    with Client(cluster.brokers, timeout=30) as c:
+        check_no_loss(c, acked)
