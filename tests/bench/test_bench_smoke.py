@@ -426,8 +426,8 @@ def test_groups_log_smallest(tmp_path):
     from quorumlog.bench import groups_log
 
     rows = _by_figure(_written(tmp_path, "groups-log", groups_log.run(tiny=True)))
-    base = rows["2,000 commits, snapshots off (baseline)"]
-    compacted = rows["2,000 commits, compacted"]
+    base = rows["600 commits, snapshots off (baseline)"]
+    compacted = rows["600 commits, compacted"]
     for row in (base, compacted):
         _positive(row, "commits", "commits_per_s", "groups_bytes", "takeover_s")
     _positive(compacted, "bytes_ratio_to_baseline", "takeover_ratio_to_baseline")
