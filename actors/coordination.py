@@ -52,9 +52,9 @@ HEARTBEAT_INTERVAL_S_MIN = 0.05
 # unless its holder said otherwise since.
 LEASE_S_DEFAULT = 30.0
 MEMBER_ID_CHARS_MAX = 200
-# A snapshot of a `__groups` partition's state after this many commands (the environment
-# variable QUORUMLOG_GROUPS_SNAPSHOT_EVERY sets another, for tests and benchmarks), or this
-# long after the first command since the last one.
+# A snapshot of a `__groups` partition's state after this many commands, or this long after
+# the first command since the last one. The environment variable
+# QUORUMLOG_GROUPS_SNAPSHOT_EVERY sets another count, for tests and benchmarks (0: never).
 SNAPSHOT_EVERY = int(os.environ.get("QUORUMLOG_GROUPS_SNAPSHOT_EVERY", "10000"))
 SNAPSHOT_AFTER_S = 60.0
 PENDING_PRUNE = 1024  # submitted commands remembered before the answered ones are dropped
@@ -232,7 +232,7 @@ class Coordination:
         due = self.since_snapshot >= SNAPSHOT_EVERY or (
             self.since_snapshot and now - self.first_since_snapshot_s >= SNAPSHOT_AFTER_S
         )
-        if not due or not self.state.whole:
+        if not due or not self.state.whole or SNAPSHOT_EVERY == 0:
             return
         async with self.gate.alone():
             self.catch_up()

@@ -25,7 +25,7 @@ from quorumlog.bench.workload import running_cluster
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
 from quorumlog.localcluster import ProcessCluster
 
-NEVER = str(10**15)  # QUORUMLOG_GROUPS_SNAPSHOT_EVERY: no snapshot, nothing compacted
+NEVER = "0"  # QUORUMLOG_GROUPS_SNAPSHOT_EVERY: no snapshot, nothing compacted
 
 
 @dataclass(frozen=True)

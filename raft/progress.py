@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from quorumlog.membership.catchup import ReplicationRate
+
+
+class ReplicationState(enum.Enum):
+    """What a leader is doing with one follower (etcd's tracker states)."""
+
+    PROBE = "probe"  # looking for the match point: one request at a time
+    REPLICATE = "replicate"  # steady: up to steady_inflight_max requests in flight
+    # More than one chunk behind: chunks in a window of bytes, no follower flush for each
+    # (seed 004's recovery; where etcd would send a snapshot).
+    RECOVER = "recover"
 
 
 @dataclass(slots=True)
@@ -41,10 +52,7 @@ class Progress:
     # answered one frees nothing.
     inflight: deque[tuple[int, int]] = field(default_factory=deque)
     inflight_bytes: int = 0
-    # Looking for the match point: one request at a time until a success.
-    probing: bool = True
-    # More than one chunk behind: streamed in chunks without follower flushes (seed 004).
-    recovering: bool = False
+    state: ReplicationState = ReplicationState.PROBE
     recovery_started_bytes: int = 0  # the leader's recovery byte count when it began
     # How fast the match offset moves (kept for learners: the promotion rule).
     rate: ReplicationRate = field(default_factory=ReplicationRate)
@@ -74,6 +82,30 @@ class Progress:
         """Lost or refused: whatever is in flight will be sent again."""
         self.inflight.clear()
         self.inflight_bytes = 0
+
+    def probe(self) -> None:
+        """What is in flight was lost or refused: look for the match point again."""
+        self.forget_inflight()
+        self.state = ReplicationState.PROBE
+
+    def matched(self) -> None:
+        """The match point is found: replicate from just past it."""
+        self.forget_inflight()
+        self.state = ReplicationState.REPLICATE
+        self.next_offset = self.match_offset + 1
+
+    def recover(self, bytes_sent: int) -> None:
+        """More than one chunk behind: stream it chunks (seed 004)."""
+        self.state = ReplicationState.RECOVER
+        self.recovery_started_bytes = bytes_sent
+
+    @property
+    def probing(self) -> bool:
+        return self.state is ReplicationState.PROBE
+
+    @property
+    def recovering(self) -> bool:
+        return self.state is ReplicationState.RECOVER
 
     @property
     def acked_offset(self) -> int:

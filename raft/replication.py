@@ -1,5 +1,6 @@
 """A leader's replication: heartbeats, the AppendEntries each follower's window allows
-(probing, steady, recovering in chunks: seed 004), the replies, and the commit rule."""
+(one state per follower: probing, replicating, recovering in chunks as seed 004 has it;
+raft/progress.py), the replies, and the commit rule."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import structlog
 from quorumlog.log.wal import LogChunk
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import config_batch
-from quorumlog.raft.progress import Progress
+from quorumlog.raft.progress import Progress, ReplicationState
 from quorumlog.raft.roles import Role
 from quorumlog.transport.messages import (
     AppendEntries,
@@ -54,8 +55,7 @@ class ReplicationRules:
                 if p.dirty_offset >= sent > p.flushed_offset:
                     continue  # it holds what we sent (heartbeats say): its reply waits on fsync
                 # Requests or replies were lost: probe again; the reply's hint repositions us.
-                p.forget_inflight()
-                p.probing = True
+                p.probe()
                 p.last_reply_s = now
 
     def peer_connected(self, peer: int) -> None:
@@ -66,8 +66,7 @@ class ReplicationRules:
         if self.role is not Role.LEADER or p is None:
             return
         if p.inflight:
-            p.forget_inflight()
-            p.probing = True
+            p.probe()
         if p.backfill is not None:
             p.backfill.send_again()
 
@@ -120,7 +119,8 @@ class ReplicationRules:
             ):
                 base_config = config_batch(committed)  # its entry is not sent
             if p.next_offset <= log.dirty_offset:
-                steady = not (p.recovering or p.probing)  # a probe may be refused: keep it small
+                # A probe may be refused: keep it small.
+                steady = p.state is ReplicationState.REPLICATE
                 budget = s.steady_bytes_max if steady else s.chunk_bytes_max
                 chunk = log.read(p.next_offset, budget)
                 if steady and chunk.last_offset < log.dirty_offset:
@@ -130,9 +130,9 @@ class ReplicationRules:
             else:
                 chunk = LogChunk(b"", prev)  # a probe: does the follower hold our last entry?
             # More than this message to send: the follower is recovering (seed 004).
-            if chunk.last_offset < log.dirty_offset and not p.recovering:
-                p.recovering = True
-                p.recovery_started_bytes = self.recovery_bytes_sent
+            more_to_send = chunk.last_offset < log.dirty_offset
+            if more_to_send and p.state is ReplicationState.REPLICATE:
+                p.recover(self.recovery_bytes_sent)
                 # Bytes behind, estimated from this chunk's bytes per offset.
                 behind = len(chunk.data) * (log.dirty_offset - prev) // (chunk.last_offset - prev)
                 if behind >= RECOVERY_LOG_BYTES_MIN:
@@ -144,7 +144,7 @@ class ReplicationRules:
                         match_offset=p.match_offset,
                         dirty_offset=log.dirty_offset,
                     )
-            if p.recovering:
+            if p.recovering or (more_to_send and p.probing):
                 self.recovery_bytes_sent += len(chunk.data)
                 flush = s.recovery_flush_every_chunk
             else:
@@ -187,8 +187,7 @@ class ReplicationRules:
             # unflushed tail), or this reply is older than one already seen. Flushed entries
             # survive a crash, so match falls back no further than them; probe from there.
             p.match_offset = max(reply.last_dirty, p.flushed_offset)
-            p.probing = True
-            p.forget_inflight()
+            p.probe()
         if reply.result is AppendResult.SUCCESS:
             if reply.last_dirty > p.match_offset:
                 p.advanced_s = now
@@ -200,9 +199,7 @@ class ReplicationRules:
                 # message sent before the probe: send again from just past it. (Keeping a
                 # next offset beyond it, with nothing in flight, left a follower behind for
                 # good once the leader had nothing new to send: a simulation seed.)
-                p.probing = False
-                p.forget_inflight()
-                p.next_offset = p.match_offset + 1
+                p.matched()
             elif is_append:
                 p.answered_to(reply.last_dirty)
             p.next_offset = max(p.next_offset, p.match_offset + 1)
@@ -212,7 +209,7 @@ class ReplicationRules:
             if self.transfer is not None and self.transfer[0] == sender:
                 self._maybe_timeout_now()
             if p.recovering and p.match_offset >= self.log.dirty_offset:
-                p.recovering = False
+                p.state = ReplicationState.REPLICATE
                 sent = self.recovery_bytes_sent - p.recovery_started_bytes
                 if sent >= RECOVERY_LOG_BYTES_MIN:
                     logger.info(
@@ -225,8 +222,7 @@ class ReplicationRules:
                     )
             self._maybe_commit()
         elif reply.result is AppendResult.FAILURE and is_append:
-            p.probing = True
-            p.forget_inflight()
+            p.probe()
             if reply.conflict_offset < p.match_offset:
                 # Its log is shorter than we believed matched: it lost entries it had
                 # reported (a damaged or lying disk). Trust what it says now.
