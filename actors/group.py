@@ -238,7 +238,7 @@ class GroupActor:
             self._held.extend(appends)
             return
         if not core.serves_clients:
-            answer = self.refusal()
+            answer = self.not_leader(core.leader_id)
             for item in appends:
                 if item.reply is not None:
                     item.reply.resolve(answer)
@@ -368,13 +368,11 @@ class GroupActor:
         config = self.core.config
         return None if node_id is None or config is None else config.addresses.get(node_id)
 
-    def refusal(self) -> ErrorReply:
-        """This replica does not serve appends or leader reads: who does, if known (a
-        witness leading for a moment names no one: it hands over)."""
-        core = self.core
-        return self.not_leader(None if core.is_leader else core.leader_id)
-
     def not_leader(self, leader_id: int | None) -> ErrorReply:
+        """Who leads, if known; never this node (a witness leading for a moment serves no
+        client: it hands over, raft/witness.py)."""
+        if leader_id == self.node_id:
+            leader_id = None
         return ErrorReply(
             ErrorCode.NOT_LEADER,
             f"node {self.node_id} is not the leader",
@@ -472,7 +470,7 @@ class GroupActor:
         self, request: AppendRequest, by_client: bool = True
     ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
         core = self.core
-        refusal = None if core.serves_clients else self.refusal()
+        refusal = None if core.serves_clients else self.not_leader(core.leader_id)
         return checked_batches(request, self.settings.append_bytes_max, refusal, by_client)
 
     def _received_reply(self) -> AppendReply:

@@ -34,7 +34,7 @@ async def unsettled(group: GroupActor) -> ErrorReply | None:
         return None
     if core.serves_clients and await term_committed(group):
         return None
-    return group.refusal()
+    return group.not_leader(core.leader_id)
 
 
 async def term_committed(group: GroupActor) -> bool:
