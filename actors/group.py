@@ -49,6 +49,7 @@ from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.batch import BatchHeader
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
+from quorumlog.raft.messages import Heartbeat
 from quorumlog.raft.producers import StaleSequenceError
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import (
@@ -58,7 +59,6 @@ from quorumlog.transport.messages import (
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
-    Heartbeat,
     Message,
     ReadRequest,
 )

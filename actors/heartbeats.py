@@ -29,7 +29,8 @@ import msgpack
 import structlog
 import trio
 
-from quorumlog.transport.messages import Heartbeat, HeartbeatBatch, HeartbeatBatchReply
+from quorumlog.raft.messages import Heartbeat
+from quorumlog.transport.messages import HeartbeatBatch, HeartbeatBatchReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.disk_health import DiskHealth
@@ -123,7 +124,9 @@ class BeatReceiver:
         beats = []
         for group_id, term, commit in full:
             self._full[(sender, group_id)] = (term, commit)
-            beats.append(Heartbeat(group_id, term, sender, -1, 0, commit))
+            beats.append(
+                Heartbeat(group=group_id, term=term, leader_id=sender, leader_commit=commit)
+            )
         known, unknown = [], []
         for group_id in ids:
             (known if (sender, group_id) in self._full else unknown).append(group_id)
@@ -131,7 +134,7 @@ class BeatReceiver:
 
     def heartbeat(self, sender: int, group_id: int) -> Heartbeat:
         term, commit = self._full[(sender, group_id)]
-        return Heartbeat(group_id, term, sender, -1, 0, commit)
+        return Heartbeat(group=group_id, term=term, leader_id=sender, leader_commit=commit)
 
 
 class HeartbeatManager:

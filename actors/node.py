@@ -39,27 +39,27 @@ from quorumlog.actors.refusals import no_replica
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
+from quorumlog.actors.wire import register_raft_messages
 from quorumlog.controller.state import DEFAULT_TOPIC, Partition
 from quorumlog.log.wal import Log, RunSync, run_inline
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import RaftCore
+from quorumlog.raft.messages import (
+    RAFT_MESSAGES,
+    AppendEntriesReply,
+    AppendResult,
+    Heartbeat,
+)
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import (
     AdminRequest,
-    AppendEntries,
-    AppendEntriesReply,
     AppendRequest,
-    AppendResult,
-    BackfillChunk,
-    BackfillReply,
     EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     GroupRequest,
-    Heartbeat,
     HeartbeatBatch,
     HeartbeatBatchReply,
-    HeartbeatReply,
     LeaderDigest,
     LeaderReply,
     LeaderRequest,
@@ -69,9 +69,6 @@ from quorumlog.transport.messages import (
     ReadRequest,
     StatusReply,
     StatusRequest,
-    TimeoutNow,
-    VoteReply,
-    VoteRequest,
 )
 from quorumlog.transport.messages import (
     Role as ConnectionRole,
@@ -80,17 +77,6 @@ from quorumlog.transport.network import Answer, ConnectionInfo, Handler, NodeTra
 
 logger = structlog.get_logger("quorumlog.node")
 
-RAFT_TYPES = (
-    AppendEntries,
-    AppendEntriesReply,
-    VoteRequest,
-    VoteReply,
-    TimeoutNow,
-    Heartbeat,
-    HeartbeatReply,
-    BackfillChunk,
-    BackfillReply,
-)
 
 OpenTransport = Callable[[Handler], AbstractAsyncContextManager[NodeTransport]]
 
@@ -122,6 +108,7 @@ class Node:
         fsync_threads: int = 1,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ):
+        register_raft_messages()
         self.id = node_id
         # The clock a leader stamps log-append batches with (the simulation skews it).
         self.wall_clock_ms = wall_clock_ms
@@ -373,7 +360,7 @@ class Node:
 
     async def handle(self, peer: ConnectionInfo, message: Message) -> Message | None:
         """Everything sent to this node, from peers and clients (transport/network.py)."""
-        if isinstance(message, RAFT_TYPES):
+        if isinstance(message, RAFT_MESSAGES):
             if peer.role is not ConnectionRole.PEER or peer.node_id is None:
                 return ErrorReply(ErrorCode.PROTOCOL, "Raft messages come from peers only")
             group = self.groups.get(message.group)
@@ -461,8 +448,14 @@ class Node:
         answered so (ReadIndex), anything else is dropped as Raft drops a lost message."""
         logger.debug("unknown_group", node_id=self.id, group=message.group)
         if isinstance(message, Heartbeat):
-            return HeartbeatReply(
-                message.group, self.id, -1, -1, -1, AppendResult.GROUP_UNAVAILABLE, -1, -1
+            return AppendEntriesReply(
+                group=message.group,
+                node_id=self.id,
+                term=-1,
+                last_flushed=-1,
+                last_dirty=-1,
+                result=AppendResult.GROUP_UNAVAILABLE,
+                heartbeat=True,
             )
         return None
 

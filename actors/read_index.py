@@ -11,12 +11,12 @@ import trio
 
 from quorumlog.log.wal import OffsetOutOfRangeError
 from quorumlog.membership.quorum import has_quorum
+from quorumlog.raft.messages import AppendEntriesReply
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     EndOffsetReply,
     ErrorCode,
     ErrorReply,
-    HeartbeatReply,
     Message,
     ReadReply,
 )
@@ -66,7 +66,7 @@ async def read_index(group: GroupActor) -> int | None:
             reply = await transport.request(peer, core.heartbeat_message())
         except ConnectionClosed:
             return
-        if isinstance(reply, HeartbeatReply) and reply.term == term:
+        if isinstance(reply, AppendEntriesReply) and reply.term == term:
             confirmed.add(peer)
             if has_quorum(core.config, confirmed):
                 nursery.cancel_scope.cancel()

@@ -24,11 +24,12 @@ from functools import partial
 import structlog
 import trio
 
+from quorumlog.actors.wire import register_raft_messages
 from quorumlog.bench.report import median, print_table
 from quorumlog.log.batch import build_batch, with_offset_and_term
+from quorumlog.raft.messages import AppendEntries
 from quorumlog.transport.codec import encode_frame, encode_frame_parts
 from quorumlog.transport.framing import FrameDecoder
-from quorumlog.transport.messages import AppendEntries
 from quorumlog.transport.tcp import open_connection, open_tcp_transport
 
 KIB = 1024
@@ -48,7 +49,16 @@ def _append_entries(batches_bytes: int) -> AppendEntries:
         batch = build_batch(rng.randbytes(BATCH_PAYLOAD_BYTES), record_count=16)
         batches.append(with_offset_and_term(batch, offset, 7))
         offset += 16
-    return AppendEntries(1, 7, 1, offset - 1, 7, offset - 1, b"".join(batches), False)
+    return AppendEntries(
+        group=1,
+        term=7,
+        leader_id=1,
+        prev_offset=offset - 1,
+        prev_term=7,
+        leader_commit=offset - 1,
+        batches=b"".join(batches),
+        flush=False,
+    )
 
 
 def _settings(quick: bool) -> tuple[int, int]:
@@ -199,6 +209,7 @@ async def _loopback_rows(
 
 def run(quick: bool = False) -> list[dict]:
     repetitions, volume = _settings(quick)
+    register_raft_messages()
     messages = {label: _append_entries(size) for label, size in SIZES.items()}
     rows = []
     for label, message in messages.items():

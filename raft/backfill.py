@@ -17,10 +17,10 @@ import structlog
 from quorumlog.log.backfill import BackfillError
 from quorumlog.log.batch import BatchError, split_batches
 from quorumlog.membership.changes import ConfigChangeError
+from quorumlog.raft.messages import BackfillChunk, BackfillReply
 from quorumlog.raft.progress import BackfillCopy, Progress
 from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX
 from quorumlog.raft.roles import NotLeaderError, Role
-from quorumlog.transport.messages import BackfillChunk, BackfillReply
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -73,13 +73,13 @@ class BackfillRules:
             self._send(
                 p.node_id,
                 BackfillChunk(
-                    self.group_id,
-                    self.term,
-                    self.id,
-                    copy.start,
-                    copy.end,
-                    copy.next_offset,
-                    chunk.data,
+                    group=self.group_id,
+                    term=self.term,
+                    leader_id=self.id,
+                    start=copy.start,
+                    end=copy.end,
+                    offset=copy.next_offset,
+                    batches=chunk.data,
                 ),
             )
             copy.inflight += 1
@@ -149,12 +149,12 @@ class BackfillRules:
         self._send(
             sender,
             BackfillReply(
-                self.group_id,
-                self.id,
-                self.term,
-                chunk.start,
-                next_offset,
-                log.log_start_offset,
-                gap,
+                group=self.group_id,
+                node_id=self.id,
+                term=self.term,
+                start=chunk.start,
+                next_offset=next_offset,
+                log_start=log.log_start_offset,
+                gap=gap,
             ),
         )

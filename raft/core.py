@@ -53,6 +53,18 @@ from quorumlog.raft.election import (
     ElectionRules,
 )
 from quorumlog.raft.follower import FollowerRules
+from quorumlog.raft.messages import (
+    AppendEntries,
+    AppendEntriesReply,
+    AppendResult,
+    BackfillChunk,
+    BackfillReply,
+    Heartbeat,
+    RaftMessage,
+    TimeoutNow,
+    VoteReply,
+    VoteRequest,
+)
 from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
@@ -62,19 +74,6 @@ from quorumlog.raft.roles import NotLeaderError, Role
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.raft.storage import RaftLog
 from quorumlog.raft.witness import WitnessRules
-from quorumlog.transport.messages import (
-    AppendEntries,
-    AppendEntriesReply,
-    AppendResult,
-    BackfillChunk,
-    BackfillReply,
-    Heartbeat,
-    HeartbeatReply,
-    Message,
-    TimeoutNow,
-    VoteReply,
-    VoteRequest,
-)
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -171,7 +170,7 @@ class RaftCore(
         self._replay_tail()
         self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         # Outputs for the node actor.
-        self.outbox: list[tuple[int, Message]] = []
+        self.outbox: list[tuple[int, RaftMessage]] = []
         self.metadata_dirty = False
         self.flush_urgent = False
         self.now = now  # time of the input being handled
@@ -204,7 +203,7 @@ class RaftCore(
         config = self.config
         return config is not None and config.can_lead(self.id if node_id is None else node_id)
 
-    def take_outbox(self) -> list[tuple[int, Message]]:
+    def take_outbox(self) -> list[tuple[int, RaftMessage]]:
         out, self.outbox = self.outbox, []
         return out
 
@@ -222,7 +221,7 @@ class RaftCore(
             return 0  # before the retained log (or -1): only ever compared as committed
         return self.log.term_at(offset)
 
-    def _send(self, to: int, message: Message) -> None:
+    def _send(self, to: int, message: RaftMessage) -> None:
         self.outbox.append((to, message))
 
     def _set_term(self, term: int, voted_for: int | None) -> None:
@@ -296,7 +295,7 @@ class RaftCore(
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
             self._on_election_timeout(now)
 
-    def step(self, sender: int, message: Message, now: float) -> None:
+    def step(self, sender: int, message: RaftMessage, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""
         self.now = now
         term = message.term
@@ -318,10 +317,7 @@ class RaftCore(
                     # Tell the stale leader about the newer term so that it steps down.
                     self._send(sender, self._append_reply(AppendResult.FAILURE))
                 case VoteRequest():
-                    self._send(
-                        sender,
-                        VoteReply(self.group_id, self.id, self.term, False, message.pre_vote),
-                    )
+                    self._send(sender, self._vote_reply(self.term, False, message.pre_vote))
             return
         match message:
             case VoteRequest():
@@ -332,7 +328,7 @@ class RaftCore(
                 self._on_append_entries(sender, message, now)
             case Heartbeat():
                 self._on_heartbeat(sender, message, now)
-            case AppendEntriesReply() | HeartbeatReply():
+            case AppendEntriesReply():
                 self._on_append_reply(sender, message, now)
             case BackfillChunk():
                 self._on_backfill_chunk(sender, message, now)

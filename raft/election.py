@@ -22,8 +22,8 @@ import structlog
 
 from quorumlog.log.batch import BatchType, build_batch
 from quorumlog.membership.quorum import VoteResult, has_quorum, vote_result
+from quorumlog.raft.messages import VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
-from quorumlog.transport.messages import VoteReply, VoteRequest
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -123,13 +123,13 @@ class ElectionRules:
 
     def _request_votes(self, term: int, pre_vote: bool, transfer: bool) -> None:
         request = VoteRequest(
-            self.group_id,
-            term,
-            self.id,
-            self.log.dirty_offset,
-            self.log.last_term,
-            pre_vote,
-            transfer,
+            group=self.group_id,
+            term=term,
+            candidate_id=self.id,
+            last_offset=self.log.dirty_offset,
+            last_term=self.log.last_term,
+            pre_vote=pre_vote,
+            transfer=transfer,
         )
         for voter in self.config.voters - {self.id}:
             self._send(voter, request)
@@ -184,14 +184,19 @@ class ElectionRules:
                 and (req.transfer or not self._in_lease(now))
             )
             reply_term = req.term if granted else self.term
-            self._send(sender, VoteReply(self.group_id, self.id, reply_term, granted, True))
+            self._send(sender, self._vote_reply(reply_term, granted, pre_vote=True))
             return
         granted = may_vote and up_to_date and self.meta.voted_for in (None, req.candidate_id)
         if granted and self.meta.voted_for is None:
             self._set_term(self.term, req.candidate_id)
         if granted:
             self._reset_election_deadline(now)
-        self._send(sender, VoteReply(self.group_id, self.id, self.term, granted, False))
+        self._send(sender, self._vote_reply(self.term, granted, pre_vote=False))
+
+    def _vote_reply(self, term: int, granted: bool, pre_vote: bool) -> VoteReply:
+        return VoteReply(
+            group=self.group_id, node_id=self.id, term=term, granted=granted, pre_vote=pre_vote
+        )
 
     def _on_vote_reply(self, sender: int, reply: VoteReply, now: float) -> None:
         if reply.pre_vote != (self.role is Role.PRE_CANDIDATE):

@@ -9,15 +9,9 @@ import structlog
 
 from quorumlog.log.batch import BatchError, BatchType, split_batches
 from quorumlog.raft.configs import ConfigTracker, config_of
+from quorumlog.raft.messages import AppendEntries, AppendEntriesReply, AppendResult, Heartbeat
 from quorumlog.raft.replication import UNKNOWN_TERM
 from quorumlog.raft.roles import Role
-from quorumlog.transport.messages import (
-    AppendEntries,
-    AppendEntriesReply,
-    AppendResult,
-    Heartbeat,
-    HeartbeatReply,
-)
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -193,16 +187,8 @@ class FollowerRules:
     def _reject(self, leader: int, hint_offset: int, hint_term: int) -> None:
         self._send(
             leader,
-            AppendEntriesReply(
-                self.group_id,
-                self.id,
-                self.term,
-                self._reported_flushed(),
-                self.verified_offset,
-                AppendResult.FAILURE,
-                hint_offset,
-                hint_term,
-                self.log.log_start_offset,
+            self._append_reply(
+                AppendResult.FAILURE, conflict_offset=hint_offset, conflict_term=hint_term
             ),
         )
 
@@ -211,28 +197,26 @@ class FollowerRules:
         self.reported_flushed = max(self.reported_flushed, flushed)
         return flushed
 
-    def _append_reply(self, result: AppendResult) -> AppendEntriesReply:
+    def _append_reply(self, result: AppendResult, **conflict: int) -> AppendEntriesReply:
         return AppendEntriesReply(
-            self.group_id,
-            self.id,
-            self.term,
-            self._reported_flushed(),
-            self.verified_offset,
-            result,
-            -1,
-            -1,
-            self.log.log_start_offset,
+            group=self.group_id,
+            node_id=self.id,
+            term=self.term,
+            last_flushed=self._reported_flushed(),
+            last_dirty=self.verified_offset,
+            result=result,
+            log_start=self.log.log_start_offset,
+            **conflict,
         )
 
-    def heartbeat_reply(self) -> HeartbeatReply:
-        return HeartbeatReply(
-            self.group_id,
-            self.id,
-            self.term,
-            self._reported_flushed(),
-            self.verified_offset,
-            AppendResult.SUCCESS,
-            -1,
-            -1,
-            self.log.log_start_offset,
+    def heartbeat_reply(self) -> AppendEntriesReply:
+        return AppendEntriesReply(
+            group=self.group_id,
+            node_id=self.id,
+            term=self.term,
+            last_flushed=self._reported_flushed(),
+            last_dirty=self.verified_offset,
+            result=AppendResult.SUCCESS,
+            heartbeat=True,
+            log_start=self.log.log_start_offset,
         )

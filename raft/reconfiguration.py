@@ -15,9 +15,9 @@ from quorumlog.membership.changes import (
 )
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch
+from quorumlog.raft.messages import TimeoutNow
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.roles import NotLeaderError, Role
-from quorumlog.transport.messages import TimeoutNow
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -213,7 +213,7 @@ class ReconfigurationRules:
         target, _ = self.transfer
         p = self.progress.get(target)
         if p is not None and p.match_offset >= self.log.dirty_offset:
-            self._send(target, TimeoutNow(self.group_id, self.term, self.id))
+            self._send(target, TimeoutNow(group=self.group_id, term=self.term, leader_id=self.id))
 
 
 def _may_lead(config: Configuration) -> frozenset[int]:

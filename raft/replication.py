@@ -9,15 +9,9 @@ import structlog
 from quorumlog.log.wal import LogChunk
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import config_batch
+from quorumlog.raft.messages import AppendEntries, AppendEntriesReply, AppendResult, Heartbeat
 from quorumlog.raft.progress import Progress, ReplicationState
 from quorumlog.raft.roles import Role
-from quorumlog.transport.messages import (
-    AppendEntries,
-    AppendEntriesReply,
-    AppendResult,
-    Heartbeat,
-    HeartbeatReply,
-)
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -46,7 +40,9 @@ class ReplicationRules:
             self._send(peer, self.heartbeat_message())
 
     def heartbeat_message(self) -> Heartbeat:
-        return Heartbeat(self.group_id, self.term, self.id, -1, 0, self.commit_offset)
+        return Heartbeat(
+            group=self.group_id, term=self.term, leader_id=self.id, leader_commit=self.commit_offset
+        )
 
     def _retransmit_stalled(self, now: float) -> None:
         for p in self.progress.values():
@@ -154,15 +150,15 @@ class ReplicationRules:
             self._send(
                 p.node_id,
                 AppendEntries(
-                    self.group_id,
-                    self.term,
-                    self.id,
-                    prev,
-                    prev_term,
-                    self.commit_offset,
-                    chunk.data,
-                    flush,
-                    base_config,
+                    group=self.group_id,
+                    term=self.term,
+                    leader_id=self.id,
+                    prev_offset=prev,
+                    prev_term=prev_term,
+                    leader_commit=self.commit_offset,
+                    batches=chunk.data,
+                    flush=flush,
+                    base_config=base_config,
                 ),
             )
             p.sent(chunk.last_offset, len(chunk.data))
@@ -170,16 +166,14 @@ class ReplicationRules:
                 return  # wait for the answer before sending more
             p.next_offset = chunk.last_offset + 1
 
-    def _on_append_reply(
-        self, sender: int, reply: AppendEntriesReply | HeartbeatReply, now: float
-    ) -> None:
+    def _on_append_reply(self, sender: int, reply: AppendEntriesReply, now: float) -> None:
         p = self.progress.get(sender)
         if self.role is not Role.LEADER or p is None:
             return
         p.last_contact_s = now
         if reply.result is not AppendResult.GROUP_UNAVAILABLE:
             p.log_start = reply.log_start
-        is_append = isinstance(reply, AppendEntriesReply)
+        is_append = not reply.heartbeat
         if is_append:
             p.last_reply_s = now
         if reply.last_dirty < p.match_offset:

@@ -10,12 +10,7 @@ from quorumlog.log.backfill import BACKFILL_DIR
 from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.changes import add_learner, make_electable
 from quorumlog.raft.core import RaftCore
-from quorumlog.transport.messages import (
-    AppendEntriesReply,
-    AppendResult,
-    BackfillChunk,
-    BackfillReply,
-)
+from quorumlog.raft.messages import AppendEntriesReply, AppendResult, BackfillChunk, BackfillReply
 from tests.log.helpers import batch_of, values_in
 from tests.test_core import (
     SETTINGS,
@@ -39,7 +34,16 @@ def leader_and_witness() -> tuple[RaftCore, RaftCore]:
     flush(leader.log)
     last = leader.log.dirty_offset
     leader.step(
-        2, AppendEntriesReply(0, 2, leader.term, last, last, AppendResult.SUCCESS, -1, -1), 10
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=leader.term,
+            last_flushed=last,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10,
     )
     leader.on_flushed(10.0)
     joining = add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
@@ -50,7 +54,12 @@ def leader_and_witness() -> tuple[RaftCore, RaftCore]:
     witness.on_flushed(10.0)
     deliver(witness, leader)
     reply = AppendEntriesReply(
-        0, 2, leader.term, config_offset, config_offset, AppendResult.SUCCESS, -1, -1
+        group=0,
+        node_id=2,
+        term=leader.term,
+        last_flushed=config_offset,
+        last_dirty=config_offset,
+        result=AppendResult.SUCCESS,
     )
     leader.step(2, reply, 10.0)
     flush(leader.log)

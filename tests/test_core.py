@@ -33,19 +33,18 @@ from quorumlog.raft.election import (
     barrier_batch,
     election_order,
 )
-from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
-from quorumlog.raft.roles import Role
-from quorumlog.raft.settings import RaftSettings
-from quorumlog.transport.messages import (
+from quorumlog.raft.messages import (
     AppendEntries,
     AppendEntriesReply,
     AppendResult,
     Heartbeat,
-    HeartbeatReply,
     TimeoutNow,
     VoteReply,
     VoteRequest,
 )
+from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
+from quorumlog.raft.roles import Role
+from quorumlog.raft.settings import RaftSettings
 from tests.log.helpers import batch_of
 
 SETTINGS = RaftSettings()
@@ -86,35 +85,68 @@ def elect(core: RaftCore, now: float = 10.0) -> None:
     core.tick(now)  # election deadline passed: pre-vote
     term = core.term + 1
     for peer in (2, 3):
-        core.step(peer, VoteReply(0, peer, term, True, True), now)
+        core.step(
+            peer, VoteReply(group=0, node_id=peer, term=term, granted=True, pre_vote=True), now
+        )
     for peer in (2, 3):
-        core.step(peer, VoteReply(0, peer, core.term, True, False), now)
+        core.step(
+            peer,
+            VoteReply(group=0, node_id=peer, term=core.term, granted=True, pre_vote=False),
+            now,
+        )
     assert core.role is Role.LEADER
     core.take_outbox()
 
 
 def test_pre_vote_and_vote_are_refused_while_a_leader_is_live():
     core = make_core()
-    core.step(2, AppendEntries(0, 1, 2, -1, 0, -1, b"", False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=2,
+            prev_offset=-1,
+            prev_term=0,
+            leader_commit=-1,
+            batches=b"",
+            flush=False,
+        ),
+        now=1.0,
+    )
     core.take_outbox()
-    pre = VoteRequest(0, 2, 3, 10, 1, pre_vote=True, transfer=False)
+    pre = VoteRequest(
+        group=0, term=2, candidate_id=3, last_offset=10, last_term=1, pre_vote=True, transfer=False
+    )
     core.step(3, pre, now=1.1)
-    assert core.take_outbox() == [(3, VoteReply(0, 1, 1, False, True))]
-    real = VoteRequest(0, 2, 3, 10, 1, pre_vote=False, transfer=False)
+    assert core.take_outbox() == [
+        (3, VoteReply(group=0, node_id=1, term=1, granted=False, pre_vote=True))
+    ]
+    real = VoteRequest(
+        group=0, term=2, candidate_id=3, last_offset=10, last_term=1, pre_vote=False, transfer=False
+    )
     core.step(3, real, now=1.1)
     assert core.take_outbox() == [] and core.term == 1, "ignored: no term bump, no reply"
-    transfer = VoteRequest(0, 2, 3, 10, 1, pre_vote=False, transfer=True)
+    transfer = VoteRequest(
+        group=0, term=2, candidate_id=3, last_offset=10, last_term=1, pre_vote=False, transfer=True
+    )
     core.step(3, transfer, now=1.1)
-    assert core.take_outbox() == [(3, VoteReply(0, 1, 2, True, False))]
+    assert core.take_outbox() == [
+        (3, VoteReply(group=0, node_id=1, term=2, granted=True, pre_vote=False))
+    ]
     assert core.metadata_dirty and core.meta.voted_for == 3, "the vote is persisted first"
 
 
 def test_votes_only_for_a_log_at_least_as_up_to_date():
     core = make_core()
     core.log.append([batch_of(b"a")], term=1)
-    stale = VoteRequest(0, 2, 3, -1, 0, pre_vote=False, transfer=False)
+    stale = VoteRequest(
+        group=0, term=2, candidate_id=3, last_offset=-1, last_term=0, pre_vote=False, transfer=False
+    )
     core.step(3, stale, now=100.0)
-    assert core.take_outbox() == [(3, VoteReply(0, 1, 2, False, False))]
+    assert core.take_outbox() == [
+        (3, VoteReply(group=0, node_id=1, term=2, granted=False, pre_vote=False))
+    ]
 
 
 def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
@@ -125,9 +157,31 @@ def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
     flush(core.log)
     core.on_flushed(10.0)
     # A follower acknowledges offset 0 only: not of this term, so nothing commits.
-    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=0,
+            last_dirty=0,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
+    )
     assert core.commit_offset == -1
-    core.step(2, AppendEntriesReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.0)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=1,
+            last_dirty=1,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
+    )
     assert core.commit_offset == 1, "the barrier commits, and the old entry with it"
 
 
@@ -141,16 +195,45 @@ def test_commit_needs_a_majority_of_flushed_replicas_the_leader_counted_as_any()
     elect(core)
     _, last = propose(core, batch_of(b"x", b"y"), 10.0, True)
     # Follower 2 holds everything but flushed nothing: no commit.
-    core.step(2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10.0)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=-1,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
+    )
     assert core.commit_offset == -1
     # It flushed everything, the leader nothing yet: one flushed copy of three.
     core.step(
-        2, AppendEntriesReply(0, 2, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=last,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
     )
     assert core.commit_offset == -1
     # Follower 3 flushed too: a majority without the leader (dissertation 10.2.1).
     core.step(
-        3, AppendEntriesReply(0, 3, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+        3,
+        AppendEntriesReply(
+            group=0,
+            node_id=3,
+            term=core.term,
+            last_flushed=last,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
     )
     assert core.commit_offset == last
     assert core.log.flushed_offset < last, "committed before the leader's own flush"
@@ -161,7 +244,16 @@ def test_the_leaders_flush_and_one_followers_make_a_majority():
     elect(core)
     _, last = propose(core, batch_of(b"x"), 10.0, True)
     core.step(
-        2, AppendEntriesReply(0, 2, core.term, last, last, AppendResult.SUCCESS, -1, -1), 10.0
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=last,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
     )
     assert core.commit_offset == -1
     flush(core.log)
@@ -173,7 +265,18 @@ def caught_up_leader(settings: RaftSettings = SETTINGS) -> RaftCore:
     """A leader whose follower 2 holds its barrier (offset 0), nothing in flight."""
     core = make_core(settings=settings)
     elect(core)
-    core.step(2, AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.0)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=0,
+            last_dirty=0,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
+    )
     return core
 
 
@@ -191,7 +294,12 @@ def test_followers_fsync_before_replying_to_what_a_caller_waits_to_see_committed
             (message,) = sent_to_2(core)
             flags.append(message.flush)
             ok = AppendEntriesReply(
-                0, 2, core.term, -1, core.log.dirty_offset, AppendResult.SUCCESS, -1, -1
+                group=0,
+                node_id=2,
+                term=core.term,
+                last_flushed=-1,
+                last_dirty=core.log.dirty_offset,
+                result=AppendResult.SUCCESS,
             )
             core.step(2, ok, 10.0)
         assert flags == flushes, policy
@@ -202,19 +310,46 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     propose(core, batch_of(b"x"), 10.0, True)
     assert [m.flush for m in sent_to_2(core)] == [True]
     # Heartbeats show it holds offset 1, not flushed yet; its reply waits for that.
-    holds = HeartbeatReply(0, 2, core.term, 0, 1, AppendResult.SUCCESS, -1, -1)
+    holds = AppendEntriesReply(
+        group=0,
+        node_id=2,
+        term=core.term,
+        last_flushed=0,
+        last_dirty=1,
+        result=AppendResult.SUCCESS,
+        heartbeat=True,
+    )
     core.step(2, holds, 10.1)
     core.tick(10.0 + 3 * SETTINGS.retransmit_timeout_s)
     assert sent_to_2(core) == [], "no resend, no probe"
     # Once flushed, a reply that still has not come was lost: probe again.
-    core.step(2, HeartbeatReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.7)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=1,
+            last_dirty=1,
+            result=AppendResult.SUCCESS,
+            heartbeat=True,
+        ),
+        10.7,
+    )
     core.tick(10.8)
     assert len(sent_to_2(core)) == 1
 
 
 def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     core = caught_up_leader()
-    ok = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
+    ok = AppendEntriesReply(
+        group=0,
+        node_id=2,
+        term=core.term,
+        last_flushed=0,
+        last_dirty=0,
+        result=AppendResult.SUCCESS,
+    )
     propose(core, batch_of(b"x"), 10.0, True)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
     # A late duplicate of the earlier answer: offset 1 is still in flight (then lost).
@@ -223,10 +358,31 @@ def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     assert sent_to_2(core) == [], "one AppendEntries at a time to a follower that keeps up"
     # No answer within the retransmit timeout, and it does not hold offset 1: probe again;
     # its refusal says where its log ends, and offset 1 goes again.
-    core.step(2, HeartbeatReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1), 10.1)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=0,
+            last_dirty=0,
+            result=AppendResult.SUCCESS,
+            heartbeat=True,
+        ),
+        10.1,
+    )
     core.tick(10.1 + SETTINGS.retransmit_timeout_s)
     assert len(sent_to_2(core)) == 1, "a probe"
-    no = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.FAILURE, 0, core.term)
+    no = AppendEntriesReply(
+        group=0,
+        node_id=2,
+        term=core.term,
+        last_flushed=0,
+        last_dirty=0,
+        result=AppendResult.FAILURE,
+        conflict_offset=0,
+        conflict_term=core.term,
+    )
     core.step(2, no, 10.4)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
 
@@ -241,7 +397,14 @@ def test_a_late_answer_that_ends_a_probe_resends_what_it_does_not_cover():
     assert probe.prev_offset == 1
     # A late answer to something sent before the probe ends it: the follower holds only
     # offset 0, so offset 1 goes again, now, not only once something new is appended.
-    late = AppendEntriesReply(0, 2, core.term, 0, 0, AppendResult.SUCCESS, -1, -1)
+    late = AppendEntriesReply(
+        group=0,
+        node_id=2,
+        term=core.term,
+        last_flushed=0,
+        last_dirty=0,
+        result=AppendResult.SUCCESS,
+    )
     core.step(2, late, 10.5)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
 
@@ -262,7 +425,16 @@ def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
         # Each answer frees what it covers, and the stream goes on within the window.
         last = split_batches(sent[0].batches)[-1][0].last_offset
         core.step(
-            2, AppendEntriesReply(0, 2, core.term, -1, last, AppendResult.SUCCESS, -1, -1), 10
+            2,
+            AppendEntriesReply(
+                group=0,
+                node_id=2,
+                term=core.term,
+                last_flushed=-1,
+                last_dirty=last,
+                result=AppendResult.SUCCESS,
+            ),
+            10,
         )
         more = [len(m.batches) for m in sent_to_2(core)]
         assert more and sum(sizes[1:] + more[:-1]) < window
@@ -287,13 +459,32 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     for i in range(20):
         propose(leader, batch_of(random.Random(i).randbytes(1000)), 10.0, True)
     flush(leader.log)
-    leader.step(3, AppendEntriesReply(0, 3, leader.term, 20, 20, AppendResult.SUCCESS, -1, -1), 10)
+    leader.step(
+        3,
+        AppendEntriesReply(
+            group=0,
+            node_id=3,
+            term=leader.term,
+            last_flushed=20,
+            last_dirty=20,
+            result=AppendResult.SUCCESS,
+        ),
+        10,
+    )
     leader.on_flushed(10.0)
     assert leader.commit_offset == 20
     start = leader.log.truncate_prefix(leader.commit_offset)
     assert start > 0, "retention removed the oldest segments"
     # Follower 2 has nothing: the leader sends from its log start, prev term unknown.
-    reply = AppendEntriesReply(0, 2, leader.term, -1, -1, AppendResult.FAILURE, -1, 0)
+    reply = AppendEntriesReply(
+        group=0,
+        node_id=2,
+        term=leader.term,
+        last_flushed=-1,
+        last_dirty=-1,
+        result=AppendResult.FAILURE,
+        conflict_term=0,
+    )
     leader.step(2, reply, 10.0)
     leader.pump()
     (reset,) = [m for to, m in leader.take_outbox() if to == 2]
@@ -323,7 +514,20 @@ def test_a_follower_truncates_a_conflicting_suffix():
     leader_log.append([batch_of(b"a")], term=1)
     leader_log.append([barrier_batch()], term=2)
     fresh = leader_log.read(1, 1 << 20).data
-    core.step(2, AppendEntries(0, 2, 2, 0, 1, -1, fresh, False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=2,
+            leader_id=2,
+            prev_offset=0,
+            prev_term=1,
+            leader_commit=-1,
+            batches=fresh,
+            flush=False,
+        ),
+        now=1.0,
+    )
     assert core.log.term_at(1) == 2 and core.log.dirty_offset == 1
     ((to, reply),) = core.take_outbox()
     assert to == 2 and reply.result is AppendResult.SUCCESS and reply.last_dirty == 1
@@ -332,7 +536,20 @@ def test_a_follower_truncates_a_conflicting_suffix():
 def test_a_follower_with_a_short_log_hints_where_to_resume():
     core = make_core()
     core.log.append([batch_of(b"a")], term=1)
-    core.step(2, AppendEntries(0, 1, 2, 5, 1, -1, b"", False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=2,
+            prev_offset=5,
+            prev_term=1,
+            leader_commit=-1,
+            batches=b"",
+            flush=False,
+        ),
+        now=1.0,
+    )
     ((_, reply),) = core.take_outbox()
     assert reply.result is AppendResult.FAILURE
     assert (reply.conflict_offset, reply.conflict_term) == (0, 1)
@@ -343,7 +560,20 @@ def test_a_follower_commits_only_what_it_flushed_and_verified():
     leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
     leader_log.append([batch_of(b"a", b"b")], term=1)
     data = leader_log.read(0, 1 << 20).data
-    core.step(2, AppendEntries(0, 1, 2, -1, 0, 1, data, False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=2,
+            prev_offset=-1,
+            prev_term=0,
+            leader_commit=1,
+            batches=data,
+            flush=False,
+        ),
+        now=1.0,
+    )
     assert core.commit_offset == -1, "not flushed yet"
     flush(core.log)
     core.on_flushed(1.0)
@@ -361,16 +591,42 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
     leader_log.append([batch_of(b"a")], term=1)
     leader_log.append([batch_of(b"lost in node 2's crash")], term=1)
     sent = leader_log.read(0, 1 << 20).data
-    core.step(2, AppendEntries(0, 1, 2, -1, 0, 0, sent, False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=2,
+            prev_offset=-1,
+            prev_term=0,
+            leader_commit=0,
+            batches=sent,
+            flush=False,
+        ),
+        now=1.0,
+    )
     flush(core.log)
     core.on_flushed(1.0)
     assert core.commit_offset == 0 and core.verified_offset == 1
 
     # Term 2, node 2 again, its offset 1 now a barrier of term 2, committed with node 3.
-    core.step(2, Heartbeat(0, 2, 2, 0, 1, 1), now=2.0)
+    core.step(2, Heartbeat(group=0, term=2, leader_id=2, leader_commit=1), now=2.0)
     assert core.commit_offset == 0, "committed an entry the leader does not have"
     core.take_outbox()
-    core.step(2, AppendEntries(0, 2, 2, 1, 2, 1, b"", False), now=2.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=2,
+            leader_id=2,
+            prev_offset=1,
+            prev_term=2,
+            leader_commit=1,
+            batches=b"",
+            flush=False,
+        ),
+        now=2.0,
+    )
     ((_, reply),) = core.take_outbox()
     assert reply.result is AppendResult.FAILURE and core.commit_offset == 0
 
@@ -384,7 +640,20 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
     leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
     leader_log.append([config_batch(joint)], term=1)
     sent = leader_log.read(0, 1 << 20).data
-    core.step(2, AppendEntries(0, 1, 2, -1, 0, 0, sent, False), now=1.0)
+    core.step(
+        2,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=2,
+            prev_offset=-1,
+            prev_term=0,
+            leader_commit=0,
+            batches=sent,
+            flush=False,
+        ),
+        now=1.0,
+    )
     flush(core.log)
     core.on_flushed(1.0)
     assert core.commit_offset == 0 and core.configs.committed.is_joint
@@ -392,7 +661,18 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
     elect(core, now=10.0)  # its barrier at offset 1
     flush(core.log)
     core.on_flushed(10.0)
-    core.step(2, AppendEntriesReply(0, 2, core.term, 1, 1, AppendResult.SUCCESS, -1, -1), 10.0)
+    core.step(
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=core.term,
+            last_flushed=1,
+            last_dirty=1,
+            result=AppendResult.SUCCESS,
+        ),
+        10.0,
+    )
     assert core.commit_offset == 1
     assert core.log.dirty_offset == 2, "C(new) is appended after the barrier"
     assert not core.config.is_joint and core.config.voters == {1, 2}
@@ -414,8 +694,32 @@ def test_a_learner_votes_when_asked_so_that_a_joint_configuration_can_elect():
     )
     core = make_core(node_id=3, config=learner_config)
     assert core.role is Role.LEARNER
-    core.step(1, VoteRequest(0, 2, 1, 5, 1, True, False), now=10.0)
-    core.step(1, VoteRequest(0, 2, 1, 5, 1, False, False), now=10.0)
+    core.step(
+        1,
+        VoteRequest(
+            group=0,
+            term=2,
+            candidate_id=1,
+            last_offset=5,
+            last_term=1,
+            pre_vote=True,
+            transfer=False,
+        ),
+        now=10.0,
+    )
+    core.step(
+        1,
+        VoteRequest(
+            group=0,
+            term=2,
+            candidate_id=1,
+            last_offset=5,
+            last_term=1,
+            pre_vote=False,
+            transfer=False,
+        ),
+        now=10.0,
+    )
     replies = [m for _, m in core.take_outbox()]
     assert [(r.pre_vote, r.granted) for r in replies] == [(True, True), (False, True)]
     assert core.role is Role.LEARNER, "voting does not make it a candidate"
@@ -442,7 +746,14 @@ def test_a_learner_that_stalls_behind_is_removed_after_learner_abandon_s():
                 end = core.log.dirty_offset
                 core.step(
                     peer,
-                    AppendEntriesReply(0, peer, core.term, -1, end, AppendResult.SUCCESS, -1, -1),
+                    AppendEntriesReply(
+                        group=0,
+                        node_id=peer,
+                        term=core.term,
+                        last_flushed=-1,
+                        last_dirty=end,
+                        result=AppendResult.SUCCESS,
+                    ),
                     now,
                 )
             core.tick(now)
@@ -454,7 +765,20 @@ def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
     healthy, slow = make_core(node_id=2), make_core(node_id=3)
     slow.campaign_late = True
     for core in (healthy, slow):
-        core.step(1, AppendEntries(0, 1, 1, -1, 0, -1, b"", False), now=1.0)
+        core.step(
+            1,
+            AppendEntries(
+                group=0,
+                term=1,
+                leader_id=1,
+                prev_offset=-1,
+                prev_term=0,
+                leader_commit=-1,
+                batches=b"",
+                flush=False,
+            ),
+            now=1.0,
+        )
     assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
     assert slow.election_deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s
 
@@ -473,9 +797,21 @@ def test_a_witness_votes_but_never_campaigns_nor_takes_a_transfer():
     for now in (10.0, 20.0, 30.0):  # long past every election deadline
         witness.tick(now)
     assert witness.role is Role.FOLLOWER and witness.term == 1 and not witness.take_outbox()
-    witness.step(1, TimeoutNow(0, 1, 1), now=31.0)
+    witness.step(1, TimeoutNow(group=0, term=1, leader_id=1), now=31.0)
     assert witness.role is Role.FOLLOWER and witness.term == 1, "TimeoutNow is refused"
-    witness.step(2, VoteRequest(0, 2, 2, -1, 0, False, False), now=40.0)
+    witness.step(
+        2,
+        VoteRequest(
+            group=0,
+            term=2,
+            candidate_id=2,
+            last_offset=-1,
+            last_term=0,
+            pre_vote=False,
+            transfer=False,
+        ),
+        now=40.0,
+    )
     (reply,) = [m for _, m in witness.take_outbox()]
     assert reply.granted, "it votes like any voter"
 
@@ -487,7 +823,17 @@ def test_leadership_is_never_handed_to_a_witness():
         core.transfer_leadership(3)
     for peer in (2, 3):  # both answered lately
         core.step(
-            peer, HeartbeatReply(0, peer, core.term, -1, -1, AppendResult.SUCCESS, -1, -1), 10.1
+            peer,
+            AppendEntriesReply(
+                group=0,
+                node_id=peer,
+                term=core.term,
+                last_flushed=-1,
+                last_dirty=-1,
+                result=AppendResult.SUCCESS,
+                heartbeat=True,
+            ),
+            10.1,
         )
     assert core.live_voters() == [2]
 
@@ -497,7 +843,20 @@ def test_the_largest_stamp_is_learned_from_the_leaders_batches_and_never_undercu
     a round is what it is given, and its record of the largest stays the largest."""
     follower = make_core(node_id=2)
     _, stamped = stamp(parse_batch(batch_of(b"a")), batch_of(b"a"), 9_000)
-    follower.step(1, AppendEntries(0, 1, 1, -1, 0, -1, stamped, False), now=1.0)
+    follower.step(
+        1,
+        AppendEntries(
+            group=0,
+            term=1,
+            leader_id=1,
+            prev_offset=-1,
+            prev_term=0,
+            leader_commit=-1,
+            batches=stamped,
+            flush=False,
+        ),
+        now=1.0,
+    )
     assert follower.max_stamp_ms == 9_000
     leader = make_core()
     elect(leader)
@@ -520,7 +879,16 @@ def committed_leader_with_records(count: int) -> RaftCore:
     flush(leader.log)
     last = leader.log.dirty_offset
     leader.step(
-        2, AppendEntriesReply(0, 2, leader.term, last, last, AppendResult.SUCCESS, -1, -1), 10
+        2,
+        AppendEntriesReply(
+            group=0,
+            node_id=2,
+            term=leader.term,
+            last_flushed=last,
+            last_dirty=last,
+            result=AppendResult.SUCCESS,
+        ),
+        10,
     )
     leader.on_flushed(10.0)
     assert leader.commit_offset == last
@@ -553,7 +921,12 @@ def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without
     leader.step(
         2,
         AppendEntriesReply(
-            0, 2, leader.term, config_offset, config_offset, AppendResult.SUCCESS, -1, -1
+            group=0,
+            node_id=2,
+            term=leader.term,
+            last_flushed=config_offset,
+            last_dirty=config_offset,
+            result=AppendResult.SUCCESS,
         ),
         10.0,
     )
@@ -577,7 +950,12 @@ def test_a_node_restarted_at_the_leaders_start_without_a_base_config_forgets_its
     config_offset = leader.propose_config(joining)
     flush(leader.log)
     reply = AppendEntriesReply(
-        0, 2, leader.term, config_offset, config_offset, AppendResult.SUCCESS, -1, -1
+        group=0,
+        node_id=2,
+        term=leader.term,
+        last_flushed=config_offset,
+        last_dirty=config_offset,
+        result=AppendResult.SUCCESS,
     )
     leader.step(2, reply, 10.0)
     leader.on_flushed(10.0)
@@ -666,7 +1044,7 @@ def test_elections_that_find_no_leader_widen_the_timeout_until_a_leader_is_heard
     assert max(timeouts[:2]) <= s.election_timeout_max_s * ELECTION_BACKOFF**2
     assert max(timeouts[6:]) > s.election_timeout_max_s * 2, timeouts
     assert max(timeouts) <= s.election_timeout_max_s * ELECTION_BACKOFF_MAX
-    core.step(2, Heartbeat(0, core.term, 2, -1, 0, -1), now)
+    core.step(2, Heartbeat(group=0, term=core.term, leader_id=2, leader_commit=-1), now)
     assert core.election_deadline_s - now <= s.election_timeout_max_s, "a leader resets it"
 
 

@@ -10,8 +10,8 @@ import random
 from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.changes import remove
 from quorumlog.raft.core import RaftCore
+from quorumlog.raft.messages import AppendEntries
 from quorumlog.raft.witness import WITNESS_CAMPAIGN_TIMEOUTS
-from quorumlog.transport.messages import AppendEntries
 from tests.log.helpers import batch_of
 from tests.test_core import SETTINGS, WITH_WITNESS, elect, flush, make_core, propose
 

@@ -17,7 +17,7 @@ import enum
 import struct
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -27,6 +27,7 @@ import msgpack
 from quorumlog.log.records import packb
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.messages import MESSAGE_TYPES, Message
+from quorumlog.transport.messages import REPLY_TYPES as MESSAGE_REPLY_TYPES
 
 LENGTH_PREFIX = struct.Struct(">I")
 FRAME_BYTES_MAX = 16 * 1024 * 1024
@@ -159,7 +160,7 @@ def _compile_decoder(cls: type, names: list[str], hints: dict[str, Any]) -> Call
             f"    _tag, _correlation_id, {''.join(name + ', ' for name in names)}= items",
             *(f"    {lookup}" for lookup in lookups),
             f"    if {' and '.join(conditions) or 'True'}:",
-            f"        return cls({', '.join(names)})",
+            f"        return cls({', '.join(f'{name}={name}' for name in names)})",
             "    return None",
         ]
     )
@@ -176,6 +177,7 @@ class _Spec:
     decode_fast: Callable[[list], Any]  # the message, or None if any field is wrong
     checks: tuple[Callable[[object], Any], ...]  # per field: the value, or ProtocolError
     splice_index: int | None  # the bytes field worth framing around (the first), if any
+    names: tuple[str, ...]  # of the fields, in wire order
 
 
 def _spec(cls: type) -> _Spec:
@@ -190,6 +192,7 @@ def _spec(cls: type) -> _Spec:
         decode_fast=_compile_decoder(cls, names, hints),
         checks=tuple(_check_for(hints[name]) for name in names),
         splice_index=bytes_fields[0] if bytes_fields else None,
+        names=tuple(names),
     )
 
 
@@ -202,10 +205,34 @@ def _fields_getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     return lambda message: ()
 
 
-_SPECS_BY_TYPE: dict[type, _Spec] = {cls: _spec(cls) for cls in MESSAGE_TYPES}
-assert all(spec.length < len(_FIXARRAY) for spec in _SPECS_BY_TYPE.values()), "body too long"
-_SPECS_BY_TAG: dict[int, _Spec] = {spec.tag: spec for spec in _SPECS_BY_TYPE.values()}
-assert len(_SPECS_BY_TAG) == len(_SPECS_BY_TYPE), "duplicate message tag"
+# --- the registry -------------------------------------------------------------------------
+
+_SPECS_BY_TYPE: dict[type, _Spec] = {}
+_SPECS_BY_TAG: dict[int, _Spec] = {}
+# Types whose frames with a correlation id answer a request (connection.py, memory.py).
+REPLY_TYPES: set[type] = set()
+
+
+def register(*types: type, replies: Iterable[type] = ()) -> None:
+    """Make `types` travel: each a frozen dataclass with a `TAG` no other type has. The
+    transport registers its own messages; the node adds the other layers' (Raft's). Calling
+    it again with the same types changes nothing."""
+    for cls in types:
+        if cls in _SPECS_BY_TYPE:
+            continue
+        spec = _spec(cls)
+        assert spec.length < len(_FIXARRAY), f"{cls.__name__}: body too long"
+        known = _SPECS_BY_TAG.get(spec.tag)
+        assert known is None or known.cls is cls, f"tag {spec.tag} is {known.cls.__name__}'s"
+        _SPECS_BY_TYPE[cls] = _SPECS_BY_TAG[spec.tag] = spec
+    REPLY_TYPES.update(replies)
+
+
+def registered_types() -> tuple[type, ...]:
+    return tuple(_SPECS_BY_TYPE)
+
+
+register(*MESSAGE_TYPES, replies=MESSAGE_REPLY_TYPES)
 
 
 # --- encoding -----------------------------------------------------------------------------
@@ -303,5 +330,5 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
             values = [check(value) for check, value in zip(spec.checks, items[2:], strict=True)]
         except ProtocolError as exc:
             raise ProtocolError(f"{spec.cls.__name__}: {exc}") from None
-        message = spec.cls(*values)
+        message = spec.cls(**dict(zip(spec.names, values, strict=True)))
     return Frame(correlation_id, message)

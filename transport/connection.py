@@ -17,12 +17,11 @@ from functools import partial
 
 import trio
 
-from quorumlog.transport.codec import Frame, encode_frame_parts
+from quorumlog.transport.codec import REPLY_TYPES, Frame, encode_frame_parts
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError, TransportError
 from quorumlog.transport.framing import READ_BYTES_MAX, FrameDecoder
 from quorumlog.transport.messages import (
     HANDSHAKE_TYPES,
-    REPLY_TYPES,
     ErrorCode,
     ErrorReply,
     Message,

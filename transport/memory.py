@@ -36,12 +36,11 @@ from functools import partial
 
 import trio
 
-from quorumlog.transport.codec import Frame, encode_frame
+from quorumlog.transport.codec import REPLY_TYPES, Frame, encode_frame
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.framing import decode_frame
 from quorumlog.transport.messages import (
     HANDSHAKE_TYPES,
-    REPLY_TYPES,
     ErrorCode,
     ErrorReply,
     Message,

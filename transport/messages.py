@@ -1,4 +1,6 @@
-"""Every message on the wire: one frozen slotted dataclass per type.
+"""The transport's own messages (handshake, clients, cluster metadata): one frozen slotted
+dataclass per type. Raft's messages are its own (raft/messages.py); the node registers them
+with the codec (transport/codec.py `register`), which encodes any registered type alike.
 
 A frame body is the msgpack array `[type_tag, correlation_id, *fields]`, the fields in the
 order they are declared here (see codec.py). Tags are part of the wire format: never reuse
@@ -20,13 +22,6 @@ class Role(enum.IntEnum):
 
     PEER = 1
     CLIENT = 2
-
-
-class AppendResult(enum.IntEnum):
-    SUCCESS = 0
-    FAILURE = 1
-    # The node does not (yet, or any more) serve the group named in the request.
-    GROUP_UNAVAILABLE = 2
 
 
 class Acks(enum.IntEnum):
@@ -98,142 +93,6 @@ class ClusterId:
 
     TAG = 5
     cluster_id: str | None
-
-
-# --- Raft, between nodes ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AppendEntries:
-    TAG = 10
-    group: int
-    term: int
-    leader_id: int
-    prev_offset: int
-    prev_term: int
-    leader_commit: int
-    batches: bytes  # whole batches, concatenated; b"" carries only offsets
-    flush: bool  # ask the follower to fsync before it replies (recovery sends False)
-    # With prev_term unknown (the follower starts its log again at the leader's log start):
-    # a config batch of the committed configuration, when retention removed its entry from
-    # the leader's log, so that the follower does not go on with an older one; else b"".
-    base_config: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class AppendEntriesReply:
-    """A follower's answer; on FAILURE the conflict hints let the leader skip back fast.
-
-    `conflict_term` is the term of the follower's entry at the leader's `prev_offset`
-    (-1 if the follower's log ends before it) and `conflict_offset` the first offset the
-    follower holds in that term (its `last_dirty + 1` when its log is too short): the
-    leader resumes at the end of `conflict_term` in its own log, or at `conflict_offset`
-    if it has no entry of that term (Raft paper, end of section 5.3).
-    """
-
-    TAG = 11
-    group: int
-    node_id: int
-    term: int
-    last_flushed: int
-    last_dirty: int
-    result: AppendResult
-    conflict_offset: int
-    conflict_term: int
-    # Where the follower's log starts: a witness that joined without the records before
-    # its join may lead only once it holds what the leader holds.
-    log_start: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
-    TAG = 12
-    group: int
-    term: int  # with pre_vote, the term the candidate would take; its own is not raised
-    candidate_id: int
-    last_offset: int
-    last_term: int
-    pre_vote: bool
-    transfer: bool  # a leadership transfer: granted even by nodes that heard from a leader
-
-
-@dataclass(frozen=True, slots=True)
-class VoteReply:
-    TAG = 13
-    group: int
-    node_id: int
-    term: int
-    granted: bool
-    pre_vote: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TimeoutNow:
-    """Leadership transfer: the target starts an election at once."""
-
-    TAG = 14
-    group: int
-    term: int
-    leader_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """An AppendEntries without batches; it still proves leadership and carries the commit."""
-
-    TAG = 15
-    group: int
-    term: int
-    leader_id: int
-    prev_offset: int
-    prev_term: int
-    leader_commit: int
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatReply:
-    """Same fields as AppendEntriesReply: flushed offsets reach the leader by heartbeats too."""
-
-    TAG = 16
-    group: int
-    node_id: int
-    term: int
-    last_flushed: int
-    last_dirty: int
-    result: AppendResult
-    conflict_offset: int
-    conflict_term: int
-    log_start: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class BackfillChunk:
-    """Records before a follower's log start (a witness becoming a full replica): whole
-    batches from `offset` on, of the copy of [start, end) (raft/backfill.py)."""
-
-    TAG = 17
-    group: int
-    term: int
-    leader_id: int
-    start: int
-    end: int
-    offset: int
-    batches: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class BackfillReply:
-    """Where the follower's copy stands: it holds [start, next_offset). `gap`: a chunk
-    came after a lost one and was dropped, so send again from `next_offset`."""
-
-    TAG = 18
-    group: int
-    node_id: int
-    term: int
-    start: int
-    next_offset: int
-    log_start: int
-    gap: bool
 
 
 # --- clients ----------------------------------------------------------------------------
@@ -434,15 +293,6 @@ Message = (
     | Proof
     | Accepted
     | ClusterId
-    | AppendEntries
-    | AppendEntriesReply
-    | VoteRequest
-    | VoteReply
-    | TimeoutNow
-    | Heartbeat
-    | HeartbeatReply
-    | BackfillChunk
-    | BackfillReply
     | AppendRequest
     | AppendReply
     | ReadRequest
@@ -464,19 +314,16 @@ Message = (
     | GroupRequest
 )
 
+# The types the codec knows before the node registers its own.
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__
 
 HANDSHAKE_TYPES = frozenset({Hello, Challenge, Proof, Accepted, ClusterId})
 
 # A reply-type frame with a correlation id answers a request of ours; any other type with a
 # correlation id is a request for our handler. Reply types may also travel one-way (id 0),
-# as Raft's replies do.
+# as Raft's replies do. Registered types add theirs (codec.register).
 REPLY_TYPES = frozenset(
     {
-        AppendEntriesReply,
-        VoteReply,
-        HeartbeatReply,
-        BackfillReply,
         AppendReply,
         ReadReply,
         EndOffsetReply,

@@ -9,7 +9,7 @@ import typing
 
 from hypothesis import strategies as st
 
-from quorumlog.transport.messages import MESSAGE_TYPES
+from quorumlog.transport.codec import registered_types
 
 int64s = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -54,5 +54,5 @@ def message_of(cls: type) -> st.SearchStrategy:
     return st.builds(cls, **fields)
 
 
-any_message = st.one_of([message_of(cls) for cls in MESSAGE_TYPES])
+any_message = st.one_of([message_of(cls) for cls in registered_types()])
 correlation_ids = st.integers(min_value=0, max_value=2**63 - 1)

@@ -7,22 +7,20 @@ import pytest
 import trio
 import trio.testing
 
+from quorumlog.raft.messages import AppendEntries, Heartbeat, VoteReply
 from quorumlog.transport import connection, framing
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed, ProtocolError
 from quorumlog.transport.framing import FrameDecoder
 from quorumlog.transport.messages import (
-    AppendEntries,
     ErrorCode,
     ErrorReply,
-    Heartbeat,
     ReadReply,
     ReadRequest,
     Role,
     StatusReply,
     StatusRequest,
-    VoteReply,
 )
 from quorumlog.transport.network import DEFAULT_LIMITS, ConnectionInfo, Limits
 
@@ -70,14 +68,16 @@ async def test_one_way_messages_arrive_in_order_and_get_no_reply(autojump_clock)
         assert peer == CLIENT
         await trio.sleep(0.01)
         received.append(message.term)
-        return VoteReply(1, 1, 1, True, False)  # discarded: nobody asked
+        return VoteReply(
+            group=1, node_id=1, term=1, granted=True, pre_vote=False
+        )  # discarded: nobody asked
 
     client, server = pair(handler)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(client.run)
         nursery.start_soon(server.run)
         for term in range(50):
-            assert client.send_nowait(Heartbeat(1, term, 1, 0, 0, 0))
+            assert client.send_nowait(Heartbeat(group=1, term=term, leader_id=1, leader_commit=0))
         await trio.sleep(5)
         nursery.cancel_scope.cancel()
     assert received == list(range(50))
@@ -117,9 +117,15 @@ async def test_full_send_queue_drops_instead_of_blocking(autojump_clock):
         nursery.start_soon(client.run)
         nursery.start_soon(server.run)
         await trio.sleep(1)
-        accepted = [client.send_nowait(Heartbeat(1, n, 1, 0, 0, 0)) for n in range(20)]
+        accepted = [
+            client.send_nowait(Heartbeat(group=1, term=n, leader_id=1, leader_commit=0))
+            for n in range(20)
+        ]
         await trio.sleep(1)
-        accepted += [client.send_nowait(Heartbeat(1, n, 1, 0, 0, 0)) for n in range(20)]
+        accepted += [
+            client.send_nowait(Heartbeat(group=1, term=n, leader_id=1, leader_commit=0))
+            for n in range(20)
+        ]
         nursery.cancel_scope.cancel()
     assert accepted.count(True) < 15 and accepted[:4] == [True] * 4 and not accepted[-1]
 
@@ -149,7 +155,7 @@ async def test_ending_fails_pending_requests(autojump_clock):
             await client.request(StatusRequest())
         with pytest.raises(ConnectionClosed):
             await client.request(StatusRequest())
-        assert not client.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+        assert not client.send_nowait(Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
         nursery.cancel_scope.cancel()
 
 
@@ -175,7 +181,7 @@ async def run_server_against(raw: bytes, handler=None):
         (b"\x00\x00\x00\x03abc", ProtocolError),
         (LENGTH_PREFIX.pack(2**31), ProtocolError),
         (
-            encode_frame(7, VoteReply(1, 1, 1, True, False)),
+            encode_frame(7, VoteReply(group=1, node_id=1, term=1, granted=True, pre_vote=False)),
             ProtocolError,
         ),  # a reply nobody asked for
         (encode_frame(0, StatusRequest())[:-1] + b"", ConnectionClosed),
@@ -223,7 +229,7 @@ async def test_a_raising_handler_is_a_bug_that_stops_the_connection_loudly(autoj
             nursery.start_soon(client.run)
             nursery.start_soon(server.run)
             if one_way:
-                client.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+                client.send_nowait(Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
             else:
                 nursery.start_soon(client.request, StatusRequest())
             await trio.sleep_forever()
@@ -291,7 +297,10 @@ async def test_a_peer_sending_without_pause_does_not_keep_other_tasks_from_runni
     # scheduler's coin, which of the two runnable tasks goes first, decided the test.)
     monkeypatch.setattr(framing, "READ_BYTES_MIN", 1024)
     monkeypatch.setattr(framing, "READ_BYTES_MAX", 1024)
-    frames = [encode_frame(0, Heartbeat(1, term, 1, 0, 0, 0)) for term in range(6000)]
+    frames = [
+        encode_frame(0, Heartbeat(group=1, term=term, leader_id=1, leader_commit=0))
+        for term in range(6000)
+    ]
     ours, theirs = socket.socketpair()
     theirs.settimeout(5)  # a socket buffer too small for the flood fails here, not hangs
     with theirs:
@@ -344,7 +353,16 @@ async def test_a_frame_larger_than_the_socket_buffers_goes_out_whole():
     reader = Connection(
         stream(theirs), CLIENT, decoder=FrameDecoder(), limits=Limits(), handler=handler
     )
-    message = AppendEntries(1, 2, 1, 0, 0, 0, batches, True)
+    message = AppendEntries(
+        group=1,
+        term=2,
+        leader_id=1,
+        prev_offset=0,
+        prev_term=0,
+        leader_commit=0,
+        batches=batches,
+        flush=True,
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sender.run)
         nursery.start_soon(reader.run)

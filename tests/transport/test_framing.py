@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quorumlog.raft.messages import AppendEntries, Heartbeat
 from quorumlog.transport.codec import LENGTH_PREFIX, encode_frame
 from quorumlog.transport.errors import ProtocolError
 from quorumlog.transport.framing import (
@@ -15,7 +16,7 @@ from quorumlog.transport.framing import (
     FrameDecoder,
     decode_frame,
 )
-from quorumlog.transport.messages import AppendEntries, Heartbeat, StatusRequest
+from quorumlog.transport.messages import StatusRequest
 from tests.transport.strategies import any_message, correlation_ids
 
 frames_of_messages = st.lists(st.tuples(correlation_ids, any_message), min_size=1, max_size=6)
@@ -58,14 +59,26 @@ def test_oversized_length_is_refused_from_the_prefix_alone():
 
 
 def test_frame_at_the_limit_is_accepted():
-    frame = encode_frame(1, AppendEntries(1, 1, 1, 1, 1, 1, b"x" * 1000, True))
+    frame = encode_frame(
+        1,
+        AppendEntries(
+            group=1,
+            term=1,
+            leader_id=1,
+            prev_offset=1,
+            prev_term=1,
+            leader_commit=1,
+            batches=b"x" * 1000,
+            flush=True,
+        ),
+    )
     decoder = FrameDecoder(frame_bytes_max=len(frame) - LENGTH_PREFIX.size)
     decoder.feed(frame)
     assert decoder.next_frame() is not None
 
 
 def test_half_frame_waits_and_reports_what_it_holds():
-    frame = encode_frame(3, Heartbeat(1, 2, 3, 4, 5, 6))
+    frame = encode_frame(3, Heartbeat(group=1, term=2, leader_id=3, leader_commit=6))
     decoder = FrameDecoder()
     decoder.feed(frame[:-3])
     assert decoder.next_frame() is None
@@ -84,7 +97,16 @@ def receive(decoder: FrameDecoder, data: bytes) -> int:
 
 
 def test_a_large_frame_gets_room_for_exactly_its_rest():
-    message = AppendEntries(1, 1, 1, 1, 1, 1, bytes(range(256)) * 1200, False)
+    message = AppendEntries(
+        group=1,
+        term=1,
+        leader_id=1,
+        prev_offset=1,
+        prev_term=1,
+        leader_commit=1,
+        batches=bytes(range(256)) * 1200,
+        flush=False,
+    )
     frame = encode_frame(9, message)
     decoder = FrameDecoder()
     assert receive(decoder, frame[:1000]) == READ_BYTES_MIN
@@ -96,7 +118,7 @@ def test_a_large_frame_gets_room_for_exactly_its_rest():
 
 
 def test_reads_that_fill_the_room_get_more_room_up_to_a_maximum():
-    frame = encode_frame(1, Heartbeat(1, 2, 3, 4, 5, 6))
+    frame = encode_frame(1, Heartbeat(group=1, term=2, leader_id=3, leader_commit=6))
     stream = frame * (2 * READ_BYTES_MAX // len(frame))
     decoder = FrameDecoder()
     offered = []
@@ -108,13 +130,27 @@ def test_reads_that_fill_the_room_get_more_room_up_to_a_maximum():
             offered.append(len(room))
         decoder.buffer_updated(len(chunk))
         position += len(chunk)
-        assert all(f.message == Heartbeat(1, 2, 3, 4, 5, 6) for f in decoder)
+        assert all(
+            f.message == Heartbeat(group=1, term=2, leader_id=3, leader_commit=6) for f in decoder
+        )
     assert offered[0] == READ_BYTES_MIN and max(offered) == READ_BYTES_MAX
     assert offered == sorted(offered)
 
 
 def test_buffer_grown_for_a_huge_frame_is_let_go():
-    frame = encode_frame(1, AppendEntries(1, 1, 1, 1, 1, 1, b"x" * (3 * RETAINED_BYTES_MAX), False))
+    frame = encode_frame(
+        1,
+        AppendEntries(
+            group=1,
+            term=1,
+            leader_id=1,
+            prev_offset=1,
+            prev_term=1,
+            leader_commit=1,
+            batches=b"x" * (3 * RETAINED_BYTES_MAX),
+            flush=False,
+        ),
+    )
     decoder = FrameDecoder()
     receive(decoder, frame[:100])
     assert receive(decoder, frame[100:]) == len(frame) - 100
@@ -186,7 +222,17 @@ def test_many_seeded_mutations_of_a_realistic_stream():
     rng = random.Random(1234)
     good = b"".join(
         encode_frame(
-            i, AppendEntries(1, 5, 2, i, 4, i, rng.randbytes(rng.randrange(0, 3000)), i % 2 == 0)
+            i,
+            AppendEntries(
+                group=1,
+                term=5,
+                leader_id=2,
+                prev_offset=i,
+                prev_term=4,
+                leader_commit=i,
+                batches=rng.randbytes(rng.randrange(0, 3000)),
+                flush=i % 2 == 0,
+            ),
         )
         for i in range(1, 6)
     )

@@ -6,17 +6,10 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
+from quorumlog.raft.messages import Heartbeat, VoteReply, VoteRequest
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import MemoryNetwork
-from quorumlog.transport.messages import (
-    ErrorCode,
-    ErrorReply,
-    Heartbeat,
-    Role,
-    StatusRequest,
-    VoteReply,
-    VoteRequest,
-)
+from quorumlog.transport.messages import ErrorCode, ErrorReply, Role, StatusRequest
 from quorumlog.transport.network import ClientConnection, NodeTransport
 from quorumlog.transport.tcp import open_connection, open_tcp_transport
 
@@ -64,7 +57,13 @@ async def test_raft_and_client_traffic(cluster):
         async def handler(peer, message):
             match message:
                 case VoteRequest():
-                    return VoteReply(message.group, node_id, message.term, True, message.pre_vote)
+                    return VoteReply(
+                        group=message.group,
+                        node_id=node_id,
+                        term=message.term,
+                        granted=True,
+                        pre_vote=message.pre_vote,
+                    )
                 case StatusRequest():
                     return ErrorReply(
                         ErrorCode.NOT_LEADER, "ask 1", leader_id=1, leader_address="h:1"
@@ -80,16 +79,20 @@ async def test_raft_and_client_traffic(cluster):
             two: NodeTransport = nodes[2]
             # One-way: may be refused until the link is up (TCP), never blocks, then arrives.
             while not inbox[2]:
-                one.send_nowait(2, Heartbeat(1, 3, 1, 10, 2, 9))
+                one.send_nowait(2, Heartbeat(group=1, term=3, leader_id=1, leader_commit=9))
                 await trio.sleep(0.01)
             peer, message = inbox[2][0]
-            assert message == Heartbeat(1, 3, 1, 10, 2, 9)
+            assert message == Heartbeat(group=1, term=3, leader_id=1, leader_commit=9)
             assert (peer.role, peer.node_id) == (Role.PEER, 1)
             # Raft replies travel one-way on the reverse link.
             while not inbox[1]:
-                two.send_nowait(1, VoteReply(1, 2, 3, True, False))
+                two.send_nowait(
+                    1, VoteReply(group=1, node_id=2, term=3, granted=True, pre_vote=False)
+                )
                 await trio.sleep(0.01)
-            assert inbox[1][0][1] == VoteReply(1, 2, 3, True, False)
+            assert inbox[1][0][1] == VoteReply(
+                group=1, node_id=2, term=3, granted=True, pre_vote=False
+            )
             # Pipelined request / reply between nodes.
             async with trio.open_nursery() as nursery:
                 for term in range(5):
@@ -100,14 +103,24 @@ async def test_raft_and_client_traffic(cluster):
                 reply = await client.request(StatusRequest())
                 assert reply == ErrorReply(ErrorCode.NOT_LEADER, "ask 1", 1, "h:1")
             # Not members.
-            assert not one.send_nowait(7, Heartbeat(1, 1, 1, 0, 0, 0))
+            assert not one.send_nowait(7, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
             with pytest.raises(ConnectionClosed):
                 await one.request(7, StatusRequest())
 
 
 async def ask_vote(transport, term):
-    request = VoteRequest(1, term, 1, 10, 2, pre_vote=term % 2 == 0, transfer=False)
-    assert await transport.request(2, request) == VoteReply(1, 2, term, True, term % 2 == 0)
+    request = VoteRequest(
+        group=1,
+        term=term,
+        candidate_id=1,
+        last_offset=10,
+        last_term=2,
+        pre_vote=term % 2 == 0,
+        transfer=False,
+    )
+    assert await transport.request(2, request) == VoteReply(
+        group=1, node_id=2, term=term, granted=True, pre_vote=term % 2 == 0
+    )
 
 
 @asynccontextmanager
@@ -150,12 +163,18 @@ async def test_a_node_answers_a_peer_it_has_no_link_to(pair):
 
     with trio.fail_after(10):
         async with pair({1: handler_of(1), 2: handler_of(2)}) as (one, two):
-            assert not two.send_nowait(1, Heartbeat(1, 1, 2, 0, 0, 0))  # 1 has not reached 2
+            assert not two.send_nowait(
+                1, Heartbeat(group=1, term=1, leader_id=2, leader_commit=0)
+            )  # 1 has not reached 2
             while not inbox[2]:
-                one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+                one.send_nowait(2, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
                 await trio.sleep(0.01)
-            assert two.send_nowait(1, VoteReply(1, 2, 1, True, False))
+            assert two.send_nowait(
+                1, VoteReply(group=1, node_id=2, term=1, granted=True, pre_vote=False)
+            )
             while not inbox[1]:
                 await trio.sleep(0.01)
-            assert inbox[1] == [(2, VoteReply(1, 2, 1, True, False))]
+            assert inbox[1] == [
+                (2, VoteReply(group=1, node_id=2, term=1, granted=True, pre_vote=False))
+            ]
             assert await two.request(1, StatusRequest()) == ErrorReply(ErrorCode.UNKNOWN, "from 1")

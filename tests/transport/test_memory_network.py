@@ -5,16 +5,10 @@ import random
 import pytest
 import trio
 
+from quorumlog.raft.messages import Heartbeat
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.memory import LinkFaults, MemoryNetwork
-from quorumlog.transport.messages import (
-    Heartbeat,
-    ReadReply,
-    ReadRequest,
-    Role,
-    StatusReply,
-    StatusRequest,
-)
+from quorumlog.transport.messages import ReadReply, ReadRequest, Role, StatusReply, StatusRequest
 from quorumlog.transport.network import ConnectionInfo, Limits
 
 PEERS = {1: "n1", 2: "n2", 3: "n3"}
@@ -41,7 +35,7 @@ class Recorder:
 
 
 def beat(term: int) -> Heartbeat:
-    return Heartbeat(1, term, 1, 0, 0, 0)
+    return Heartbeat(group=1, term=term, leader_id=1, leader_commit=0)
 
 
 async def run_cluster(network, scenario, node_ids=(1, 2, 3)):

@@ -7,11 +7,12 @@ import trio
 import trio.testing
 
 from quorumlog.localcluster import free_ports
+from quorumlog.raft.messages import AppendEntries, Heartbeat
 from quorumlog.transport.backoff import Backoff
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.framing import FrameDecoder
-from quorumlog.transport.messages import AppendEntries, Heartbeat, Role, StatusReply, StatusRequest
+from quorumlog.transport.messages import Role, StatusReply, StatusRequest
 from quorumlog.transport.network import ConnectionInfo, Limits
 from quorumlog.transport.peer_link import PeerLink
 from quorumlog.transport.tcp import open_tcp_transport
@@ -46,14 +47,16 @@ async def test_redials_on_the_seeded_schedule(autojump_clock):
         return Connection(ours, info, decoder=FrameDecoder(), limits=Limits())
 
     link = PeerLink(1, 2, "peer:2", dial=dial, rng=random.Random(42), backoff=BACKOFF)
-    assert not link.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+    assert not link.send_nowait(Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
     with pytest.raises(ConnectionClosed, match="no connection to peer 2"):
         await link.request(StatusRequest())
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(link.run)
         await trio.sleep(10)
-        assert link.connected and link.send_nowait(Heartbeat(1, 1, 1, 0, 0, 0))
+        assert link.connected and link.send_nowait(
+            Heartbeat(group=1, term=1, leader_id=1, leader_commit=0)
+        )
         await peers[0].aclose()  # the peer goes away: the link redials after a short wait
         await trio.sleep(10)
         nursery.cancel_scope.cancel()
@@ -92,10 +95,10 @@ async def test_link_connects_once_a_late_peer_starts_listening():
             backoff=fast,
         ) as one:
             await trio.sleep(0.3)  # several failed dials
-            assert not one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+            assert not one.send_nowait(2, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
             async with open_tcp_transport(2, f"127.0.0.1:{port}", handler, rng=random.Random(2)):
                 while not received.is_set():
-                    one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+                    one.send_nowait(2, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
                     await trio.sleep(0.01)
 
 
@@ -131,7 +134,16 @@ async def test_a_stuck_peer_never_holds_back_the_others():
                 await trio.sleep(0.01)
             sent_to_2 = 0
             for term in range(200):
-                message = AppendEntries(1, term, 1, 0, 0, 0, batches, False)
+                message = AppendEntries(
+                    group=1,
+                    term=term,
+                    leader_id=1,
+                    prev_offset=0,
+                    prev_term=0,
+                    leader_commit=0,
+                    batches=batches,
+                    flush=False,
+                )
                 sent_to_2 += one.send_nowait(2, message)
                 assert one.send_nowait(3, message)
                 # A round trip to 3 (served after the frame before it) while 2 is stuck.
@@ -150,12 +162,12 @@ async def test_set_peers_opens_and_closes_links():
             open_tcp_transport(2, "127.0.0.1:0", ignore, rng=random.Random(2)) as two,
             open_tcp_transport(1, "127.0.0.1:0", ignore, rng=random.Random(1)) as one,
         ):
-            assert not one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+            assert not one.send_nowait(2, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
             one.set_peers({1: "ignored:1", 2: two.listen_addresses[0]})
             while not one.connected(2):
                 await trio.sleep(0.01)
             assert not one.connected(1)  # never a link to itself
             one.set_peers({})
-            assert not one.send_nowait(2, Heartbeat(1, 1, 1, 0, 0, 0))
+            assert not one.send_nowait(2, Heartbeat(group=1, term=1, leader_id=1, leader_commit=0))
             with pytest.raises(ConnectionClosed, match="no connection to peer"):
                 await one.request(2, StatusRequest())
