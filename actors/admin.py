@@ -68,12 +68,13 @@ from quorumlog.membership.driver import (
     rollback_steps,
 )
 from quorumlog.raft.core import RaftCore
-from quorumlog.raft.roles import NotLeaderError, Role
+from quorumlog.raft.roles import NotLeaderError
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.group_handle import GroupView
     from quorumlog.actors.node import Node
 
 ADMIN_WAIT_S_DEFAULT = 30.0
@@ -133,7 +134,7 @@ async def _backfill_witness(node: Node, request: AdminRequest) -> Message | None
     """A witness of `default` holds only the log's tail: before it may lead, its leader
     copies it the rest (raft/backfill.py). None once it holds the whole log."""
     node_id = check_node_id(request.args["node_id"])
-    config = node.default_group.core.config
+    config = node.default_group.view.config
     if config is None or node_id not in config.witnesses or not config.is_voter(node_id):
         return None
     args = {"node_id": node_id, "group": node.default_group.group_id}
@@ -156,7 +157,7 @@ async def forward_to_leader(node: Node, group: GroupActor, request: AdminRequest
     """Run `request` on the leader of `group` (here or on another node) until it answers
     something other than "ask again"."""
     while True:
-        leader = group.core.leader_id
+        leader = group.view.leader_id
         if leader == node.id:
             reply = await handle_admin(node, request)
         elif leader is None:
@@ -172,7 +173,6 @@ async def forward_to_leader(node: Node, group: GroupActor, request: AdminRequest
 
 
 async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Message:
-    core = group.core
     args = request.args
     try:
         with trio.move_on_after(_wait_s(request)) as scope:
@@ -192,8 +192,8 @@ async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Messag
         return ErrorReply(
             ErrorCode.UNKNOWN,
             "leadership moved during the change: retry against the new leader",
-            core.leader_id,
-            group.address_of(core.leader_id),
+            group.view.leader_id,
+            group.address_of(group.view.leader_id),
         )
     except StepFailed as exc:
         return ErrorReply(ErrorCode.TIMEOUT, str(exc))
@@ -219,10 +219,10 @@ async def _move(group: GroupActor, request: AdminRequest, scope: trio.CancelScop
 
 
 async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message:
-    core = group.core
-    if not core.is_leader:
-        raise NotLeaderError(core.leader_id)
-    config = core.config
+    view = group.view
+    if not view.is_leader:
+        raise NotLeaderError(view.leader_id)
+    config = view.config
     if args.get("retry") and _made_already(config, op, args):
         # A retry whose first try's answer was lost: the change is there, so it succeeded
         # (without this, "remove 4" retried would be refused: "4 is not a member").
@@ -240,9 +240,9 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
                 witness=bool(args.get("witness", False)),
             )
         case "remove_member":
-            plan = plan_remove(config, check_node_id(args["node_id"]), core.id)
+            plan = plan_remove(config, check_node_id(args["node_id"]), group.node_id)
         case "demote_member":
-            plan = plan_demote(config, check_node_id(args["node_id"]), core.id)
+            plan = plan_demote(config, check_node_id(args["node_id"]), group.node_id)
         case "promote_member":
             plan = plan_promote(config, check_node_id(args["node_id"]))
         case "replace_member":
@@ -251,11 +251,11 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
                 check_node_id(args["old_id"]),
                 check_node_id(args["new_id"]),
                 check_address(args["address"]),
-                core.id,
+                group.node_id,
             )
         case "set_members":
             members = {check_node_id(int(k)): check_address(v) for k, v in args["members"].items()}
-            plan = plan_set(config, members, core.id)
+            plan = plan_set(config, members, group.node_id)
         case "transfer_leader":
             return await _transfer(group, check_node_id(args["node_id"]))
         case "backfill_member":
@@ -263,7 +263,7 @@ async def _dispatch(group: GroupActor, op: str, args: dict[str, Any]) -> Message
         case "group_members":
             # Every node the group counts or may count: its configuration in effect and
             # the last committed (actors/burial.py asks before it deletes a replica).
-            members = core.config.members | core.configs.committed.members
+            members = config.members | view.committed_config.members
             return AdminReply({"members": sorted(members)})
         case _:
             raise ConfigChangeError(f"unknown admin call {op!r}")
@@ -297,8 +297,7 @@ def _made_already(config: Configuration, op: str, args: dict[str, Any]) -> bool:
 
 
 async def _execute(group: GroupActor, plan: tuple[Step, ...]) -> Message:
-    core = group.core
-    start = core.config
+    start = group.view.config
     for step in plan:
         match step:
             case AddLearner(node_id, address, promote, witness):
@@ -318,15 +317,15 @@ async def _execute(group: GroupActor, plan: tuple[Step, ...]) -> Message:
                 await _wait_caught_up(group, node_id, start, step)
             case WaitPromoted(node_id):
                 await _wait_for(
-                    group, lambda c, n=node_id: c.configs.committed.is_voter(n), leader=False
+                    group, lambda v, n=node_id: v.committed_config.is_voter(n), leader=False
                 )
             case TransferLeadership(away_from, candidates):
-                if core.id == away_from:
-                    target = _most_up_to_date(core, candidates)
-                    await group.call_core(lambda c, t=target: c.transfer_leadership(t))
+                if group.node_id == away_from:
+                    target = await group.call(lambda c, n=candidates: _hand_over(c, n))
                     return ErrorReply(
                         ErrorCode.STEPPING_DOWN,
-                        f"node {core.id} leads and is leaving: leadership moves to node {target}; "
+                        f"node {group.node_id} leads and is leaving: leadership moves to node "
+                        f"{target}; "
                         "retry against it",
                         target,
                         group.address_of(target),
@@ -336,12 +335,12 @@ async def _execute(group: GroupActor, plan: tuple[Step, ...]) -> Message:
             case LeaveJoint():
                 # The leader appends C(new) by itself once C(old,new) commits; wait for it,
                 # as a follower too if this leader is not in C(new) and stepped down.
-                await _wait_for(group, lambda c: not c.configs.committed.is_joint, leader=False)
+                await _wait_for(group, lambda v: not v.committed_config.is_joint, leader=False)
             case Remove(node_id):
                 await _change(group, lambda c, n=node_id: remove(c.config, n))
             case _:
                 assert_never(step)
-    return AdminReply({"config": core.config.to_json()})
+    return AdminReply({"config": group.view.config.to_json()})
 
 
 async def _change(group: GroupActor, build: Callable[[RaftCore], Configuration]) -> None:
@@ -358,24 +357,25 @@ async def _change(group: GroupActor, build: Callable[[RaftCore], Configuration])
         check_can_change(core.config, core.configs.committed)
         return core.term, core.propose_config(build(core))
 
-    term, offset = await group.call_core(propose)
-    await _wait_for(group, lambda c: c.term == term and c.commit_offset >= offset)
+    term, offset = await group.call(propose)
+    await _wait_for(group, lambda v: v.term == term and v.commit_offset >= offset)
 
 
 async def _wait_caught_up(
     group: GroupActor, node_id: int, start: Configuration, step: Step
 ) -> None:
-    core = group.core
-    deadline_s = 10 * core.settings.election_timeout_max_s + 30.0
+    deadline_s = 10 * group.settings.election_timeout_max_s + 30.0
 
     def caught_up(c: RaftCore) -> bool:
+        if not c.is_leader:
+            raise LeadershipLost
         p = c.progress.get(node_id)
         return c.config.is_voter(node_id) or (p is not None and c.caught_up(p))
 
     with trio.move_on_after(deadline_s):
-        await _wait_for(group, caught_up)
+        await group.call_when(caught_up)
         return
-    for undo in rollback_steps(start, core.config):
+    for undo in rollback_steps(start, group.view.config):
         await _change(group, lambda c, n=undo.node_id: remove(c.config, n))
     raise StepFailed(
         f"step {step} failed: node {node_id} did not catch up within {deadline_s:g} s; "
@@ -384,45 +384,61 @@ async def _wait_caught_up(
 
 
 async def _wait_for(
-    group: GroupActor, done: Callable[[RaftCore], bool], leader: bool = True
+    group: GroupActor, done: Callable[[GroupView], bool], leader: bool = True
 ) -> None:
-    core = group.core
-    term = core.term
-    while not done(core):
-        if leader and (not core.is_leader or core.term != term):
-            raise LeadershipLost
-        await group.round_done.wait()
+    """Until `done` holds of the group's view (LeadershipLost if, `leader`, this node
+    stops leading the term it led at the start)."""
+    term = group.view.term
+    view = await group.wait_until(
+        lambda v: done(v) or (leader and (not v.is_leader or v.term != term))
+    )
+    if not done(view):
+        raise LeadershipLost
 
 
 async def _backfill(group: GroupActor, node_id: int) -> Message:
     """The leader copies a follower the records before its log start; answers once the
     follower's log starts where the leader's does."""
-    await group.call_core(lambda c: c.start_backfill(node_id))
-    await _wait_for(group, lambda c: c.holds_whole_log(node_id))
+
+    def copied(c: RaftCore) -> bool:
+        if not c.is_leader:
+            raise LeadershipLost
+        return c.holds_whole_log(node_id)
+
+    await group.call(lambda c: c.start_backfill(node_id))
+    await group.call_when(copied)
     return AdminReply({})
 
 
 async def _transfer(group: GroupActor, target: int) -> Message:
-    core = group.core
-    if target == core.id:
+    config = group.view.config
+    if target == group.node_id:
         return AdminReply({"leader_id": target})
-    if core.config.is_learner(target):
+    if config.is_learner(target):
         raise ConfigChangeError(f"node {target} is a learner: it cannot lead until promoted")
-    if target in core.config.witnesses:
+    if target in config.witnesses:
         raise ConfigChangeError(f"node {target} is a witness: it never leads")
-    await group.call_core(lambda c: c.transfer_leadership(target))
-    while True:
-        if core.role is not Role.LEADER and core.leader_id == target:
-            return AdminReply({"leader_id": target})
-        if core.is_leader and core.transfer is None:
-            return ErrorReply(
-                ErrorCode.TIMEOUT,
-                f"node {target} did not take over within an election timeout; node {core.id} "
-                "still leads",
-            )
-        if core.role is not Role.LEADER and core.leader_id not in (None, target):
-            raise LeadershipLost
-        await group.round_done.wait()
+    await group.call(lambda c: c.transfer_leadership(target))
+    view = await group.wait_until(
+        lambda v: (
+            v.leader_id not in (None, group.node_id) or (v.is_leader and v.transfer_to is None)
+        )
+    )
+    if view.leader_id == target:
+        return AdminReply({"leader_id": target})
+    if view.is_leader:
+        return ErrorReply(
+            ErrorCode.TIMEOUT,
+            f"node {target} did not take over within an election timeout; node "
+            f"{group.node_id} still leads",
+        )
+    raise LeadershipLost
+
+
+def _hand_over(core: RaftCore, candidates: frozenset[int]) -> int:
+    target = _most_up_to_date(core, candidates)
+    core.transfer_leadership(target)
+    return target
 
 
 def _most_up_to_date(core: RaftCore, candidates: frozenset[int]) -> int:

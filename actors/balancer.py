@@ -27,7 +27,7 @@ async def balance_leaders(node: Node) -> None:
         await trio.sleep(BALANCE_INTERVAL_S)
         started = 0
         for (topic, partition), group in list(node.partitions.items()):
-            if topic == DEFAULT_TOPIC or not group.core.is_leader:
+            if topic == DEFAULT_TOPIC or not group.view.is_leader:
                 continue
             try:
                 preferred = node.controller_actor.state.partition(topic, partition).replicas[0]
@@ -35,7 +35,7 @@ async def balance_leaders(node: Node) -> None:
                 continue
             if preferred == node.id or node.disk_health.avoided(preferred, trio.current_time()):
                 continue  # a slow disk gets no leadership back until it has been healthy
-            if await group.call_core(lambda core, t=preferred: core.transfer_to_live_voter(t)):
+            if await group.call(lambda core, t=preferred: core.transfer_to_live_voter(t)):
                 started += 1
                 if started >= TRANSFERS_PER_PASS_MAX:
                     break

@@ -95,7 +95,7 @@ class ControllerActor:
                 # after the work would miss that commit until the group's next round,
                 # which a quiet group never has.
                 group = self.group
-                round_done = group.round_done
+                seen = group.view
                 if self._apply_committed():
                     if self.state.cluster_id is not None:
                         self.node.cluster.adopt(self.state.cluster_id)
@@ -106,7 +106,7 @@ class ControllerActor:
                     self._naming = True
                     nursery.start_soon(self._name_cluster)
                 if self.group is group:  # not reopened meanwhile (node.py, _reopen)
-                    await round_done.wait()
+                    await group.changed(seen)
 
     async def _name_cluster(self) -> None:
         """A new cluster (or one from before ids) gets its id from its first current
@@ -126,7 +126,7 @@ class ControllerActor:
     @property
     def behind(self) -> bool:
         """Whether committed controller entries wait to be applied here."""
-        return self._next_offset <= self.group.core.commit_offset
+        return self._next_offset <= self.group.view.commit_offset
 
     def signal(self) -> None:
         self.changed.set()
@@ -134,13 +134,13 @@ class ControllerActor:
 
     def _apply_committed(self) -> bool:
         """Apply the controller's newly committed entries; True if any was applied."""
-        core = self.group.core
-        committed = core.configs.committed
+        view = self.group.view
+        committed = view.committed_config
         if committed is not None and set(self.state.brokers) != set(committed.voters):
             self.state.set_brokers(
                 {n: a for n, a in committed.addresses.items() if n in committed.voters}
             )
-        if core.commit_offset < self._next_offset:
+        if view.commit_offset < self._next_offset:
             return False
         for header, batch in committed_batches(self.group, self._next_offset):
             if header.batch_type is BatchType.DATA:
@@ -150,7 +150,7 @@ class ControllerActor:
                 config = config_of(batch, header)
                 self.state.applied_offset = header.base_offset
                 self._note_config(config)
-        self._next_offset = core.commit_offset + 1
+        self._next_offset = view.commit_offset + 1
         return True
 
     def _note_config(self, config: Configuration) -> None:
@@ -225,8 +225,8 @@ class ControllerActor:
 
     async def handle(self, request: AdminRequest) -> Message:
         group = self.group
-        if not group.core.is_leader:
-            return group.not_leader(group.core.leader_id)
+        if not group.view.is_leader:
+            return group.not_leader(group.view.leader_id)
         args = request.args
         try:
             await self._wait_current()
@@ -255,21 +255,18 @@ class ControllerActor:
 
     async def _wait_current(self) -> None:
         """Until this leader's state holds everything committed before its term."""
-        term = self.group.core.term
+        term = self.group.view.term
         while not self.is_current():
-            if not self.group.core.is_leader or self.group.core.term != term:
+            view = self.group.view
+            if not view.is_leader or view.term != term:
                 raise not_leader(self.group)
             await self.changed.wait()
 
     def is_current(self) -> bool:
         """Whether this node leads the controller and its state holds everything committed
         before its term (its term's barrier committed and applied)."""
-        core = self.group.core
-        return (
-            core.is_leader
-            and core.term_at(core.commit_offset) == core.term
-            and self._next_offset > core.commit_offset
-        )
+        view = self.group.view
+        return view.settled and self._next_offset > view.commit_offset
 
     async def topic_is_unknown(self, name: str) -> bool:
         """Whether the cluster has no topic `name`, not only this node's state: a node
@@ -281,7 +278,7 @@ class ControllerActor:
             return False
         if self.is_current():
             return True
-        leader = self.group.core.leader_id
+        leader = self.group.view.leader_id
         if leader is None or leader == self.node.id:
             return False  # an election, or this new leader's barrier: soon known
         with trio.move_on_after(TOPIC_ASK_S):

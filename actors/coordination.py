@@ -155,8 +155,8 @@ class Coordination:
         self.first_since_snapshot_s = 0.0  # when the first of them was proposed
 
     def catch_up(self) -> None:
-        core = self.replica.core
-        if core.commit_offset < self.next_offset:
+        commit = self.replica.view.commit_offset
+        if commit < self.next_offset:
             return
         start = self.replica.log.log_start_offset
         if self.next_offset < start:
@@ -169,7 +169,7 @@ class Coordination:
                 continue
             for i, record in enumerate(batch_records(batch, header)):
                 self._apply(record.value, header.base_offset + i)
-        self.next_offset = core.commit_offset + 1
+        self.next_offset = commit + 1
 
     def _apply(self, value: bytes, offset: int) -> None:
         try:
@@ -184,9 +184,9 @@ class Coordination:
 
     def take_over(self, now: float) -> None:
         """This replica leads in a new term: every member gets a fresh session."""
-        core = self.replica.core
-        self.term = core.term
-        self._proposed_from = core.commit_offset + 1
+        view = self.replica.view
+        self.term = view.term
+        self._proposed_from = view.commit_offset + 1
         self.leasing = {}
         self.read_ahead = {}
         self.sessions = {
@@ -195,12 +195,8 @@ class Coordination:
         }
 
     def is_current(self) -> bool:
-        core = self.replica.core
-        return (
-            core.is_leader
-            and core.term == self.term
-            and core.term_at(core.commit_offset) == core.term
-        )
+        view = self.replica.view
+        return view.settled and view.term == self.term
 
     async def propose(self, command: Command) -> str | None:
         """Append with acks=quorum; once applied, why it did nothing (or None)."""

@@ -309,7 +309,7 @@ class Coordinator:
         c = self.coordinations.get(partition)
         if c is None or c.replica is not replica:  # new, or its task was restarted
             c = self.coordinations[partition] = Coordination(replica, partition)
-        term = replica.core.term
+        term = replica.view.term
         if not await term_committed(replica):
             raise not_leader(replica)
         c.catch_up()
@@ -331,7 +331,7 @@ class Coordinator:
     async def ask_coordinator(self, partition: int, request: GroupRequest) -> Message | None:
         """`request` answered by the leader of a `__groups` partition, here or elsewhere."""
         replica = self.node.replica(GROUPS_TOPIC, partition)
-        if replica is not None and replica.core.is_leader:
+        if replica is not None and replica.view.is_leader:
             return await self.handle(request)
         return await ask_node(
             self.node, leader_of(self.node, (GROUPS_TOPIC, partition), replica), request

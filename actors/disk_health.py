@@ -35,6 +35,7 @@ from quorumlog.raft.settings import RaftSettings
 
 if TYPE_CHECKING:
     from quorumlog.actors.node import Node
+    from quorumlog.raft.core import RaftCore
 
 logger = structlog.get_logger("quorumlog.disk_health")
 
@@ -180,13 +181,15 @@ async def hand_over_leaderships(node: Node, now: float) -> None:
     bounded number at a time."""
     moved = 0
     for group in list(node.groups.values()):
-        core = group.core
-        if not core.is_leader or core.transfer is not None:
+        view = group.view
+        if not view.is_leader or view.transfer_to is not None:
             continue
-        target = node.disk_health.fastest(core.live_voters(), now)
-        if target is None:
-            continue
-        if await group.call_core(lambda c, t=target: c.transfer_to_live_voter(t)):
+
+        def to_fastest(core: RaftCore) -> int | None:
+            target = node.disk_health.fastest(core.live_voters(), now)
+            return target if target is not None and core.transfer_to_live_voter(target) else None
+
+        if (target := await group.call(to_fastest)) is not None:
             logger.info(
                 "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
             )

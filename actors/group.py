@@ -19,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import structlog
 import trio
@@ -28,6 +27,7 @@ from quorumlog.actors.append_check import checked_batches
 from quorumlog.actors.campaigns import CampaignSlots, CampaignTurn
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
+from quorumlog.actors.group_handle import GroupHandle
 from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.mailbox import (
     WAKE_UP,
@@ -72,7 +72,7 @@ RETENTION_CHECK_S = 5.0
 ROUND_INPUTS_MAX = 256
 
 
-class GroupActor:
+class GroupActor(GroupHandle):
     def __init__(
         self,
         node_id: int,
@@ -110,6 +110,7 @@ class GroupActor:
             peer_alive=peer_alive,
             node_stopping=node_stopping,
         )
+        GroupHandle.__init__(self, self.core)
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._flusher = flusher
         self._metadata_writer = metadata_writer
@@ -135,7 +136,6 @@ class GroupActor:
         # What the node last heard of this group (its peer links and leader table follow).
         self._config_seen: Configuration | None = None
         self._leader_seen: tuple[int | None, int] | None = None
-        self.round_done = trio.Event()  # set (and replaced) after every round of inputs
         # The replica move under way here (actors/admin.py): its controller revision and
         # scope, cancelled when a move of a later revision arrives.
         self.move: tuple[int, trio.CancelScope] | None = None
@@ -217,12 +217,9 @@ class GroupActor:
                 pass  # a wake-up: the round checks the flushed offset, a quiet core wakes
             case PeerConnected(peer):
                 core.peer_connected(peer)
-            case CoreCall(fn, reply):
+            case CoreCall():
                 core.now = trio.current_time()
-                try:
-                    reply.resolve(fn(core))
-                except Exception as exc:  # handed to the caller, who answers the client
-                    reply.fail(exc)
+                self.run_call(item, core)
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
 
@@ -273,23 +270,11 @@ class GroupActor:
         if core.metadata_dirty:
             core.metadata_dirty = False
             await self.save_metadata()
-        transport = self.transport
-        assert transport is not None
-        if core.config is not self._config_seen or (core.leader_id, core.term) != self._leader_seen:
-            self._config_seen = core.config
-            self._leader_seen = (core.leader_id, core.term)
-            self._on_changed(self)
-        for to, message in core.take_outbox():
-            # Heartbeats: the node sends them batched. A send not made: counted.
-            if type(message) is not Heartbeat and not transport.send_nowait(to, message):
-                self.stats.messages_dropped += 1
         if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
         self._answer_waiters()
         self._turn.round_ended(core, trio.current_time())
-        self.round_done.set()  # wakes admin calls waiting for a state of the core
-        self.round_done = trio.Event()
         log = self.log
         if log.dirty_offset > log.flushed_offset or core.flush_urgent:
             urgent = (
@@ -301,6 +286,18 @@ class GroupActor:
             core.flush_urgent = False
             self._flusher.request(self, urgent)
         self._tell_heartbeats()
+        self.publish(core)
+        if core.config is not self._config_seen or (core.leader_id, core.term) != self._leader_seen:
+            # Before the sends: a new member's link must exist for its first message.
+            self._config_seen = core.config
+            self._leader_seen = (core.leader_id, core.term)
+            self._on_changed(self)
+        transport = self.transport
+        assert transport is not None
+        for to, message in core.take_outbox():
+            # Heartbeats: the node sends them batched. A send not made: counted.
+            if type(message) is not Heartbeat and not transport.send_nowait(to, message):
+                self.stats.messages_dropped += 1
 
     def _tell_heartbeats(self) -> None:
         """What the node's batched heartbeats need: the group it leads, or that this group
@@ -350,19 +347,13 @@ class GroupActor:
             await trio.sleep(RETENTION_CHECK_S)
             # Wall-clock time: retention by age compares with the records' timestamps.
             now_ms = int(time.time() * 1000)
-            await self.call_core(lambda core, now_ms=now_ms: core.retain(now_ms))
+            await self.call(lambda core, now_ms=now_ms: core.retain(now_ms))
 
     async def save_metadata(self) -> None:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""
         core = self.core
         core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
         await self._metadata_writer.save(self.storage.store, core.meta)
-
-    async def call_core(self, fn: Callable[[RaftCore], Any]) -> Any:
-        """Run `fn(core)` in the main loop and return its result (or raise its error)."""
-        reply = Pending()
-        await self._inbox.send(CoreCall(fn, reply))
-        return await reply.wait()
 
     def address_of(self, node_id: int | None) -> str | None:
         config = self.core.config
@@ -491,7 +482,17 @@ class GroupActor:
                 refusal = await unsettled(self) if leader_only else None
                 return refusal or await end_offset(self, linearizable)
 
+    def campaign_soon(self) -> None:
+        """Before the group runs (a partition just placed with this node first): campaign
+        at its first tick."""
+        self.core.campaign_soon(trio.current_time())
+
+    def replica_status(self) -> dict:
+        """This replica's Raft state: role, term, offsets, configuration, followers."""
+        return self.core.status()
+
     def status(self) -> dict:
+        """As `replica_status`, with the members' addresses (`status`'s command line)."""
         out = self.core.status()
         config = self.core.config
         addresses = config.addresses if config is not None else {}

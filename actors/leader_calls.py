@@ -58,7 +58,7 @@ async def ask_partition_leader(
     with trio.move_on_after(ASK_S):
         for turn in itertools.count():
             replica = node.replica(*tp)
-            if replica is not None and replica.core.is_leader:
+            if replica is not None and replica.view.is_leader:
                 ask = node.id
                 reply = await replica.answer(message)
             else:
@@ -88,8 +88,8 @@ def leader_of(
 ) -> int | None:
     """Who to ask for `tp`: the leader as this node sees it, else one of the replicas the
     controller places (a `turn` each), which answers or names the leader."""
-    if replica is not None and replica.core.leader_id is not None:
-        return replica.core.leader_id
+    if replica is not None and replica.view.leader_id is not None:
+        return replica.view.leader_id
     controller = node.controller_actor
     hint = controller.leader_hint(*tp)
     if hint is not None:

@@ -59,9 +59,9 @@ class LeaderTableSync:
 
     def local_changed(self, topic: str, partition: int, group: GroupActor) -> None:
         """One of this node's replicas saw a new leader or term."""
-        core = group.core
+        view = group.view
         entry = LeaderEntry(
-            topic, partition, core.leader_id, core.term, self._revision(topic, partition)
+            topic, partition, view.leader_id, view.term, self._revision(topic, partition)
         )
         if self.table.update(entry):
             self._outgoing[entry.key] = entry
@@ -75,14 +75,14 @@ class LeaderTableSync:
             return
         if self.table.merge(entries):
             self._ctl.signal()
-        if message.full and self._ctl.group.core.is_leader:
+        if message.full and self._ctl.group.view.is_leader:
             # The sender knows only what changed since it last heard: without the whole
             # table it would never learn of a partition whose leader stays put.
             self._send(sender, list(self.table), full=False)
 
     def on_digest(self, sender: int, message: LeaderDigest) -> None:
-        core = self._ctl.group.core
-        if sender != core.leader_id or message.applied_through != self._ctl.applied_through:
+        view = self._ctl.group.view
+        if sender != view.leader_id or message.applied_through != self._ctl.applied_through:
             return  # not the leader this node follows, or states apart: the next one
         if message.digest != self.digest():
             logger.info("leader_table_repair", node_id=self._ctl.node.id, leader=sender)
@@ -90,23 +90,23 @@ class LeaderTableSync:
 
     def peer_connected(self, peer: int) -> None:
         """What was sent to `peer` while its link was down is lost: send it again."""
-        core = self._ctl.group.core
-        if core.is_leader:
+        view = self._ctl.group.view
+        if view.is_leader:
             self._send(peer, list(self.table), full=False)
         else:
-            self._send(peer, self._own_entries(), full=peer == core.leader_id)
+            self._send(peer, self._own_entries(), full=peer == view.leader_id)
 
     def report_to_new_controller(self) -> None:
         """A new controller leader gets a full report of every replica hosted here."""
-        core = self._ctl.group.core
-        if core.leader_id is None or (core.leader_id, core.term) == self._reported_to:
+        view = self._ctl.group.view
+        if view.leader_id is None or (view.leader_id, view.term) == self._reported_to:
             return
-        self._reported_to = (core.leader_id, core.term)
+        self._reported_to = (view.leader_id, view.term)
         entries = self._own_entries()
-        if core.leader_id == self._ctl.node.id:
+        if view.leader_id == self._ctl.node.id:
             self.table.merge(entries)
         else:
-            self._send(core.leader_id, entries, full=True)
+            self._send(view.leader_id, entries, full=True)
 
     # ------------------------------------------------------------------- sending
 
@@ -122,7 +122,7 @@ class LeaderTableSync:
     async def _send_digests(self) -> None:
         while True:
             await trio.sleep(DIGEST_INTERVAL_S)
-            if self._ctl.group.core.is_leader:
+            if self._ctl.group.view.is_leader:
                 message = LeaderDigest(self.digest(), self._ctl.applied_through)
                 for peer in self._members():
                     self._ctl.node.send_nowait(peer, message)
@@ -130,7 +130,7 @@ class LeaderTableSync:
     def _members(self) -> list[int]:
         """The other nodes of the cluster: the controller group's members, learners too
         (a node being added hosts replicas and answers clients before it votes)."""
-        config = self._ctl.group.core.config
+        config = self._ctl.group.view.config
         members = set(self._ctl.state.brokers) | (set() if config is None else config.members)
         return sorted(members - {self._ctl.node.id})
 
@@ -171,7 +171,7 @@ class LeaderTableSync:
 
     def _own_entries(self) -> list[LeaderEntry]:
         return [
-            LeaderEntry(t, p, g.core.leader_id, g.core.term, self._revision(t, p))
+            LeaderEntry(t, p, g.view.leader_id, g.view.term, self._revision(t, p))
             for (t, p), g in self._ctl.node.partitions.items()
         ]
 

@@ -73,7 +73,7 @@ class ReplicaMover:
         async with trio.open_nursery() as nursery:
             while True:
                 if self.controller.is_current():
-                    if self._settled_in(self.controller.group.core.term):
+                    if self._settled_in(self.controller.group.view.term):
                         with contextlib.suppress(PassBack):  # leadership moved: the next goes on
                             await self._replace_departed()
                         self._follow_membership(nursery)
@@ -112,14 +112,14 @@ class ReplicaMover:
         A copy of `default` that knows no leader is not trusted: this node may have been
         removed from it, and then its copy stops at the last configuration it was sent
         (seed 30311: it still listed this node, so `default` was never given it back)."""
-        wanted = self.controller.group.core.configs.committed
-        core = self.node.default_group.core
-        here = core.config
+        wanted = self.controller.group.view.committed_config
+        default = self.node.default_group.view
+        here = default.config
         if wanted is None or wanted.is_joint or wanted.learners:
             return None
         if (
             here is not None
-            and core.leader_id is not None
+            and default.leader_id is not None
             and (here.is_joint or (here.voters == wanted.voters and not here.learners))
         ):
             return None
@@ -137,7 +137,7 @@ class ReplicaMover:
                     "timeout_s": MOVE_TIMEOUT_S,
                 },
             )
-            here = self.node.default_group.core.config
+            here = self.node.default_group.view.config
             replicas = {int(n) for n in members} | (set(here.voters) if here else set())
             reply = await self._on_leader(DEFAULT_TOPIC, 0, sorted(replicas), request)
             logger.info("default_follows_membership", reply=str(reply))

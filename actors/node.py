@@ -43,7 +43,6 @@ from quorumlog.actors.wire import register_raft_messages
 from quorumlog.controller.state import DEFAULT_TOPIC, Partition
 from quorumlog.log.wal import Log, RunSync, run_inline
 from quorumlog.membership.config import Configuration
-from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import (
     RAFT_MESSAGES,
     AppendEntriesReply,
@@ -162,7 +161,7 @@ class Node:
         )
 
     def _controller_voters(self) -> frozenset[int]:
-        config = self.controller.core.config
+        config = self.controller.view.config
         return frozenset() if config is None else config.voters
 
     def peer_alive(self, peer: int) -> bool:
@@ -172,11 +171,6 @@ class Node:
     @property
     def default_group(self) -> GroupActor:
         return self.partitions[(DEFAULT_TOPIC, 0)]
-
-    @property
-    def core(self) -> RaftCore:
-        """The core of partition 0 of `default`, which status and metrics show."""
-        return self.default_group.core
 
     @property
     def log(self) -> Log:
@@ -219,7 +213,7 @@ class Node:
             return
         peers: dict[int, str] = {}
         for group in self.groups.values():
-            config = group.core.config
+            config = group.view.config
             if config is not None:
                 peers.update(config.addresses)
         peers.pop(self.id, None)
@@ -262,7 +256,7 @@ class Node:
         self.storage.add(*key, storage)
         group = self._group(storage)
         if config is not None and placed.replicas[0] == self.id:
-            group.core.campaign_soon(trio.current_time())  # not running yet: no owner to ask
+            group.campaign_soon()
         self.partitions[key] = group
         self.groups[group.group_id] = group
         self._keys[group.group_id] = key
@@ -316,7 +310,7 @@ class Node:
         if broker is not None:
             return broker.address
         for group in self.groups.values():
-            config = group.core.config
+            config = group.view.config
             if config is not None and node_id in config.addresses:
                 return config.addresses[node_id]
         return None
@@ -324,7 +318,9 @@ class Node:
     def partitions_status(self, topic: str) -> dict:
         """The status of each replica of `topic` this node hosts, by partition."""
         return {
-            str(p): group.core.status() for (t, p), group in self.partitions.items() if t == topic
+            str(p): group.replica_status()
+            for (t, p), group in self.partitions.items()
+            if t == topic
         }
 
     async def request(self, peer: int, message: Message) -> Message:
@@ -342,13 +338,13 @@ class Node:
     def status(self) -> dict:
         out = self.default_group.status()
         out["cluster_id"] = self.cluster.identity.cluster_id
-        out["controller_id"] = self.controller.core.leader_id
-        out["partitions_led"] = sum(g.core.is_leader for g in self.partitions.values())
+        out["controller_id"] = self.controller.view.leader_id
+        out["partitions_led"] = sum(g.view.is_leader for g in self.partitions.values())
         out["partitions_hosted"] = len(self.partitions)
         out["heartbeats_sent"] = self.stats.heartbeats_sent
         out["messages_dropped"] = self.stats.messages_dropped
-        out["elections_started"] = sum(g.core.elections_started for g in self.groups.values())
-        out["partitions_quiet"] = sum(g.core.quiet for g in self.partitions.values())
+        out["elections_started"] = sum(g.view.elections_started for g in self.groups.values())
+        out["partitions_quiet"] = sum(g.view.quiet for g in self.partitions.values())
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address
         # Fsync latencies of this node and the peers it heard from, and which are slow
@@ -424,7 +420,7 @@ class Node:
         else its leader table."""
         group = self.replica(topic, partition)
         if group is not None:
-            leader, term = group.core.leader_id, group.core.term
+            leader, term = group.view.leader_id, group.view.term
         elif (entry := self.controller_actor.leaders.get(topic, partition)) is not None:
             leader, term = entry.leader_id, entry.term
         else:
@@ -436,7 +432,7 @@ class Node:
         A removed node may never learn that its removal committed, and after a restart it
         cannot even rebuild its state (nobody sends it the controller's log): every view
         it has is frozen or empty, so it answers no calls but sends callers elsewhere."""
-        cluster = self.controller.core.config
+        cluster = self.controller.view.config
         return cluster is None or cluster.is_joint or self.id in cluster.members
 
     def not_a_member(self) -> ErrorReply:

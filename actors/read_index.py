@@ -11,7 +11,7 @@ import trio
 
 from quorumlog.log.wal import OffsetOutOfRangeError
 from quorumlog.membership.quorum import has_quorum
-from quorumlog.raft.messages import AppendEntriesReply
+from quorumlog.raft.messages import AppendEntriesReply, Heartbeat
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     EndOffsetReply,
@@ -29,55 +29,56 @@ async def unsettled(group: GroupActor) -> ErrorReply | None:
     """None once the replica leads with its term's barrier committed: its commit offset
     then covers every acknowledged append. A follower, or a leader just elected (after a
     restart its commit offset starts at -1), would answer a reader "nothing there"."""
-    core = group.core
-    if core.serves_clients and core.term_at(core.commit_offset) == core.term:
+    view = group.view
+    if view.serves_clients and (view.settled or await term_committed(group)):
         return None
-    if core.serves_clients and await term_committed(group):
-        return None
-    return group.not_leader(core.leader_id)
+    return group.not_leader(group.view.leader_id)
 
 
 async def term_committed(group: GroupActor) -> bool:
     """Waits (up to an election timeout) until the group's leader term has an entry
     committed (its barrier): then its commit offset covers everything committed before it.
     False if it is not, or no longer, the leader of that term."""
-    core = group.core
-    term = core.term
+    term = group.view.term
     with trio.move_on_after(group.settings.election_timeout_max_s):
-        while core.is_leader and core.term == term and core.term_at(core.commit_offset) != term:
-            await group.round_done.wait()  # the barrier of this term commits soon
-    return core.is_leader and core.term == term and core.term_at(core.commit_offset) == term
+        # The barrier of this term commits soon.
+        await group.wait_until(lambda view: view.settled or not view.is_leader or view.term != term)
+    view = group.view
+    return view.settled and view.term == term
 
 
 async def read_index(group: GroupActor) -> int | None:
     """Once an entry of this term is committed, note the commit offset, then confirm with a
     quorum that we still lead; None if we could not."""
-    core = group.core
-    term = core.term
+    term = group.view.term
     if not await term_committed(group):
         return None
-    commit = core.commit_offset
+    commit = group.view.commit_offset
+    config = group.view.config
+    heartbeat = Heartbeat(
+        group=group.group_id, term=term, leader_id=group.node_id, leader_commit=commit
+    )
     confirmed = {group.node_id}
     transport = group.transport
     assert transport is not None
 
     async def ask(peer: int) -> None:
         try:
-            reply = await transport.request(peer, core.heartbeat_message())
+            reply = await transport.request(peer, heartbeat)
         except ConnectionClosed:
             return
         if isinstance(reply, AppendEntriesReply) and reply.term == term:
             confirmed.add(peer)
-            if has_quorum(core.config, confirmed):
+            if has_quorum(config, confirmed):
                 nursery.cancel_scope.cancel()
 
-    if has_quorum(core.config, confirmed):
+    if has_quorum(config, confirmed):
         return commit
     with trio.move_on_after(group.settings.election_timeout_min_s):
         async with trio.open_nursery() as nursery:
-            for peer in core.config.voters - {group.node_id}:
+            for peer in config.voters - {group.node_id}:
                 nursery.start_soon(ask, peer)
-    ok = has_quorum(core.config, confirmed) and core.term == term and core.is_leader
+    ok = has_quorum(config, confirmed) and group.view.term == term and group.view.is_leader
     return commit if ok else None
 
 
@@ -87,7 +88,7 @@ READ_BYTES_MAX = 4 * 1024 * 1024
 def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
     """Committed records only (I5), from any replica, up to the commit offset it knows."""
     log = group.log
-    commit = group.core.commit_offset
+    commit = group.view.commit_offset
     try:
         chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
     except OffsetOutOfRangeError as exc:
@@ -97,11 +98,11 @@ def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
 
 async def end_offset(group: GroupActor, linearizable: bool) -> Message:
     """The commit offset this replica knows, or, linearizable, its leader's confirmed one."""
-    core = group.core
+    view = group.view
     if not linearizable:
-        return EndOffsetReply(core.commit_offset, group.log.log_start_offset)
-    if not core.is_leader:
-        return group.not_leader(core.leader_id)
+        return EndOffsetReply(view.commit_offset, group.log.log_start_offset)
+    if not view.is_leader:
+        return group.not_leader(view.leader_id)
     commit = await read_index(group)
     if commit is None:
         return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")

@@ -42,7 +42,7 @@ def no_replica(node: Node, message: AppendRequest | ReadRequest | EndOffsetReque
         logger.info("unknown_topic", node_id=node.id, topic=topic, partition=partition)
         return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}")
     # This node's state may lag (it just restarted): only the controller's leader knows.
-    ask = node.controller.core.leader_id
+    ask = node.controller.view.leader_id
     if ask is None or ask == node.id:
         return ErrorReply(ErrorCode.NOT_LEADER, f"node {node.id} cannot tell of {what} yet")
     return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"unknown {what}", ask, node.address_of(ask))

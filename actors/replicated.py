@@ -28,7 +28,7 @@ class PassBack(Exception):
 
 
 def not_leader(group: GroupActor) -> PassBack:
-    return PassBack(group.not_leader(group.core.leader_id))
+    return PassBack(group.not_leader(group.view.leader_id))
 
 
 async def append_command(group: GroupActor, value: bytes, snapshot: bool = False) -> int:
@@ -60,9 +60,9 @@ async def committed(submitted: Submitted) -> int:
 def committed_batches(group: GroupActor, offset: int) -> Iterator[tuple[BatchHeader, memoryview]]:
     """The group's committed batches from `offset` (or its log's start) on, in order: the
     next offset to apply is the commit offset + 1 once they are (no await in between)."""
-    core, log = group.core, group.log
+    commit, log = group.view.commit_offset, group.log
     offset = max(offset, log.log_start_offset)
-    while offset <= core.commit_offset:
-        chunk = log.read(offset, READ_BYTES_MAX, upto_offset=core.commit_offset)
+    while offset <= commit:
+        chunk = log.read(offset, READ_BYTES_MAX, upto_offset=commit)
         yield from split_batches(chunk.data)
         offset = chunk.last_offset + 1

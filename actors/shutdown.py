@@ -26,16 +26,18 @@ TRANSFERS_IN_FLIGHT_MAX = 32
 POLL_S = 0.02
 
 
-def _most_caught_up(core: RaftCore) -> int | None:
+def _to_most_caught_up(core: RaftCore) -> bool:
+    """Start a transfer to the live voter with the most of the log (in the group's task)."""
     live = core.live_voters()
-    return max(live, key=lambda n: core.progress[n].match_offset, default=None)
+    target = max(live, key=lambda n: core.progress[n].match_offset, default=None)
+    return target is not None and core.transfer_to_live_voter(target)
 
 
 async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> int:
     """Move every leadership this node holds to another voter; returns how many groups it
     still led when it gave up."""
     node.stopping = True  # every core, and any reopened meanwhile, reads it
-    leading = [g for g in node.groups.values() if g.core.is_leader]
+    leading = [g for g in node.groups.values() if g.view.is_leader]
     # No leadership left this node for most of an election timeout (a transfer takes tens
     # of ms): its targets refuse (all the nodes are stopping) or are gone, and waiting
     # longer would only delay the stop.
@@ -43,19 +45,16 @@ async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> in
     last_moved = trio.current_time()
     with trio.move_on_after(timeout_s):
         while leading and trio.current_time() - last_moved < patience_s:
-            moving = sum(g.core.transfer is not None for g in leading)
+            moving = sum(g.view.transfer_to is not None for g in leading)
             for group in leading:
                 if moving >= TRANSFERS_IN_FLIGHT_MAX:
                     break
-                core = group.core
-                if core.transfer is not None or (target := _most_caught_up(core)) is None:
-                    continue
-                if await group.call_core(lambda c, t=target: c.transfer_to_live_voter(t)):
+                if group.view.transfer_to is None and await group.call(_to_most_caught_up):
                     moving += 1
             if not moving:
                 break  # nowhere to hand any of them
             await trio.sleep(POLL_S)
-            still = [g for g in leading if g.core.is_leader]
+            still = [g for g in leading if g.view.is_leader]
             if len(still) < len(leading):
                 last_moved = trio.current_time()
             leading = still

@@ -36,15 +36,16 @@ class NodeCollector:
 
 
 def snapshot(node: Node) -> list:
-    core, log, stats = node.core, node.log, node.stats
+    group, log, stats = node.default_group, node.log, node.stats
+    view = group.view
     out = []
     role = GaugeMetricFamily("quorumlog_role", "1 for the node's current role", labels=["role"])
     for name in ROLES:
-        role.add_metric([name], 1.0 if core.role.label == name else 0.0)
+        role.add_metric([name], 1.0 if view.role.label == name else 0.0)
     out.append(role)
-    out.append(GaugeMetricFamily("quorumlog_term", "Current Raft term", value=core.term))
+    out.append(GaugeMetricFamily("quorumlog_term", "Current Raft term", value=view.term))
     for name, value in (
-        ("commit", core.commit_offset),
+        ("commit", view.commit_offset),
         ("dirty", log.dirty_offset),
         ("flushed", log.flushed_offset),
         ("log_start", log.log_start_offset),
@@ -55,8 +56,8 @@ def snapshot(node: Node) -> list:
         "Leader dirty offset minus follower match",
         labels=["peer"],
     )
-    for p in core.progress.values():
-        lag.add_metric([str(p.node_id)], log.dirty_offset - p.match_offset)
+    for peer, p in group.replica_status().get("followers", {}).items():
+        lag.add_metric([peer], log.dirty_offset - p["match"])
     out.append(lag)
     group_lag = GaugeMetricFamily(
         "quorumlog_group_lag_records",
@@ -107,22 +108,22 @@ def snapshot(node: Node) -> list:
         CounterMetricFamily(
             "quorumlog_recovery_bytes",
             "Bytes streamed to recovering followers",
-            value=core.recovery_bytes_sent,
+            value=view.recovery_bytes_sent,
         )
     )
     out.append(
         CounterMetricFamily(
-            "quorumlog_elections", "Elections this node started", value=core.elections_started
+            "quorumlog_elections", "Elections this node started", value=view.elections_started
         )
     )
     groups = list(node.partitions.values())
     for name, doc, value in (
         ("partitions_hosted", "Partition replicas on this node", len(groups)),
-        ("partitions_led", "Partitions this node leads", sum(g.core.is_leader for g in groups)),
+        ("partitions_led", "Partitions this node leads", sum(g.view.is_leader for g in groups)),
         (
             "partitions_quiet",
             "Idle partition replicas running no timers",
-            sum(g.core.quiet for g in groups),
+            sum(g.view.quiet for g in groups),
         ),
     ):
         out.append(GaugeMetricFamily(f"quorumlog_{name}", doc, value=value))

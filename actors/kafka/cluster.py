@@ -126,7 +126,7 @@ class Cluster:
                     ],
                 }
             )
-        controller = self.node.controller.core.leader_id
+        controller = self.node.controller.view.leader_id
         return {
             "brokers": [
                 {"node_id": b, "host": host_port(a)[0], "port": host_port(a)[1]}

@@ -24,6 +24,7 @@ from quorumlog.transport.messages import ErrorReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.group_handle import GroupView
     from quorumlog.actors.node import Node
 
 LATEST, EARLIEST = -1, -2
@@ -62,7 +63,7 @@ class Fetch:
             if size >= request.min_bytes or not waiting or trio.current_time() >= deadline:
                 break
             with trio.move_on_at(deadline):
-                await _any_round(waiting)
+                await _any_changed(waiting)
         responses: dict[str, list[dict]] = {}
         for (topic, _), (_, answer) in zip(wanted, answers, strict=True):
             responses.setdefault(topic, []).append(answer)
@@ -74,11 +75,11 @@ class Fetch:
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error}
-        core, log = group.core, group.log
+        commit, log = group.view.commit_offset, group.log
         answer = {
             "partition_index": partition,
-            "high_watermark": core.commit_offset + 1,
-            "last_stable_offset": core.commit_offset + 1,
+            "high_watermark": commit + 1,
+            "last_stable_offset": commit + 1,
             "log_start_offset": log.log_start_offset,
         }
         if max_bytes <= 0:
@@ -91,7 +92,7 @@ class Fetch:
 
     def _leader(self, topic: str, partition: int) -> tuple[GroupActor | None, K]:
         group = self.node.replica(topic, partition)
-        if group is not None and group.core.is_leader:
+        if group is not None and group.view.is_leader:
             return group, K.none
         found = self.node.controller_actor.state.topics.get(topic)
         if found is None or not 0 <= partition < len(found.partitions):
@@ -113,13 +114,13 @@ class Fetch:
         return {"topics": topics}
 
 
-async def _any_round(groups: list[GroupActor]) -> None:
-    """Until one of `groups` has run a round of its loop (its commit may have moved)."""
+async def _any_changed(groups: list[GroupActor]) -> None:
+    """Until one of `groups` has published a new view (its commit may have moved)."""
     async with trio.open_nursery() as nursery:
         for group in groups:
 
-            async def wait(event: trio.Event = group.round_done) -> None:
-                await event.wait()
+            async def wait(group: GroupActor = group, seen: GroupView = group.view) -> None:
+                await group.changed(seen)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(wait)
@@ -130,7 +131,7 @@ async def _offset_for(group: GroupActor, timestamp: int) -> int:
     first committed record stamped at or after `timestamp` (-1 if none). A scan of the log:
     a Kafka batch whose largest timestamp is earlier is skipped unread; a native batch's
     header holds when it was made, not its records' stamps, so its records are read."""
-    log, commit = group.log, group.core.commit_offset
+    log, commit = group.log, group.view.commit_offset
     if timestamp == LATEST:
         return commit + 1
     if timestamp == EARLIEST:

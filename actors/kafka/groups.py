@@ -410,7 +410,7 @@ class KafkaGroups:
         offsets its `__groups` partitions hold."""
         names: dict[str, str] = {}
         for c in self.node.coordinator.coordinations.values():
-            if c.replica.core.is_leader:
+            if c.replica.view.is_leader:
                 for name in c.state.groups:
                     names[name] = "consumer"
         for name, group in self.groups.items():

@@ -1,0 +1,83 @@
+"""The folders' layering, read from the imports themselves (docs/architecture.md, "Layers"):
+the pure layers import no trio, no sockets and no actors, Raft knows nothing of the wire,
+and only a group's own task touches its Raft core."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PURE = ("raft", "log", "membership", "controller", "consumers")
+NEVER_IN_PURE = ("trio", "socket", "selectors", "asyncio", "quorumlog.actors")
+# The group's task and its handle are the only code that reads a RaftCore's state.
+CORE_OWNERS = {"actors/group.py", "actors/group_handle.py"}
+
+
+def imports_of(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("folder", PURE)
+def test_pure_layers_import_no_tasks_sockets_or_actors(folder):
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in python_files(folder)
+        for module in imports_of(path)
+        if any(within(module, never) for never in NEVER_IN_PURE)
+    }
+    assert not bad
+
+
+def test_raft_imports_nothing_of_the_transport():
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in python_files("raft")
+        for module in imports_of(path)
+        if within(module, "quorumlog.transport")
+    }
+    assert not bad
+
+
+def core_reads(path: Path) -> list[int]:
+    """Lines that read an attribute `core` of something (`group.core`, `node.core`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "core"
+    ]
+
+
+def test_only_the_group_task_touches_its_core():
+    bad = {
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in python_files("actors", "quorumlog")
+        if str(path.relative_to(ROOT)) not in CORE_OWNERS
+        for line in core_reads(path)
+    }
+    assert not bad
+
+
+def test_the_checks_can_fail(tmp_path):
+    """The readers above find what they look for."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("import trio\nfrom quorumlog.transport import codec\nx = group.core.term\n")
+    assert imports_of(sample) == {"trio", "quorumlog.transport"}
+    assert core_reads(sample) == [3]
