@@ -97,6 +97,7 @@ class ControllerActor:
                 group = self.group
                 seen = group.view
                 if self._apply_committed():
+                    self.sync.topics_applied()
                     if self.state.cluster_id is not None:
                         self.node.cluster.adopt(self.state.cluster_id)
                     await self._reconcile()

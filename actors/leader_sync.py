@@ -49,6 +49,9 @@ class LeaderTableSync:
         self._outgoing: dict[tuple[str, int], LeaderEntry] = {}
         self._reported_to: tuple[int, int] | None = None  # (controller leader, term)
         self._digest: tuple[tuple[int, int], bytes] | None = None  # cached, by its key
+        # Replicas that changed leader before this node's state held their topic (opened
+        # from disk at a restart, before the controller's log is applied again).
+        self._unknown: dict[tuple[str, int], GroupActor] = {}
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -59,6 +62,11 @@ class LeaderTableSync:
 
     def local_changed(self, topic: str, partition: int, group: GroupActor) -> None:
         """One of this node's replicas saw a new leader or term."""
+        if topic not in self._ctl.state.topics:
+            # Its entry would carry no revision, and lose to a later one of the topic's
+            # that names no leader (seed 5007: the leader's own table said none, for good).
+            self._unknown[(topic, partition)] = group
+            return
         view = group.view
         entry = LeaderEntry(
             topic, partition, view.leader_id, view.term, self._revision(topic, partition)
@@ -66,6 +74,16 @@ class LeaderTableSync:
         if self.table.update(entry):
             self._outgoing[entry.key] = entry
             self._ctl.signal()
+
+    def topics_applied(self) -> None:
+        """The state took more of the controller's log: announce the replicas whose topic
+        it now holds."""
+        for key, group in list(self._unknown.items()):
+            if self._ctl.node.partitions.get(key) is not group:
+                del self._unknown[key]  # the replica is gone (its topic deleted, say)
+            elif key[0] in self._ctl.state.topics:
+                del self._unknown[key]
+                self.local_changed(*key, group)
 
     def on_updates(self, sender: int, message: LeaderUpdates) -> None:
         try:
