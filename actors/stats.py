@@ -1,4 +1,4 @@
-"""Plain counters and histograms a node keeps about itself (exported by quorumlog/metrics.py).
+"""Plain counters and histograms a node keeps about itself (exported by quorumlog/server/metrics.py).
 
 No metrics library here: the actors count, the service decides how to publish.
 """

@@ -1,6 +1,6 @@
 """A node's data directory: one folder per Raft group replica, opened by the rules.
 
-    DIR/lock                      held by the process serving DIR (quorumlog/data_lock.py)
+    DIR/lock                      held by the process serving DIR (quorumlog/server/data_lock.py)
     DIR/node                      the id of the node DIR belongs to (JSON)
     DIR/controller/               group 0, the controller (cluster metadata)
     DIR/topics/NAME/PARTITION/    one partition's group

@@ -1,4 +1,4 @@
-"""`quorumlog bench`: registered with the command line through the `quorumlog.commands`
+"""`quorumlog bench`: registered with the command line through the `quorumlog.cli.commands`
 entry point, so that the product's modules never import the benchmarks."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import click
 
 from quorumlog.bench.scenarios import SCENARIOS
-from quorumlog.logs import configure_logging
+from quorumlog.server.logs import configure_logging
 
 
 @click.command()

@@ -18,7 +18,7 @@ import time
 import trio
 
 from quorumlog import AsyncClient, Client, QuorumLogError
-from quorumlog.bench.workload import AppendRun, IncompressibleRecords, latency_fields
+from quorumlog.bench.workload import AppendRun, CpuMeter, IncompressibleRecords, latency_fields
 
 RECORD_BYTES = 1024
 POOL_RECORDS = 4096  # distinct records cycled through
@@ -43,9 +43,10 @@ async def async_run(
     warmup_s: float,
     topic: str = "default",
     partition: int = 0,
+    meter: CpuMeter | None = None,
 ) -> AppendRun:
     """Closed loop through one shared AsyncClient; calls started in the warm-up are not
-    counted."""
+    counted (nor, with a `meter`, the CPU used before the measured interval)."""
     calls = _calls(record_pool(), records_per_call)
     run = AppendRun()
     issued = 0
@@ -73,9 +74,20 @@ async def async_run(
                     run.latencies_s.append(done - sent)
                     last_done = max(last_done, done)
 
+        cpu_from: tuple[float, float] | None = None
+
+        async def read_cpu_at_start() -> None:
+            nonlocal cpu_from
+            await trio.sleep_until(measure_from)
+            cpu_from = meter.read()
+
         async with trio.open_nursery() as nursery:
+            if meter is not None:
+                nursery.start_soon(read_cpu_at_start)
             for _ in range(window):
                 nursery.start_soon(worker)
+        if meter is not None and cpu_from is not None:
+            meter.since(cpu_from, run)
         run.elapsed_s = last_done - measure_from
     return run
 

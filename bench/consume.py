@@ -29,8 +29,8 @@ from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.consume_queue import queue_rows
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, running_cluster
-from quorumlog.fetcher import BUFFER_BYTES
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.client.fetcher import BUFFER_BYTES
 
 TOPIC = "bench-consume"
 PARTITIONS = 6
@@ -264,7 +264,7 @@ def _cli_row(cluster: ProcessCluster, records: int, rounds: int) -> dict:
 
 def _wide_row(cluster: ProcessCluster, partitions: int, per_partition: int) -> dict:
     """One consumer of many partitions polling slowly, in a process of its own: how much
-    its memory grew, against its read-ahead bound (quorumlog/fetcher.py)."""
+    its memory grew, against its read-ahead bound (quorumlog/client/fetcher.py)."""
     trio.run(fill, cluster.brokers, "wide", partitions, per_partition)
     args = [sys.executable, "-m", "quorumlog.bench.consumer_memory", cluster.brokers, "wide"]
     out = subprocess.run([*args, str(BUFFER_BYTES), "10"], capture_output=True, check=True)

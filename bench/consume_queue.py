@@ -12,7 +12,7 @@ import trio
 
 from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.workload import percentile
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 TOPIC = "bench-queue"
 MEMBERS = 8

@@ -24,7 +24,7 @@ import trio
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import cpu_s, running_cluster, statuses_of
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.transport.messages import PartitionsRequest
 
 TOPIC = "many"

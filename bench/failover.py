@@ -39,9 +39,9 @@ from quorumlog.bench.workload import (
     running_cluster,
     status_of,
 )
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 from quorumlog.transport.errors import TransportError
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest
 from quorumlog.transport.tcp import open_connection

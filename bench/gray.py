@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 
 import trio
 
-from quorumlog.aclient import AsyncClient
 from quorumlog.bench.faults import fsync_delay_path
 from quorumlog.bench.report import median, print_table
 from quorumlog.bench.workload import status_of
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.errors import QuorumLogError
 
 SLOW_MS = 50
 RECORDS = [b"r" * 100] * 10

@@ -22,8 +22,8 @@ import trio
 from quorumlog import AsyncConsumer, Record
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import running_cluster
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
-from quorumlog.localcluster import ProcessCluster
 
 NEVER = "0"  # QUORUMLOG_GROUPS_SNAPSHOT_EVERY: no snapshot, nothing compacted
 

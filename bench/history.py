@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from quorumlog.protocol import DEFAULT_TOPIC
+from quorumlog.client.protocol import DEFAULT_TOPIC
 
 UNAVAILABLE_GAP_S = 1.0  # quorum acks further apart than this count as unavailability
 ACKS_LEVELS = ("quorum", "leader", "none")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from quorumlog.bench.clients import fill_log
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import peak_rss_row, running_cluster
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 
 ELECTION_TIMEOUT_MAX_S = 0.6
 

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 import trio
 
-from quorumlog.aclient import AsyncClient
 from quorumlog.bench.history import (
     DEFAULT_PART,
     History,
@@ -52,9 +51,10 @@ from quorumlog.bench.nemesis_consumers import Consumers
 from quorumlog.bench.nemesis_faults import ACTIONS, SPARE_NODES
 from quorumlog.bench.nemesis_workload import producer, read_logs, reader, wait_converged, watcher
 from quorumlog.bench.proxy import Links, serve_front
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster, free_ports
-from quorumlog.protocol import DEFAULT_TOPIC
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.errors import QuorumLogError
+from quorumlog.client.protocol import DEFAULT_TOPIC
 
 FAULTS = tuple(ACTIONS)
 # Faults that can run together: one on the links, one on the processes.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog import AsyncClient, AsyncConsumer, QuorumLogError
-from quorumlog.protocol import Record
+from quorumlog.client.protocol import Record
 
 if TYPE_CHECKING:
     from quorumlog.bench.history import History

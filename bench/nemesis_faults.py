@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from quorumlog.aclient import AsyncClient
 from quorumlog.bench import faults as disk
 from quorumlog.bench.history import Append, Part
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 
 if TYPE_CHECKING:
     from quorumlog.bench.nemesis import Nemesis

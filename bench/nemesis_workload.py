@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from quorumlog.aclient import AsyncClient
 from quorumlog.bench.history import DEFAULT_PART, Append, Log, Part
 from quorumlog.bench.workload import statuses_of
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 from quorumlog.transport.messages import PartitionsRequest, StatusRequest
 
 if TYPE_CHECKING:

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import trio
 
-from quorumlog.aclient import AsyncClient
 from quorumlog.bench.report import median, print_table
 from quorumlog.bench.workload import IncompressibleRecords, cpu_s, running_cluster, statuses_of
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import PartitionsRequest
 

@@ -61,7 +61,7 @@ from quorumlog.bench.workload import (
     running_cluster,
     with_leader,
 )
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 BATCH_RECORDS = 64
 WINDOWS = (1, 64)

@@ -50,7 +50,7 @@ from quorumlog.bench.workload import (
     status_of,
     with_leader,
 )
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.transport.errors import TransportError
 from quorumlog.transport.messages import StatusReply, StatusRequest
 from quorumlog.transport.tcp import open_connection

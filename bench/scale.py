@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import IncompressibleRecords, closed_loop_row, running_cluster
-from quorumlog.client import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
 
 RECORD_SIZES = (100, 1024, 16 * 1024)
 WINDOWS = (1, 16, 64)

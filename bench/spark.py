@@ -37,8 +37,8 @@ from quorumlog.bench.workload import (
     running_cluster,
     with_leader,
 )
-from quorumlog.client import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
 
 BATCH_RECORDS = 64  # 64 KiB appends
 FILL_WINDOW = 16

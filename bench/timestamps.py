@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import write_config
-from quorumlog.client import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
 
 
 @dataclass(frozen=True)

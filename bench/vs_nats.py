@@ -41,11 +41,12 @@ from quorumlog.bench.clients import async_run, record_pool, threads_run
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import (
     AppendRun,
+    CpuMeter,
     latency_fields,
     raw_disk_mb_s,
     running_cluster,
 )
-from quorumlog.localcluster import free_ports
+from quorumlog.cli.localcluster import free_ports
 
 # (calls in flight, records per call): a sweep of windows for the plot, then big calls.
 CASES = ((1, 1), (4, 1), (16, 1), (64, 1), (64, 64))
@@ -81,8 +82,9 @@ def unavailable() -> str | None:
 
 
 @contextmanager
-def nats_cluster(binary: str) -> Iterator[list[str]]:
-    """Three JetStream servers clustered on loopback; their client URLs."""
+def nats_cluster(binary: str) -> Iterator[tuple[list[str], CpuMeter]]:
+    """Three JetStream servers clustered on loopback; their client URLs, and a meter of
+    their CPU."""
     root = tempfile.mkdtemp(prefix="quorumlog-bench-nats-")
     ports, routes = free_ports(3), free_ports(3)
     procs = []
@@ -101,7 +103,7 @@ def nats_cluster(binary: str) -> Iterator[list[str]]:
                 )
             log = open(os.path.join(root, f"n{i}.log"), "wb")  # noqa: SIM115
             procs.append(subprocess.Popen([binary, "-c", config], stdout=log, stderr=log))
-        yield [f"nats://127.0.0.1:{p}" for p in ports]
+        yield [f"nats://127.0.0.1:{p}" for p in ports], CpuMeter(tuple(p.pid for p in procs))
     finally:
         for p in procs:
             p.terminate()
@@ -111,7 +113,12 @@ def nats_cluster(binary: str) -> Iterator[list[str]]:
 
 
 async def _nats_run(
-    urls: list[str], window: int, per_call: int, duration_s: float, warmup_s: float
+    urls: list[str],
+    window: int,
+    per_call: int,
+    duration_s: float,
+    warmup_s: float,
+    meter: CpuMeter,
 ) -> AppendRun:
     import nats
     from nats.js.api import StorageType
@@ -157,7 +164,16 @@ async def _nats_run(
                     run.latencies_s.append(done - sent)
                     last_done = max(last_done, done)
 
-        await asyncio.gather(*(worker() for _ in range(window)))
+        cpu_from: tuple[float, float] | None = None
+
+        async def read_cpu_at_start() -> None:
+            nonlocal cpu_from
+            await asyncio.sleep(measure_from - time.monotonic())
+            cpu_from = meter.read()
+
+        await asyncio.gather(read_cpu_at_start(), *(worker() for _ in range(window)))
+        assert cpu_from is not None
+        meter.since(cpu_from, run)
         run.elapsed_s = last_done - measure_from
         await js.delete_stream(STREAM)
         return run
@@ -179,6 +195,24 @@ def _row(system: str, window: int, per_call: int, runs: list[AppendRun]) -> dict
         "mb_s": statistics.median([run.mb_s for run in runs]),
         **latency_fields([lat for run in runs for lat in run.latencies_s]),
         "errors": sum(run.errors for run in runs),
+        **_cpu_fields(runs),
+    }
+
+
+def _cpu_fields(runs: list[AppendRun]) -> dict:
+    """CPU per acknowledged record over the measured interval, medians of the rounds: the
+    three servers' processes together, and the client's process (rows measured with a
+    meter only)."""
+    if not any(run.server_cpu_s for run in runs):
+        return {}
+    return {
+        f"{who}_cpu_us_per_record": statistics.median(
+            [
+                getattr(run, f"{who}_cpu_s") / run.records * 1e6 if run.records else 0.0
+                for run in runs
+            ]
+        )
+        for who in ("server", "client")
     }
 
 
@@ -208,11 +242,12 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     thread_runs: list[AppendRun] = []
     # Both clusters up at once, each case measured on one right after the other, in every
     # round: the machine's speed moves from minute to minute.
-    with nats_cluster(binary) as urls, running_cluster("vs-nats") as cluster:
+    with nats_cluster(binary) as (urls, nats_meter), running_cluster("vs-nats") as cluster:
+        our_meter = CpuMeter(tuple(proc.pid for proc in cluster.procs.values()))
         for _ in range(rounds):
             for window, per_call in CASES:
                 nats_runs[window, per_call].append(
-                    asyncio.run(_nats_run(urls, window, per_call, duration_s, warmup_s))
+                    asyncio.run(_nats_run(urls, window, per_call, duration_s, warmup_s, nats_meter))
                 )
                 our_runs[window, per_call].append(
                     trio.run(
@@ -223,6 +258,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
                         "quorum",
                         duration_s,
                         warmup_s,
+                        meter=our_meter,
                     )
                 )
             # The blocking Client shared by threads, right after the AsyncClient's row.

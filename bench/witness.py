@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from quorumlog.bench.clients import fill_log
 from quorumlog.bench.report import print_table
 from quorumlog.bench.workload import percentile, running_cluster
-from quorumlog.client import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
 
 RECORD = b"w" * 1024
 

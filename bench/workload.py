@@ -23,7 +23,7 @@ from typing import TypeVar
 import trio
 
 from quorumlog.bench.storage import _raw_append
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from quorumlog.log.records import make_data_batch
 from quorumlog.transport.errors import TransportError
 from quorumlog.transport.messages import (
@@ -194,6 +194,23 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class CpuMeter:
+    """CPU seconds (user + system) of the servers' processes, summed, and of this process
+    (the clients'), read at the two ends of a measured interval."""
+
+    server_pids: tuple[int, ...]
+
+    def read(self) -> tuple[float, float]:
+        return sum(cpu_s(pid) for pid in self.server_pids), time.process_time()
+
+    def since(self, start: tuple[float, float], run: AppendRun) -> None:
+        """Charge `run` with what the servers and this process used since `start`."""
+        server, client = self.read()
+        run.server_cpu_s = server - start[0]
+        run.client_cpu_s = client - start[1]
+
+
 def leader_address(cluster: ProcessCluster, timeout_s: float = 30.0) -> str:
     return cluster.address(cluster.wait_for_leader(timeout_s=timeout_s))
 
@@ -217,6 +234,9 @@ class AppendRun:
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
     last_offset: int = -1
+    # Over the measured interval, when a CpuMeter was given: the servers' and the client's.
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
 
     @property
     def records_s(self) -> float:

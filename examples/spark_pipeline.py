@@ -36,7 +36,7 @@ from collections import Counter
 from pyspark.sql import functions as F
 
 from quorumlog import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.spark import local_session
 
 EVENT_SCHEMA = "event_id long, ts_ms long, user string, amount long"

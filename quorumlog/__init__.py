@@ -16,10 +16,10 @@ except ModuleNotFoundError as exc:
         name=exc.name,
     ) from None
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.client import Client
-from quorumlog.consumer import AsyncConsumer, Consumer
-from quorumlog.errors import (
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.client import Client
+from quorumlog.client.consumer import AsyncConsumer, Consumer
+from quorumlog.client.errors import (
     AuthError,
     CallTimeoutError,
     NotLeaderError,
@@ -31,7 +31,7 @@ from quorumlog.errors import (
     UnknownTopicError,
     UnreachableError,
 )
-from quorumlog.protocol import AppendResult, Record
+from quorumlog.client.protocol import AppendResult, Record
 
 __all__ = [
     "AppendResult",

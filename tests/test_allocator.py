@@ -1,4 +1,4 @@
-"""A node keeps the memory it frees (quorumlog/allocator.py): a large buffer made again and
+"""A node keeps the memory it frees (quorumlog/server/allocator.py): a large buffer made again and
 again stops costing a page fault per page."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallo
 
 FAULTS_PER_MIB = """
 import resource, sys
-from quorumlog.allocator import keep_freed_memory
+from quorumlog.server.allocator import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 data = bytes(1 << 20)

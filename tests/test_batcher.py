@@ -1,4 +1,4 @@
-"""Appends that ride together (quorumlog/batcher.py): a send function stands in for the
+"""Appends that ride together (quorumlog/client/batcher.py): a send function stands in for the
 cluster, answering each batch after a pause with offsets as a log would assign them."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from quorumlog.batcher import IN_FLIGHT, Batcher
-from quorumlog.errors import NotLeaderError, OutcomeUnknownError
-from quorumlog.protocol import BATCH_BYTES_MAX, Record, prepare
+from quorumlog.client.batcher import IN_FLIGHT, Batcher
+from quorumlog.client.errors import NotLeaderError, OutcomeUnknownError
+from quorumlog.client.protocol import BATCH_BYTES_MAX, Record, prepare
 from quorumlog.transport.messages import AppendReply
 
 

@@ -1,4 +1,4 @@
-"""How a client call picks brokers: the rules of quorumlog/routing.py's Attempts, one at a
+"""How a client call picks brokers: the rules of quorumlog/client/routing.py's Attempts, one at a
 time, without a cluster."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from quorumlog.errors import UnknownTopicError, UnreachableError
-from quorumlog.routing import Router
+from quorumlog.client.errors import UnknownTopicError, UnreachableError
+from quorumlog.client.routing import Router
 from quorumlog.transport.messages import ErrorCode, ErrorReply
 
 BROKERS = ["a:1", "b:1", "c:1"]

@@ -1,11 +1,11 @@
-"""The read-ahead budget of a consumer (quorumlog/fetcher.py), with a stand-in client."""
+"""The read-ahead budget of a consumer (quorumlog/client/fetcher.py), with a stand-in client."""
 
 from __future__ import annotations
 
 import trio
 
-from quorumlog.fetcher import PartitionFetch, ReadAheadBudget
-from quorumlog.protocol import Record
+from quorumlog.client.fetcher import PartitionFetch, ReadAheadBudget
+from quorumlog.client.protocol import Record
 
 
 class _Client:

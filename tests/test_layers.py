@@ -55,6 +55,18 @@ def test_raft_imports_nothing_of_the_transport():
     assert not bad
 
 
+def test_the_clients_import_nothing_of_the_server():
+    """A client (and the Spark data source on a worker) runs without the node's code."""
+    server_side = ("quorumlog.actors", "quorumlog.raft", "quorumlog.server", "quorumlog.cli")
+    bad = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in python_files("quorumlog/client", "quorumlog/spark")
+        for module in imports_of(path)
+        if any(within(module, side) for side in server_side)
+    }
+    assert not bad
+
+
 def core_reads(path: Path) -> list[int]:
     """Lines that read an attribute `core` of something (`group.core`, `node.core`)."""
     tree = ast.parse(path.read_text(), str(path))

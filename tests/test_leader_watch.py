@@ -1,11 +1,11 @@
-"""The leader watch (quorumlog/leader_watch.py): a call waiting on a leader that went
+"""The leader watch (quorumlog/client/leader_watch.py): a call waiting on a leader that went
 silent moves on once the other nodes name a newer leader, and not before."""
 
 from __future__ import annotations
 
 import trio
 
-from quorumlog.leader_watch import WATCH_AFTER_S, LeaderWatch, Terms
+from quorumlog.client.leader_watch import WATCH_AFTER_S, LeaderWatch, Terms
 from quorumlog.transport.messages import LeaderReply, LeaderRequest
 
 ROUTE = ("events", 3)

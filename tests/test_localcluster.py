@@ -4,8 +4,8 @@ connections (which take their ports from the kernel's ephemeral range)."""
 import random
 import socket
 
-from quorumlog import localcluster
-from quorumlog.localcluster import _ephemeral_low, free_ports
+from quorumlog.cli import localcluster
+from quorumlog.cli.localcluster import _ephemeral_low, free_ports
 
 
 def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():

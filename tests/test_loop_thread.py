@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from quorumlog import Client
-from quorumlog.errors import QuorumLogError
-from quorumlog.loop_thread import LoopThread
+from quorumlog.client.errors import QuorumLogError
+from quorumlog.client.loop_thread import LoopThread
 
 
 class Resource:
@@ -245,8 +245,8 @@ def test_threads_an_answer_released_ride_together_again_though_they_come_back_on
     monkeypatch,
 ):
     # Long enough that only the rule, never the clock, ends the wait here.
-    monkeypatch.setattr("quorumlog.loop_thread.LINGER_GAP_S", 30.0)
-    monkeypatch.setattr("quorumlog.loop_thread.LINGER_MAX_S", 30.0)
+    monkeypatch.setattr("quorumlog.client.loop_thread.LINGER_GAP_S", 30.0)
+    monkeypatch.setattr("quorumlog.client.loop_thread.LINGER_MAX_S", 30.0)
     resource = Together()
     loop = LoopThread(resource, "client")
     loop.start()
@@ -277,8 +277,8 @@ def test_threads_an_answer_released_ride_together_again_though_they_come_back_on
 
 
 def test_a_lone_thread_and_a_call_after_a_pause_never_wait_for_company(monkeypatch):
-    monkeypatch.setattr("quorumlog.loop_thread.LINGER_GAP_S", 0.05)
-    monkeypatch.setattr("quorumlog.loop_thread.LINGER_MAX_S", 0.2)
+    monkeypatch.setattr("quorumlog.client.loop_thread.LINGER_GAP_S", 0.05)
+    monkeypatch.setattr("quorumlog.client.loop_thread.LINGER_MAX_S", 0.2)
     resource = Together()
     loop = LoopThread(resource, "client")
     waits = loop._gathered = CountedWaits(loop._gathered)

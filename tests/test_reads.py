@@ -4,7 +4,7 @@ last 500,000 of 500,000 lines took 97 s; a read loop, 10 s)."""
 
 from __future__ import annotations
 
-from quorumlog import protocol
+from quorumlog.client import protocol
 from quorumlog.log.batch import with_offset_and_term
 from quorumlog.log.records import make_data_batch
 from quorumlog.transport.messages import ReadReply

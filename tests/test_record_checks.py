@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from quorumlog.actors.append_check import checked_batches
+from quorumlog.client.protocol import Record, prepare, record_list
 from quorumlog.log.batch import build_batch
 from quorumlog.log.records import encode_records, make_data_batch
-from quorumlog.protocol import Record, prepare, record_list
 from quorumlog.transport.messages import Acks, AppendRequest, ErrorReply
 
 

@@ -249,6 +249,7 @@ class Connection:
         handler = self._handler
         info = self.info
         unwaited = 0  # bytes read since the reader last passed through the scheduler
+        drained = False  # the last read left room: the socket had no more for now
         while True:
             while (frame := decoder.next_frame()) is not None:
                 one_way = frame.correlation_id == 0 and type(frame.message) not in HANDSHAKE_TYPES
@@ -258,6 +259,12 @@ class Connection:
                     await self._dispatch(frame)
             if self._ended:  # the writer failed: read no more requests that cannot be answered
                 return
+            if drained:
+                # Straight to waiting: another read now would most likely find nothing, a
+                # system call (and an exception) for every message received.
+                drained = False
+                unwaited = 0
+                await trio.lowlevel.wait_readable(socket)
             with decoder.get_buffer() as room:
                 if socket is not None:
                     # Straight into the decoder's buffer (one copy fewer per frame), from
@@ -267,6 +274,7 @@ class Connection:
                     # that much did, so that a peer sending without pause cannot keep the
                     # node's other tasks from running.
                     received = self._read_now(socket, room)
+                    drained = 0 <= received < len(room)
                 else:
                     data = await self._stream.receive_some(len(room))
                     received = len(data)

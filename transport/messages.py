@@ -161,7 +161,7 @@ class EndOffsetReply:
 @dataclass(frozen=True, slots=True)
 class LeaderRequest:
     """Who leads a partition, as the node asked believes: a client whose leader went
-    silent asks the other nodes whether they elected another (quorumlog/leader_watch.py)."""
+    silent asks the other nodes whether they elected another (quorumlog/client/leader_watch.py)."""
 
     TAG = 46
     topic: str

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
-from quorumlog.protocol import DEFAULT_TOPIC, read_secret_file
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
+from quorumlog.client.protocol import DEFAULT_TOPIC, read_secret_file
 
 RECORDS_PER_PARTITION = 50_000
 REPLICA_TIMEOUT_S_MAX = 5.0  # one replica's turn at a call; then the next one

@@ -12,9 +12,9 @@ import pyarrow as pa
 import structlog
 from pyspark.sql.datasource import InputPartition
 
-from quorumlog.client import Client
-from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError
-from quorumlog.protocol import DEFAULT_TOPIC, Record, members_of
+from quorumlog.client.client import Client
+from quorumlog.client.errors import OffsetOutOfRangeError, QuorumLogError
+from quorumlog.client.protocol import DEFAULT_TOPIC, Record, members_of
 from quorumlog.spark.options import DataLossError, Options
 
 SCHEMA = "offset long, key binary, value binary, timestamp timestamp"

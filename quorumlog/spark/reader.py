@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from quorumlog.client import Client
+from quorumlog.client.client import Client
 from quorumlog.spark.options import DataLossError, Options, planning
 from quorumlog.spark.ranges import OffsetRange, Placement, planned, read_range, topic_replicas
 

@@ -22,9 +22,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from quorumlog.client import Client
-from quorumlog.partitioner import partition_of_key
-from quorumlog.protocol import BATCH_BYTES_MAX, PRODUCER_ID_MAX, Record
+from quorumlog.client.client import Client
+from quorumlog.client.partitioner import partition_of_key
+from quorumlog.client.protocol import BATCH_BYTES_MAX, PRODUCER_ID_MAX, Record
 from quorumlog.spark.options import Options, planning
 from quorumlog.spark.ranges import topic_replicas
 

@@ -307,7 +307,7 @@ def test_plots_from_rows(tmp_path):
 def test_nemesis_smallest_through_the_command_line(tmp_path):
     from click.testing import CliRunner
 
-    from quorumlog.cli import main
+    from quorumlog.cli.main import main
 
     out = tmp_path / "new" / "nemesis.jsonl"  # a folder that does not exist yet
     args = ["bench", "nemesis", "--seed", "5", "--faults", "kill-follower", "--steps", "1"]
@@ -359,6 +359,9 @@ def test_kafka_smallest(tmp_path):
     _no_serve_left()
 
 
+CPU_FIELDS = ("server_cpu_us_per_record", "client_cpu_us_per_record")
+
+
 def test_vs_nats_smallest(tmp_path):
     """Needs Debian's nats-server on the machine (the scenario itself installs it where it
     may; the suite does not, to stay off the network)."""
@@ -372,8 +375,8 @@ def test_vs_nats_smallest(tmp_path):
     for window, per_call in vs_nats.CASES:
         nats = rows[f"NATS JetStream R3 {per_call} rec/call w{window}"]
         ours = rows[f"quorumlog acks=quorum {per_call} rec/call w{window}"]
-        _positive(nats, "records_s", "p50_ms")
-        _positive(ours, "records_s", "p50_ms", "ratio_to_nats")
+        _positive(nats, "records_s", "p50_ms", *CPU_FIELDS)
+        _positive(ours, "records_s", "p50_ms", "ratio_to_nats", *CPU_FIELDS)
         assert ours["errors"] == 0
         assert len(ours["ratio_to_nats_rounds"]) == 1  # one round at this size
     threads = rows[f"{vs_nats.CLIENT_SYSTEM} 1 rec/call w{vs_nats.THREADS}"]

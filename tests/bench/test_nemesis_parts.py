@@ -10,7 +10,7 @@ import trio
 from quorumlog.bench import faults
 from quorumlog.bench.history import DEFAULT_PART, Append, History, Part, check
 from quorumlog.bench.proxy import Links, serve_front
-from quorumlog.localcluster import free_ports
+from quorumlog.cli.localcluster import free_ports
 from quorumlog.log.files import OsFileSystem, SyncJournal
 from quorumlog.transport.codec import encode_frame
 from quorumlog.transport.messages import Hello, Role, StatusRequest

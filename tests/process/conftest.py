@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 
 @pytest.fixture

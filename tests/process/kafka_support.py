@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.test_topics import wait_until
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
 from tests.serving import serve_pids
 
 

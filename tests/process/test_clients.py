@@ -18,7 +18,7 @@ from quorumlog import (
     Record,
     TooLargeError,
 )
-from quorumlog.localcluster import free_ports
+from quorumlog.cli.localcluster import free_ports
 from quorumlog.log.batch import build_batch
 from quorumlog.log.records import encode_records
 from quorumlog.transport.messages import Acks, AppendRequest, ErrorCode, ErrorReply, Message
@@ -109,7 +109,7 @@ def test_unreachable_brokers_fail_within_the_timeout():
 
 
 def test_wrong_secret_is_refused(tmp_path):
-    from quorumlog.localcluster import ProcessCluster
+    from quorumlog.cli.localcluster import ProcessCluster
 
     secret_file = tmp_path / "secret"
     secret_file.write_text("right-secret\n")

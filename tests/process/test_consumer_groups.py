@@ -20,8 +20,8 @@ from quorumlog import (
     Record,
     UnknownTopicError,
 )
+from quorumlog.cli.localcluster import QUORUMLOG
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
-from quorumlog.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
 
 PARTITIONS = 4

@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 
 def segment_of(cluster: ProcessCluster, node_id: int) -> str:
@@ -48,7 +48,7 @@ def test_torn_tail_is_cut_and_the_node_rejoins(cluster):
 
 
 def test_bad_usage_exits_2(tmp_path):
-    from quorumlog.localcluster import QUORUMLOG
+    from quorumlog.cli.localcluster import QUORUMLOG
 
     result = subprocess.run(
         [*QUORUMLOG, "serve", "--id", "1", "--data", str(tmp_path), "--listen", "127.0.0.1:1"],

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
 
 def _serve(data_dir: str, node_id: int, peers: str | None = None) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ the cluster needs (bench elections: seconds); a storm never ends."""
 from __future__ import annotations
 
 from quorumlog.bench.elections import TOPIC, lose_and_recover
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 PARTITIONS = 1000
 

@@ -7,8 +7,8 @@ import signal
 import threading
 import time
 
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.errors import QuorumLogError
 
 
 def read_all(client) -> dict[int, bytes]:

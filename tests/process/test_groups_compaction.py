@@ -9,8 +9,8 @@ import glob
 import os
 
 from quorumlog import Consumer, Record
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
-from quorumlog.localcluster import ProcessCluster
 from tests.process.test_topics import wait_until
 
 COMMITS = 3000

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from crc32c import crc32c
 
 from quorumlog import Record
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls

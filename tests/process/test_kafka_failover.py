@@ -15,8 +15,8 @@ import warnings
 import pytest
 from confluent_kafka import Consumer
 
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
 from tests.process.kafka_support import kafka_cluster
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls

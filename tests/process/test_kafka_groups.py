@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from quorumlog import Record
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from tests.process.kafka_support import kafka_cluster
 from tests.process.test_topics import wait_until
 

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from quorumlog import Client
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.kafka_support import listening
 from tests.process.test_topics import wait_until
 

@@ -13,7 +13,7 @@ import time
 import trio
 
 from quorumlog import Client
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
 from quorumlog.transport.tcp import open_connection
 from tests.process.test_failover import Producer, check_no_loss

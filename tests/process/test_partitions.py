@@ -13,7 +13,7 @@ import trio
 from quorumlog import AsyncClient, QuorumLogError
 from quorumlog.bench.proxy import Links, serve_front
 from quorumlog.bench.workload import status_of
-from quorumlog.localcluster import ProcessCluster, free_ports
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
 
 
 async def leader_of(cluster: ProcessCluster, nodes, timeout_s: float = 20.0) -> int:

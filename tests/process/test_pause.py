@@ -9,8 +9,8 @@ import time
 import pytest
 import trio
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.client import Client
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.client import Client
 from tests.process.test_failover import Producer, check_no_loss, read_all
 
 

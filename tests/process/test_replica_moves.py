@@ -14,7 +14,7 @@ import pytest
 
 from quorumlog import Client, NotLeaderError, QuorumLogError
 from quorumlog.bench.partitions import groups_settled
-from quorumlog.localcluster import QUORUMLOG
+from quorumlog.cli.localcluster import QUORUMLOG
 from tests.process.test_topics import wait_until
 
 TOPIC = "moving"

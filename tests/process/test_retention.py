@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from quorumlog.bench.workload import IncompressibleRecords
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 SETTINGS = """
 [log]

@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 from quorumlog import Client, Consumer
-from quorumlog.localcluster import QUORUMLOG, free_ports
+from quorumlog.cli.localcluster import QUORUMLOG, free_ports
 
 
 def test_flags_override_environment_override_file(tmp_path):

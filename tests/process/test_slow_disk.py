@@ -10,7 +10,7 @@ import os
 import pytest
 
 from quorumlog.bench.faults import fsync_delay_path
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from tests.process.test_failover import Producer, check_no_loss
 from tests.process.test_topics import wait_until
 

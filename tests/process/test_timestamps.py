@@ -7,7 +7,7 @@ import itertools
 import time
 
 from quorumlog import Client, Record
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from tests.process.test_membership import ql
 
 # Node 1's clock is right, node 2's 0.6 s ahead (a new leader after it waits the gap out),

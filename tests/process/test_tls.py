@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from quorumlog import AsyncClient, Client
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from tests.process.test_membership import ql
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")

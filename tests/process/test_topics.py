@@ -11,8 +11,8 @@ import pytest
 
 from quorumlog import Client, NotLeaderError, Record, UnknownTopicError
 from quorumlog.bench.workload import IncompressibleRecords
-from quorumlog.localcluster import QUORUMLOG, ProcessCluster
-from quorumlog.partitioner import partition_of_key
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.client.partitioner import partition_of_key
 
 
 def wait_until(predicate, timeout_s: float, what: str):

@@ -6,7 +6,7 @@ import json
 import signal
 import subprocess
 
-from quorumlog.localcluster import QUORUMLOG
+from quorumlog.cli.localcluster import QUORUMLOG
 
 
 def ql(*args: str) -> subprocess.CompletedProcess:
@@ -71,7 +71,7 @@ def test_the_survivor_takes_over_and_reports_what_may_be_lost(cluster):
 
 
 def test_inspect_names_the_offsets_no_survivor_holds(tmp_path):
-    from quorumlog.recover import Replica, lost_range
+    from quorumlog.server.recover import Replica, lost_range
 
     a = Replica("a", last_offset=90, last_term=3, term=3, known_commit_offset=120, config_version=0)
     b = Replica("b", last_offset=100, last_term=2, term=3, known_commit_offset=95, config_version=0)

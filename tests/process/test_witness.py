@@ -10,7 +10,7 @@ import random
 import signal
 
 from quorumlog import Client
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from tests.process.test_membership import ql
 from tests.process.test_topics import wait_until
 

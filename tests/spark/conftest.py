@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from quorumlog import Record
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from tests.spark.helpers import committed_from
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quorumlog import Record
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 
 
 def committed_from(cluster: ProcessCluster, offset: int) -> list[Record]:

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from quorumlog.localcluster import ProcessCluster
+from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.spark import (
     DataLossError,
     OffsetRange,

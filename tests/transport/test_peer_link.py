@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from quorumlog.localcluster import free_ports
+from quorumlog.cli.localcluster import free_ports
 from quorumlog.raft.messages import AppendEntries, Heartbeat
 from quorumlog.transport.backoff import Backoff
 from quorumlog.transport.connection import Connection

@@ -16,17 +16,17 @@ import outcome
 import sniffio
 import trio
 
-from quorumlog.batcher import Batcher
-from quorumlog.deadline import Deadline, problem
-from quorumlog.errors import (
+from quorumlog.client.batcher import Batcher
+from quorumlog.client.deadline import Deadline, problem
+from quorumlog.client.errors import (
     AuthError,
     OffsetOutOfRangeError,
     QuorumLogError,
     UnknownTopicError,
     UnreachableError,
 )
-from quorumlog.leader_watch import LeaderWatch
-from quorumlog.protocol import (
+from quorumlog.client.leader_watch import LeaderWatch
+from quorumlog.client.protocol import (
     DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
@@ -48,7 +48,7 @@ from quorumlog.protocol import (
     topic_request,
     topics_of,
 )
-from quorumlog.routing import route_of
+from quorumlog.client.routing import route_of
 from quorumlog.transport.connection import Connection
 from quorumlog.transport.errors import AuthError as TransportAuthError
 from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused
@@ -351,7 +351,7 @@ class AsyncClient(ClientBase):
         return [tuple(o) for o in reply["offsets"]]
 
     async def group_call(self, op: str, group: str, **args) -> dict:
-        """One call to a consumer group's coordinator (quorumlog/consumer.py)."""
+        """One call to a consumer group's coordinator (quorumlog/client/consumer.py)."""
         with self._deadline():
             reply = await self._call(GroupRequest(op, group, args), to_leader=True)
         assert isinstance(reply, AdminReply)
@@ -404,7 +404,7 @@ class AsyncClient(ClientBase):
         """`as_retry`: the message to send after a try whose outcome is unknown."""
         route = route_of(message)
         attempts = self._router.call(route)
-        # Calls a partition's leader must answer are watched (quorumlog/leader_watch.py).
+        # Calls a partition's leader must answer are watched (quorumlog/client/leader_watch.py).
         watched = to_leader and not self._router.direct and isinstance(message, WATCHED)
         while True:
             address = attempts.pick(to_leader)

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
-from quorumlog.errors import (
+from quorumlog.client.errors import (
     QuorumLogError,
     TooLargeError,
 )
+from quorumlog.client.partitioner import partition_of_key
+from quorumlog.client.routing import Router
 from quorumlog.log.batch import BatchError, BatchType, split_batches
 from quorumlog.log.records import batch_records, make_data_batch
-from quorumlog.partitioner import partition_of_key
-from quorumlog.routing import Router
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.messages import (
     Acks,
@@ -316,7 +316,7 @@ class ClientBase:
 
     `attempt_s` bounds one try of a call at one node: a node that went silent (paused, cut
     off) is left for another after that long, if the leader watch did not move the call
-    sooner (quorumlog/leader_watch.py). Calls that may take long (membership changes) are
+    sooner (quorumlog/client/leader_watch.py). Calls that may take long (membership changes) are
     not bounded by it.
 
     `producer_id` fixes the producer's id instead of drawing one at random: a writer that
@@ -364,7 +364,7 @@ class ClientBase:
         return turn % count
 
 
-# Calls whose partition leader the client watches while it waits (quorumlog/leader_watch.py).
+# Calls whose partition leader the client watches while it waits (quorumlog/client/leader_watch.py).
 WATCHED = (AppendRequest, EndOffsetRequest)
 
 

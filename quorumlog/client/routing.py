@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Hashable
 
-from quorumlog.errors import (
+from quorumlog.client.errors import (
     CallTimeoutError,
     NotLeaderError,
     NotMemberError,

@@ -7,7 +7,7 @@ from contextvars import ContextVar
 
 import trio
 
-from quorumlog.errors import CallTimeoutError
+from quorumlog.client.errors import CallTimeoutError
 
 # Why the current call's last try failed, for the message of its timeout (per task).
 problem: ContextVar[str | None] = ContextVar("quorumlog_call_problem", default=None)

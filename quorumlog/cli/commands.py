@@ -19,10 +19,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
-from quorumlog.client import Client
-from quorumlog.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
-from quorumlog.partitioner import partition_of_key
-from quorumlog.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
+from quorumlog.client.client import Client
+from quorumlog.client.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
+from quorumlog.client.partitioner import partition_of_key
+from quorumlog.client.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
 from quorumlog.transport.tls import TlsSetupError
 
 EXIT_OPERATIONAL = 1
@@ -329,7 +329,7 @@ def consume(
     if group_name is not None:
         if partition is not None:
             raise click.UsageError("a group member is given its partitions: drop --partition")
-        from quorumlog.group_commands import consume_in_group  # it builds on this module
+        from quorumlog.cli.group_commands import consume_in_group  # it builds on this module
 
         consume_in_group(client, group_name, mode, start, max_records, follow, with_offsets, topic)
         return

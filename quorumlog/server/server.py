@@ -26,8 +26,6 @@ from quorumlog.actors.node import Node
 from quorumlog.actors.shutdown import hand_over_leadership
 from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.worker import WorkerThread
-from quorumlog.allocator import keep_freed_memory
-from quorumlog.data_lock import DataDirInUseError, lock_data_dir
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
@@ -37,8 +35,10 @@ from quorumlog.log.files import (
     SyncJournal,
 )
 from quorumlog.membership.config import Configuration
-from quorumlog.metrics import serve_metrics
 from quorumlog.raft.settings import RaftSettings
+from quorumlog.server.allocator import keep_freed_memory
+from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
+from quorumlog.server.metrics import serve_metrics
 from quorumlog.transport.addresses import is_loopback, parse_address
 from quorumlog.transport.tcp import open_tcp_transport
 from quorumlog.transport.tls import TlsSetupError, client_context, server_context

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from quorumlog.client import Client
-from quorumlog.commands import client_options
+from quorumlog.cli.commands import client_options
+from quorumlog.client.client import Client
 
 
 @click.command()

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.table import Table
 
-from quorumlog.client import Client
-from quorumlog.localcluster import ProcessCluster
-from quorumlog.protocol import Record
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.client.client import Client
+from quorumlog.client.protocol import Record
 
 RECORDS_PER_LEVEL = 100_000
 RECORDS_PER_APPEND = 1_000

@@ -12,10 +12,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from quorumlog.client import Client
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 
-QUORUMLOG = [sys.executable, "-m", "quorumlog.cli"]
+QUORUMLOG = [sys.executable, "-m", "quorumlog.cli.main"]
 
 
 def free_ports(count: int) -> list[int]:

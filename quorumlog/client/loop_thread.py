@@ -33,7 +33,7 @@ from typing import Any
 import outcome
 import trio
 
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.errors import QuorumLogError
 
 # How long the loop waits for the threads it answered to queue their next calls: while
 # they keep coming, at most LINGER_GAP_S apart, up to LINGER_MAX_S in all. Each takes tens

@@ -1,7 +1,7 @@
 """`Client`: the blocking Python client, for scripts, threads and Spark workers.
 
-It is an `AsyncClient` (quorumlog/aclient.py) served on a trio loop in a thread of its own
-(quorumlog/loop_thread.py): every method hands its call to that loop and waits. So the two
+It is an `AsyncClient` (quorumlog/client/aclient.py) served on a trio loop in a thread of its own
+(quorumlog/client/loop_thread.py): every method hands its call to that loop and waits. So the two
 clients keep one set of rules (routing, retries, the leader watch, idempotent appends),
 and calls from many threads are in flight together on one connection per broker, appends
 to the same partition riding together, instead of taking turns. Every call ends, answered
@@ -14,9 +14,9 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterable, Sequence
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.loop_thread import LoopThread
-from quorumlog.protocol import DEFAULT_TOPIC, AppendResult, Record, record_list
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.loop_thread import LoopThread
+from quorumlog.client.protocol import DEFAULT_TOPIC, AppendResult, Record, record_list
 
 
 class Client:
@@ -63,7 +63,7 @@ class Client:
 
     @property
     def attempt_s(self) -> float:
-        """How long one try at one node may take (quorumlog/protocol.py, ClientBase)."""
+        """How long one try at one node may take (quorumlog/client/protocol.py, ClientBase)."""
         return self._client.attempt_s
 
     @attempt_s.setter
@@ -152,7 +152,7 @@ class Client:
         return self._loop.run(self._client.reset_offsets, name, topic, to)
 
     def group_call(self, op: str, group: str, **args) -> dict:
-        """One call to a consumer group's coordinator (quorumlog/consumer.py)."""
+        """One call to a consumer group's coordinator (quorumlog/client/consumer.py)."""
         return self._loop.run(self._client.group_call, op, group, **args)
 
     def admin(self, op: str, **args) -> dict:

@@ -7,8 +7,8 @@ import json
 
 import click
 
-from quorumlog.client import Client
-from quorumlog.commands import client_option_decorators, member_options, run_with_client
+from quorumlog.cli.commands import client_option_decorators, member_options, run_with_client
+from quorumlog.client.client import Client
 
 
 @click.group()

@@ -29,8 +29,8 @@ from contextlib import AbstractContextManager
 
 import trio
 
-from quorumlog.errors import OutcomeUnknownError
-from quorumlog.protocol import BATCH_BYTES_MAX, Prepared
+from quorumlog.client.errors import OutcomeUnknownError
+from quorumlog.client.protocol import BATCH_BYTES_MAX, Prepared
 from quorumlog.transport.messages import AppendReply
 
 # Requests per partition under way before appends start to ride together: 2 did best on

@@ -16,7 +16,7 @@ sent with the next poll or `commit` (consumers/queue.py and actors/queue_calls.p
 how the coordinator keeps the leases).
 
 What a member reads ahead of `poll`, all its partitions together, stays within
-`buffer_bytes` (64 MiB by default; quorumlog/fetcher.py says how it is shared).
+`buffer_bytes` (64 MiB by default; quorumlog/client/fetcher.py says how it is shared).
 
 `Consumer` is the blocking form: it runs an `AsyncConsumer` on a trio loop of its own.
 """
@@ -30,19 +30,19 @@ from collections.abc import Sequence
 
 import trio
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.consumers.assignment import TopicPartition
-from quorumlog.consumers.state import MODES
-from quorumlog.errors import (
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.errors import (
     CallTimeoutError,
     NotMemberError,
     QuorumLogError,
     UnreachableError,
 )
-from quorumlog.fetcher import BUFFER_BYTES, PartitionFetch, ReadAheadBudget
-from quorumlog.leases import Leases
-from quorumlog.loop_thread import LoopThread
-from quorumlog.protocol import Record
+from quorumlog.client.fetcher import BUFFER_BYTES, PartitionFetch, ReadAheadBudget
+from quorumlog.client.leases import Leases
+from quorumlog.client.loop_thread import LoopThread
+from quorumlog.client.protocol import Record
+from quorumlog.consumers.assignment import TopicPartition
+from quorumlog.consumers.state import MODES
 
 STARTS = ("earliest", "latest")
 LEASE_PAUSE_S_MIN = 0.005  # queue mode, nothing to lease: ask again, doubling up to the max

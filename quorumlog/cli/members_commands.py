@@ -8,14 +8,14 @@ import json
 
 import click
 
-from quorumlog.client import Client
-from quorumlog.commands import (
+from quorumlog.cli.commands import (
     client_option_decorators,
     client_options,
     member_options,
     run_with_client,
 )
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 
 
 @click.group()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import trio
 
-from quorumlog.errors import QuorumLogError
+from quorumlog.client.errors import QuorumLogError
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import LeaderReply, LeaderRequest, Message
 

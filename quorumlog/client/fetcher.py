@@ -17,14 +17,14 @@ from collections.abc import Callable
 
 import trio
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.errors import (
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.errors import (
     CallTimeoutError,
     OffsetOutOfRangeError,
     QuorumLogError,
     UnreachableError,
 )
-from quorumlog.protocol import READ_BYTES_MAX, Record
+from quorumlog.client.protocol import READ_BYTES_MAX, Record
 
 BUFFER_BYTES = 64 * 1024 * 1024  # the default read-ahead of one consumer, all partitions
 SHARE_BYTES_MIN = 64 * 1024  # a partition's share never drops below this

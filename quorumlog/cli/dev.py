@@ -12,9 +12,9 @@ import time
 from rich.console import Console
 from rich.live import Live
 
-from quorumlog.errors import QuorumLogError
-from quorumlog.localcluster import ProcessCluster
-from quorumlog.status_command import status_table
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.cli.status_command import status_table
+from quorumlog.client.errors import QuorumLogError
 
 REFRESH_S = 1.0
 

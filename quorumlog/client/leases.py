@@ -5,9 +5,9 @@ and went to another member)."""
 
 from __future__ import annotations
 
-from quorumlog.aclient import AsyncClient
-from quorumlog.errors import QuorumLogError
-from quorumlog.protocol import Record, records_at
+from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.errors import QuorumLogError
+from quorumlog.client.protocol import Record, records_at
 
 Key = tuple[str, int, int]  # topic, partition, offset
 

@@ -9,14 +9,14 @@ import sys
 
 import click
 
-from quorumlog.client import Client
-from quorumlog.commands import (
+from quorumlog.cli.commands import (
     client_option_decorators,
     member_options,
     run_with_client,
     tls_options,
 )
-from quorumlog.consumer import Consumer
+from quorumlog.client.client import Client
+from quorumlog.client.consumer import Consumer
 
 GROUP_POLL_RECORDS = 1000
 GROUP_POLL_S = 1.0  # without --follow, a poll this long that finds nothing ends the run

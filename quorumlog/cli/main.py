@@ -9,16 +9,16 @@ from importlib.metadata import entry_points
 
 import click
 
-from quorumlog import (
+from quorumlog.cli import (
     commands,
     group_commands,
     members_commands,
-    server,
     status_command,
     topic_commands,
 )
-from quorumlog.commands import read_secret
-from quorumlog.logs import configure_logging
+from quorumlog.cli.commands import read_secret
+from quorumlog.server import server
+from quorumlog.server.logs import configure_logging
 
 
 class OneLineErrors(click.Group):
@@ -228,7 +228,7 @@ def dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None
       quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001 --kafka-base-port 9092
     A second run on the same --data restarts the same cluster.
     """
-    from quorumlog.dev import run_dev
+    from quorumlog.cli.dev import run_dev
 
     if abs(base_port - kafka_base_port) < nodes:
         raise click.BadParameter(
@@ -249,7 +249,7 @@ def demo() -> None:
     It appends 100,000 records with each acks level, kills the leader with SIGKILL,
     restarts it, and checks that no acknowledged record was lost.
     """
-    from quorumlog.demo import run_demo
+    from quorumlog.cli.demo import run_demo
 
     sys.exit(0 if run_demo() else 1)
 
@@ -282,7 +282,7 @@ def unsafe_recover(
       quorumlog unsafe-recover --data /var/lib/ql/1 --members 1=10.0.0.1:7001 --yes
     Then start node 1 and add the others back with `members add`.
     """
-    from quorumlog import recover
+    from quorumlog.server import recover
 
     try:
         reports = recover.inspect(data_dirs)
@@ -310,7 +310,7 @@ def unsafe_recover(
     if not yes:
         click.echo("nothing changed: re-run with --yes to rewrite the configuration", err=True)
         sys.exit(1)
-    from quorumlog.data_lock import DataDirInUseError, lock_data_dir
+    from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
 
     try:
         lock_data_dir(data_dirs[0])  # held until the command exits: no node serves it meanwhile
@@ -333,7 +333,7 @@ for command in (
 
 # Commands shipped by other packages of the distribution (`quorumlog bench`): they depend on
 # the product, never the reverse.
-for entry_point in entry_points(group="quorumlog.commands"):
+for entry_point in entry_points(group="quorumlog.cli.commands"):
     main.add_command(entry_point.load(), entry_point.name)
 
 if __name__ == "__main__":
