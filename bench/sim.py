@@ -27,7 +27,12 @@ KINDS = (
 )
 
 
-def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000) -> list[dict]:
+def run(
+    quick: bool = False,
+    seeds: int | None = None,
+    first_seed: int = 10_000,
+    election_partitions: int = 600,
+) -> list[dict]:
     per_kind = seeds or (25 if quick else 250)
     rows = []
     for size, membership, topics, follower_flush in KINDS:
@@ -65,29 +70,30 @@ def run(quick: bool = False, seeds: int | None = None, first_seed: int = 10_000)
         )
         for line in failed:
             print(line, file=sys.stderr)
-    rows += _election_rows(max(1, per_kind // 25), first_seed)
+    rows += _election_rows(max(1, per_kind // 25), first_seed, election_partitions)
     return rows
 
 
-def _election_rows(seeds: int, first_seed: int) -> list[dict]:
+def _election_rows(seeds: int, first_seed: int, partitions: int) -> list[dict]:
     """The elections kind (bench/sim_elections.py): 15-30 s a seed, so a 25th as many."""
     rows = []
     for restart_all in (False, True):
         failed, elapsed = [], []
         for seed in range(first_seed, first_seed + seeds):
             try:
-                elapsed.append(run_elections(seed, restart_all=restart_all))
+                elapsed.append(run_elections(seed, partitions, restart_all=restart_all))
             except* Violation as group:
                 failed += [str(e)[:300] for e in group.exceptions]
         rows.append(
             {
-                "figure": f"3 nodes, 600 partitions, {'all restarted' if restart_all else 'one lost'}"
+                "figure": f"3 nodes, {partitions} partitions, "
+                f"{'all restarted' if restart_all else 'one lost'}"
                 ": simulated s until every group leads",
                 "seeds": seeds,
                 "failed": len(failed),
                 "max_s": max(elapsed, default=None),
                 "replay": "python -c 'from quorumlog.bench.sim_elections import run_elections; "
-                f"run_elections(SEED, restart_all={restart_all})'",
+                f"run_elections(SEED, {partitions}, restart_all={restart_all})'",
             }
         )
         for line in failed:

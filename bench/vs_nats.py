@@ -34,6 +34,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import trio
 
@@ -251,14 +252,16 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
                 )
                 our_runs[window, per_call].append(
                     trio.run(
-                        async_run,
-                        cluster.brokers,
-                        window,
-                        per_call,
-                        "quorum",
-                        duration_s,
-                        warmup_s,
-                        meter=our_meter,
+                        partial(
+                            async_run,
+                            cluster.brokers,
+                            window,
+                            per_call,
+                            "quorum",
+                            duration_s,
+                            warmup_s,
+                            meter=our_meter,
+                        )
                     )
                 )
             # The blocking Client shared by threads, right after the AsyncClient's row.

@@ -248,7 +248,8 @@ def test_membership_smallest(tmp_path):
 def test_sim_smallest(tmp_path):
     from quorumlog.bench import sim
 
-    rows = _written(tmp_path, "sim", sim.run(seeds=1))
+    # The elections kind at 600 partitions runs in tests/sim; here, that the bench runs it.
+    rows = _written(tmp_path, "sim", sim.run(seeds=1, election_partitions=30))
     assert [r["failed"] for r in rows] == [0] * (len(sim.KINDS) + 2), "and the elections kind"
     assert all(r["seeds"] == 1 for r in rows)
     assert all(
