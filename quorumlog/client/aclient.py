@@ -17,9 +17,9 @@ import sniffio
 import trio
 
 from quorumlog.client.batcher import Batcher
+from quorumlog.client.connections import BrokerConnections
 from quorumlog.client.deadline import Deadline, problem
 from quorumlog.client.errors import (
-    AuthError,
     OffsetOutOfRangeError,
     QuorumLogError,
     UnknownTopicError,
@@ -38,20 +38,18 @@ from quorumlog.client.protocol import (
     Record,
     append_result,
     batches_of,
+    decode_batches,
     members_of,
     parse_acks,
     prepare,
     record_list,
-    records_from,
     split,
     status_rows,
     topic_request,
     topics_of,
 )
 from quorumlog.client.routing import route_of
-from quorumlog.transport.connection import Connection
-from quorumlog.transport.errors import AuthError as TransportAuthError
-from quorumlog.transport.errors import ConnectionClosed, ConnectionRefused
+from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
     AdminRequest,
@@ -64,13 +62,9 @@ from quorumlog.transport.messages import (
     Message,
     ReadReply,
     ReadRequest,
-    Role,
     StatusReply,
     StatusRequest,
 )
-from quorumlog.transport.network import DEFAULT_LIMITS
-from quorumlog.transport.tcp import dial
-from quorumlog.transport.tls import CLOSED_HINT
 
 
 class AsyncClient(ClientBase):
@@ -87,11 +81,13 @@ class AsyncClient(ClientBase):
     ):
         super().__init__(brokers, secret, timeout, direct, producer_id, tls_ca, tls_cert, tls_key)
         self._batcher = Batcher()
-        self._connections: dict[str, Connection] = {}
-        self._dialing: dict[str, trio.Lock] = {}
+        self._connections = BrokerConnections(self.secret, self._ssl_context)
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
-        self._leader_watch = LeaderWatch(self.brokers, self._call_once)
+        self._leader_watch = LeaderWatch(self.brokers, self._connections.request)
+        # Per (topic, partition): where the last `read` ended, and the reply's batches it
+        # did not return.
+        self._unread: dict[tuple[str, int], tuple[int, memoryview]] = {}
 
     async def __aenter__(self) -> AsyncClient:
         library = sniffio.current_async_library()
@@ -103,6 +99,7 @@ class AsyncClient(ClientBase):
             )
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
+        self._connections.nursery = self._nursery
         if not self._router.direct:
             self._nursery.start_soon(self._leader_watch.run)
         return self
@@ -235,7 +232,19 @@ class AsyncClient(ClientBase):
         topic: str = DEFAULT_TOPIC,
         partition: int = 0,
     ) -> list[Record]:
-        return (await self.read_on(offset, max_records, topic, partition))[0]
+        """Committed records from `offset` on. A reply holds up to 1 MiB of batches; what a
+        call does not return is kept and answers the next call that reads on from where this
+        one ended (a loop over small records makes one request a MiB, not one a call)."""
+        route = (topic, partition)
+        unread = self._unread.pop(route, None)
+        records: list[Record] = []
+        if unread is not None and unread[0] == offset:
+            records, _, rest = decode_batches(unread[1], offset, max_records, topic, partition)
+        if not records:
+            records, _, rest = await self._read(offset, max_records, topic, partition)
+        if records and rest:
+            self._unread[route] = (records[-1].offset + 1, rest)
+        return records
 
     async def read_on(
         self,
@@ -248,6 +257,18 @@ class AsyncClient(ClientBase):
         """`read`, and the offset to read next: past the control batches (leader barriers,
         configurations) read over, so that a reader's position reaches a partition's end.
         At most `max_bytes` of batches, but always at least one whole batch."""
+        records, position, _ = await self._read(offset, max_records, topic, partition, max_bytes)
+        return records, records[-1].offset + 1 if records else position
+
+    async def _read(
+        self,
+        offset: int,
+        max_records: int,
+        topic: str,
+        partition: int,
+        max_bytes: int = READ_BYTES_MAX,
+    ) -> tuple[list[Record], int, memoryview]:
+        """`read_on`'s records and position, and the batches of the reply not returned."""
         if offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset} is negative")
         position = offset
@@ -257,10 +278,12 @@ class AsyncClient(ClientBase):
                 reply = await self._call(request, to_leader=True)
                 assert isinstance(reply, ReadReply)
                 if not reply.batches:
-                    return [], position
-                records, position = records_from(reply, offset, max_records, topic, partition)
+                    return [], position, memoryview(b"")
+                records, position, rest = decode_batches(
+                    reply.batches, offset, max_records, topic, partition
+                )
                 if records:
-                    return records, records[-1].offset + 1
+                    return records, position, rest
 
     async def end_offset(
         self, linearizable: bool = False, topic: str = DEFAULT_TOPIC, partition: int = 0
@@ -413,7 +436,7 @@ class AsyncClient(ClientBase):
             with trio.move_on_after(self.attempt_s if bounded else math.inf) as attempt:
                 waiting = self._leader_watch.waiting(route, address, attempt) if watched else None
                 try:
-                    reply = await self._call_once(address, message)
+                    reply = await self._connections.request(address, message)
                 except (ConnectionClosed, UnreachableError) as exc:
                     unknown = isinstance(exc, ConnectionClosed)
                     attempts.on_unreachable(address, exc)
@@ -435,50 +458,6 @@ class AsyncClient(ClientBase):
             if unknown and as_retry is not None:
                 message = as_retry(message)
             await trio.sleep(attempts.pause_s())
-
-    async def _call_once(self, address: str, message: Message) -> Message:
-        connection = await self._connection(address)
-        try:
-            return await connection.request(message)
-        except ConnectionClosed:
-            if self._connections.get(address) is connection:  # not a newer one dialled since
-                del self._connections[address]
-            raise
-
-    async def _connection(self, address: str) -> Connection:
-        connection = self._connections.get(address)
-        if connection is not None:  # the common case, without a lock's pass of the scheduler
-            return connection
-        lock = self._dialing.setdefault(address, trio.Lock())
-        async with lock:
-            connection = self._connections.get(address)
-            if connection is None:
-                try:
-                    connection = await dial(
-                        address,
-                        role=Role.CLIENT,
-                        node_id=None,
-                        secret=self.secret,
-                        ssl_context=self._ssl_context,
-                        limits=DEFAULT_LIMITS,
-                    )
-                except TransportAuthError as exc:
-                    raise AuthError(str(exc)) from None
-                except ConnectionClosed as exc:
-                    hint = f": {CLOSED_HINT}" if self._ssl_context else ""
-                    refused = isinstance(exc, ConnectionRefused)
-                    raise UnreachableError(f"{exc}{hint}", refused=refused) from None
-                assert self._nursery is not None, "use AsyncClient in `async with`"
-                self._nursery.start_soon(self._run_connection, address, connection)
-                self._connections[address] = connection
-            return connection
-
-    async def _run_connection(self, address: str, connection: Connection) -> None:
-        try:
-            await connection.run()
-        finally:
-            if self._connections.get(address) is connection:
-                del self._connections[address]
 
 
 def _retry(request: Message) -> Message:

@@ -20,7 +20,7 @@ from quorumlog.client.errors import (
 )
 from quorumlog.client.partitioner import partition_of_key
 from quorumlog.client.routing import Router
-from quorumlog.log.batch import BatchError, BatchType, split_batches
+from quorumlog.log.batch import BatchError, BatchType, parse_batch, split_batches
 from quorumlog.log.records import batch_records, make_data_batch
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.messages import (
@@ -254,25 +254,41 @@ def records_from(
     partition: int = 0,
 ) -> tuple[list[Record], int]:
     """Data records at or after `offset` in a read reply, and the offset to read next."""
-    try:
-        batches = split_batches(reply.batches)
-    except BatchError as exc:
-        raise QuorumLogError(f"damaged data from the cluster: {exc}") from None
+    records, next_offset, _ = decode_batches(reply.batches, offset, max_records, topic, partition)
+    return records, next_offset
+
+
+def decode_batches(
+    batches: bytes | memoryview, offset: int, max_records: int, topic: str, partition: int
+) -> tuple[list[Record], int, memoryview]:
+    """`records_from`, and the batches not wholly returned (from the one its last record
+    came from): what a reader reading on would decode next. Batches after the last one
+    needed are not even checked: a reader asking for little reads little."""
+    view = memoryview(batches)
     out: list[Record] = []
     next_offset = offset
-    for header, batch in batches:
-        if len(out) >= max_records:
-            break  # what is left is not decoded: a reader asking for little reads little
-        next_offset = header.last_offset + 1
-        if header.batch_type is not BatchType.DATA or header.last_offset < offset:
-            continue  # control batches (barriers, configurations) are never returned
-        for i, raw in enumerate(batch_records(batch, header)):
-            at = header.base_offset + i
-            if at >= offset and len(out) < max_records:
-                out.append(
-                    Record(raw.value, raw.key, raw.timestamp_ms, raw.headers, at, topic, partition)
-                )
-    return out, next_offset
+    pos = 0
+    try:
+        while pos < len(view) and len(out) < max_records:
+            header = parse_batch(view, pos)
+            end = pos + header.total_bytes
+            next_offset = header.last_offset + 1
+            if header.batch_type is BatchType.DATA and header.last_offset >= offset:
+                for i, raw in enumerate(batch_records(view[pos:end], header)):
+                    at = header.base_offset + i
+                    if at >= offset:
+                        record = Record(
+                            raw.value, raw.key, raw.timestamp_ms, raw.headers, at, topic, partition
+                        )
+                        out.append(record)
+                        if len(out) == max_records:
+                            break
+                if len(out) == max_records and out[-1].offset < header.last_offset:
+                    return out, next_offset, view[pos:]  # this batch is read on next time
+            pos = end
+    except BatchError as exc:
+        raise QuorumLogError(f"damaged data from the cluster: {exc}") from None
+    return out, next_offset, view[pos:]
 
 
 def records_at(
