@@ -32,28 +32,26 @@ def test_a_read_stops_decoding_once_it_has_what_was_asked(monkeypatch):
 
 
 def test_a_read_leaves_what_it_did_not_return_for_the_next_one():
-    """`AsyncClient.read` answers a call that reads on from the batches the last reply held
-    beyond what it returned (`decode_batches`' rest): the same records, one request a MiB."""
+    """`AsyncClient.read` answers a call that reads on from what the last reply held beyond
+    what it returned (`decode_batches`: whole batches decoded, and the batches after them):
+    the same records, each batch decoded once, one request a MiB."""
     data = _batches(30, 10)
-    records, _, rest = protocol.decode_batches(data, 0, 25, "t", 0)
-    assert [r.offset for r in records] == list(range(25))
-    read, offset = list(records), records[-1].offset + 1
-    while rest:
-        records, _, rest = protocol.decode_batches(rest, offset, 25, "t", 0)
-        read += records
-        offset = records[-1].offset + 1
+    records, next_offset, rest = protocol.decode_batches(data, 0, 25, "t", 0)
+    assert [r.offset for r in records] == list(range(30)), "the third batch whole"
+    assert next_offset == 30 and len(rest) == len(_batches(27, 10))
+    read, pending = records[:25], records[25:]
+    while pending or rest:
+        if len(pending) < 25 and rest:
+            more, _, rest = protocol.decode_batches(rest, read[-1].offset + 1, 25, "t", 0)
+            pending += more
+        read, pending = read + pending[:25], pending[25:]
     assert [r.offset for r in read] == list(range(300)), "each record once, in order"
     assert {(r.topic, r.partition) for r in read} == {("t", 0)}
-    # Cut at a batch's end, the rest starts at the next batch; none left, nothing unread.
-    records, _, rest = protocol.decode_batches(data, 0, 30, "t", 0)
-    assert (
-        records[-1].offset == 29 and protocol.decode_batches(rest, 30, 1, "t", 0)[0][0].offset == 30
-    )
-    assert not protocol.decode_batches(data, 0, 10_000, "t", 0)[2]
+    assert not protocol.decode_batches(data, 0, 10_000, "t", 0)[2], "nothing left unread"
 
 
 def test_the_batches_after_the_last_one_needed_are_not_checked():
     data = bytearray(_batches(3, 10))
     data[-1] ^= 0xFF  # the last batch's payload damaged
     records, _, rest = protocol.decode_batches(bytes(data), 0, 15, "t", 0)
-    assert len(records) == 15 and rest  # the reader who reads on meets the damage then
+    assert len(records) == 20 and rest  # the reader who reads on meets the damage then

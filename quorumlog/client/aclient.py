@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import outcome
@@ -87,7 +88,7 @@ class AsyncClient(ClientBase):
         self._leader_watch = LeaderWatch(self.brokers, self._connections.request)
         # Per (topic, partition): where the last `read` ended, and the reply's batches it
         # did not return.
-        self._unread: dict[tuple[str, int], tuple[int, memoryview]] = {}
+        self._unread: dict[tuple[str, int], Unread] = {}
 
     async def __aenter__(self) -> AsyncClient:
         library = sniffio.current_async_library()
@@ -238,12 +239,16 @@ class AsyncClient(ClientBase):
         route = (topic, partition)
         unread = self._unread.pop(route, None)
         records: list[Record] = []
-        if unread is not None and unread[0] == offset:
-            records, _, rest = decode_batches(unread[1], offset, max_records, topic, partition)
+        if unread is not None and unread.offset == offset:
+            records, rest = unread.records, unread.batches
+            if len(records) < max_records and rest:
+                more, _, rest = decode_batches(rest, offset, max_records, topic, partition)
+                records += more
         if not records:
             records, _, rest = await self._read(offset, max_records, topic, partition)
-        if records and rest:
-            self._unread[route] = (records[-1].offset + 1, rest)
+        records, spill = records[:max_records], records[max_records:]
+        if spill or rest:
+            self._unread[route] = Unread(records[-1].offset + 1, spill, rest)
         return records
 
     async def read_on(
@@ -258,7 +263,10 @@ class AsyncClient(ClientBase):
         configurations) read over, so that a reader's position reaches a partition's end.
         At most `max_bytes` of batches, but always at least one whole batch."""
         records, position, _ = await self._read(offset, max_records, topic, partition, max_bytes)
-        return records, records[-1].offset + 1 if records else position
+        if len(records) > max_records:
+            records = records[:max_records]
+            position = records[-1].offset + 1
+        return records, position
 
     async def _read(
         self,
@@ -399,7 +407,7 @@ class AsyncClient(ClientBase):
 
         async def ask(node_id: int, address: str) -> None:
             try:
-                reply = await self._call_once(address, StatusRequest())
+                reply = await self._connections.request(address, StatusRequest())
             except (QuorumLogError, ConnectionClosed):
                 return
             if isinstance(reply, StatusReply):
@@ -458,6 +466,15 @@ class AsyncClient(ClientBase):
             if unknown and as_retry is not None:
                 message = as_retry(message)
             await trio.sleep(attempts.pause_s())
+
+
+@dataclass(slots=True)
+class Unread:
+    """What the last `read` of a partition decoded or fetched and did not return."""
+
+    offset: int  # where that read ended: a read from here on starts with these
+    records: list[Record]  # decoded, of the batch the last one returned came from
+    batches: memoryview  # the reply's batches after it
 
 
 def _retry(request: Message) -> Message:

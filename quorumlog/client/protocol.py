@@ -255,15 +255,16 @@ def records_from(
 ) -> tuple[list[Record], int]:
     """Data records at or after `offset` in a read reply, and the offset to read next."""
     records, next_offset, _ = decode_batches(reply.batches, offset, max_records, topic, partition)
-    return records, next_offset
+    return records[:max_records], next_offset
 
 
 def decode_batches(
     batches: bytes | memoryview, offset: int, max_records: int, topic: str, partition: int
 ) -> tuple[list[Record], int, memoryview]:
-    """`records_from`, and the batches not wholly returned (from the one its last record
-    came from): what a reader reading on would decode next. Batches after the last one
-    needed are not even checked: a reader asking for little reads little."""
+    """The data records at or after `offset`, at least `max_records` of them when there are
+    (the whole batch the last one needed is in: a reader reading on takes the others from
+    it), the offset to read next, and the batches after those decoded. Batches after the
+    last one needed are not even checked: a reader asking for little reads little."""
     view = memoryview(batches)
     out: list[Record] = []
     next_offset = offset
@@ -277,14 +278,17 @@ def decode_batches(
                 for i, raw in enumerate(batch_records(view[pos:end], header)):
                     at = header.base_offset + i
                     if at >= offset:
-                        record = Record(
-                            raw.value, raw.key, raw.timestamp_ms, raw.headers, at, topic, partition
+                        out.append(
+                            Record(
+                                raw.value,
+                                raw.key,
+                                raw.timestamp_ms,
+                                raw.headers,
+                                at,
+                                topic,
+                                partition,
+                            )
                         )
-                        out.append(record)
-                        if len(out) == max_records:
-                            break
-                if len(out) == max_records and out[-1].offset < header.last_offset:
-                    return out, next_offset, view[pos:]  # this batch is read on next time
             pos = end
     except BatchError as exc:
         raise QuorumLogError(f"damaged data from the cluster: {exc}") from None
