@@ -18,7 +18,8 @@ import time
 import trio
 
 from quorumlog import AsyncClient, Client, QuorumLogError
-from quorumlog.bench.workload import AppendRun, CpuMeter, IncompressibleRecords, latency_fields
+from quorumlog.bench.resources import CpuMeter
+from quorumlog.bench.workload import AppendRun, IncompressibleRecords, latency_fields
 
 RECORD_BYTES = 1024
 POOL_RECORDS = 4096  # distinct records cycled through
@@ -87,7 +88,7 @@ async def async_run(
             for _ in range(window):
                 nursery.start_soon(worker)
         if meter is not None and cpu_from is not None:
-            meter.since(cpu_from, run)
+            run.server_cpu_s, run.client_cpu_s = meter.since(cpu_from)
         run.elapsed_s = last_done - measure_from
     return run
 

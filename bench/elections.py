@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import trio
 
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import cpu_s, running_cluster, statuses_of
+from quorumlog.bench.resources import cpu_s
+from quorumlog.bench.workload import running_cluster, statuses_of
 from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.transport.messages import PartitionsRequest
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 import trio
 
 from quorumlog.bench.report import median, print_table
+from quorumlog.bench.resources import peak_rss_row
 from quorumlog.bench.workload import (
     make_batches,
-    peak_rss_row,
     percentile,
     running_cluster,
     status_of,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from quorumlog.bench.clients import fill_log
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import peak_rss_row, running_cluster
+from quorumlog.bench.resources import peak_rss_row
+from quorumlog.bench.workload import running_cluster
 from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.client.client import Client
 from quorumlog.client.errors import QuorumLogError

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import trio
 
 from quorumlog.bench.report import median, print_table
-from quorumlog.bench.workload import IncompressibleRecords, cpu_s, running_cluster, statuses_of
+from quorumlog.bench.resources import cpu_s
+from quorumlog.bench.workload import IncompressibleRecords, running_cluster, statuses_of
 from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.client import Client

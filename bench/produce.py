@@ -43,6 +43,7 @@ import trio
 
 from quorumlog.bench.clients import client_rows
 from quorumlog.bench.report import median, print_table
+from quorumlog.bench.resources import cpu_s, peak_rss_row
 from quorumlog.bench.workload import (
     ACKS,
     KIB,
@@ -50,12 +51,10 @@ from quorumlog.bench.workload import (
     closed_loop,
     closed_loop_drained,
     closed_loop_row,
-    cpu_s,
     latency_fields,
     leader_address,
     make_batches,
     open_loop,
-    peak_rss_row,
     raw_disk_mb_s,
     raw_loopback_mb_s,
     running_cluster,

@@ -40,9 +40,9 @@ import trio
 
 from quorumlog.bench.clients import async_run, record_pool, threads_run
 from quorumlog.bench.report import print_table
+from quorumlog.bench.resources import CpuMeter
 from quorumlog.bench.workload import (
     AppendRun,
-    CpuMeter,
     latency_fields,
     raw_disk_mb_s,
     running_cluster,
@@ -174,7 +174,7 @@ async def _nats_run(
 
         await asyncio.gather(read_cpu_at_start(), *(worker() for _ in range(window)))
         assert cpu_from is not None
-        meter.since(cpu_from, run)
+        run.server_cpu_s, run.client_cpu_s = meter.since(cpu_from)
         run.elapsed_s = last_done - measure_from
         await js.delete_stream(STREAM)
         return run

@@ -187,30 +187,6 @@ def _cluster_report(cluster: ProcessCluster, lines: int = 8) -> str:
     return "\n".join(out)
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class CpuMeter:
-    """CPU seconds (user + system) of the servers' processes, summed, and of this process
-    (the clients'), read at the two ends of a measured interval."""
-
-    server_pids: tuple[int, ...]
-
-    def read(self) -> tuple[float, float]:
-        return sum(cpu_s(pid) for pid in self.server_pids), time.process_time()
-
-    def since(self, start: tuple[float, float], run: AppendRun) -> None:
-        """Charge `run` with what the servers and this process used since `start`."""
-        server, client = self.read()
-        run.server_cpu_s = server - start[0]
-        run.client_cpu_s = client - start[1]
-
-
 def leader_address(cluster: ProcessCluster, timeout_s: float = 30.0) -> str:
     return cluster.address(cluster.wait_for_leader(timeout_s=timeout_s))
 
@@ -353,11 +329,6 @@ def with_leader(cluster: ProcessCluster, measure: Callable[[str], T], attempts: 
                 raise
             time.sleep(1.0)
     raise AssertionError("unreachable")
-
-
-def peak_rss_row(cluster: ProcessCluster, figure: str = "peak RSS per node") -> dict:
-    """The peak resident memory of each running node so far (VmHWM), in MB."""
-    return {"figure": figure, **{f"node{i}_mb": mb for i, mb in cluster.peak_rss_mb().items()}}
 
 
 # --- status -------------------------------------------------------------------------------

@@ -10,10 +10,11 @@ from quorumlog.log.backfill import BACKFILL_DIR
 from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.changes import add_learner, make_electable
 from quorumlog.raft.core import RaftCore
-from quorumlog.raft.messages import AppendEntriesReply, AppendResult, BackfillChunk, BackfillReply
+from quorumlog.raft.messages import BackfillChunk, BackfillReply
 from tests.log.helpers import batch_of, values_in
 from tests.test_core import (
     SETTINGS,
+    append_reply,
     caught_up_leader,
     first_message_to,
     flush,
@@ -35,14 +36,7 @@ def leader_and_witness() -> tuple[RaftCore, RaftCore]:
     last = leader.log.dirty_offset
     leader.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=leader.term,
-            last_flushed=last,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, leader.term, last, last),
         10,
     )
     leader.on_flushed(10.0)
@@ -53,14 +47,7 @@ def leader_and_witness() -> tuple[RaftCore, RaftCore]:
     flush(witness.log)
     witness.on_flushed(10.0)
     deliver(witness, leader)
-    reply = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=leader.term,
-        last_flushed=config_offset,
-        last_dirty=config_offset,
-        result=AppendResult.SUCCESS,
-    )
+    reply = append_reply(2, leader.term, config_offset, config_offset)
     leader.step(2, reply, 10.0)
     flush(leader.log)
     leader.on_flushed(10.0)

@@ -61,6 +61,49 @@ def flush(log: Log) -> int:
     raise AssertionError("the in-memory flush never suspends")
 
 
+def append_reply(
+    node_id: int,
+    term: int,
+    flushed: int,
+    dirty: int,
+    result: AppendResult = AppendResult.SUCCESS,
+    **rest,
+) -> AppendEntriesReply:
+    """A follower's answer to group 0's leader."""
+    return AppendEntriesReply(
+        group=0,
+        node_id=node_id,
+        term=term,
+        last_flushed=flushed,
+        last_dirty=dirty,
+        result=result,
+        **rest,
+    )
+
+
+def entries(
+    leader_id: int,
+    term: int,
+    batches: bytes = b"",
+    *,
+    prev_offset: int = -1,
+    prev_term: int = 0,
+    commit: int = -1,
+    flush: bool = False,
+) -> AppendEntries:
+    """An AppendEntries of group 0 (from the start of the log unless `prev_offset`)."""
+    return AppendEntries(
+        group=0,
+        term=term,
+        leader_id=leader_id,
+        prev_offset=prev_offset,
+        prev_term=prev_term,
+        leader_commit=commit,
+        batches=batches,
+        flush=flush,
+    )
+
+
 def make_core(
     node_id: int = 1,
     term: int = 1,
@@ -102,16 +145,7 @@ def test_pre_vote_and_vote_are_refused_while_a_leader_is_live():
     core = make_core()
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=2,
-            prev_offset=-1,
-            prev_term=0,
-            leader_commit=-1,
-            batches=b"",
-            flush=False,
-        ),
+        entries(2, 1),
         now=1.0,
     )
     core.take_outbox()
@@ -159,27 +193,13 @@ def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
     # A follower acknowledges offset 0 only: not of this term, so nothing commits.
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=0,
-            last_dirty=0,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, 0, 0),
         10.0,
     )
     assert core.commit_offset == -1
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=1,
-            last_dirty=1,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, 1, 1),
         10.0,
     )
     assert core.commit_offset == 1, "the barrier commits, and the old entry with it"
@@ -197,42 +217,21 @@ def test_commit_needs_a_majority_of_flushed_replicas_the_leader_counted_as_any()
     # Follower 2 holds everything but flushed nothing: no commit.
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=-1,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, -1, last),
         10.0,
     )
     assert core.commit_offset == -1
     # It flushed everything, the leader nothing yet: one flushed copy of three.
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=last,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, last, last),
         10.0,
     )
     assert core.commit_offset == -1
     # Follower 3 flushed too: a majority without the leader (dissertation 10.2.1).
     core.step(
         3,
-        AppendEntriesReply(
-            group=0,
-            node_id=3,
-            term=core.term,
-            last_flushed=last,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(3, core.term, last, last),
         10.0,
     )
     assert core.commit_offset == last
@@ -245,14 +244,7 @@ def test_the_leaders_flush_and_one_followers_make_a_majority():
     _, last = propose(core, batch_of(b"x"), 10.0, True)
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=last,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, last, last),
         10.0,
     )
     assert core.commit_offset == -1
@@ -267,14 +259,7 @@ def caught_up_leader(settings: RaftSettings = SETTINGS) -> RaftCore:
     elect(core)
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=0,
-            last_dirty=0,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, 0, 0),
         10.0,
     )
     return core
@@ -293,14 +278,7 @@ def test_followers_fsync_before_replying_to_what_a_caller_waits_to_see_committed
             propose(core, batch_of(b"x"), 10.0, awaited)
             (message,) = sent_to_2(core)
             flags.append(message.flush)
-            ok = AppendEntriesReply(
-                group=0,
-                node_id=2,
-                term=core.term,
-                last_flushed=-1,
-                last_dirty=core.log.dirty_offset,
-                result=AppendResult.SUCCESS,
-            )
+            ok = append_reply(2, core.term, -1, core.log.dirty_offset)
             core.step(2, ok, 10.0)
         assert flags == flushes, policy
 
@@ -310,30 +288,14 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     propose(core, batch_of(b"x"), 10.0, True)
     assert [m.flush for m in sent_to_2(core)] == [True]
     # Heartbeats show it holds offset 1, not flushed yet; its reply waits for that.
-    holds = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=core.term,
-        last_flushed=0,
-        last_dirty=1,
-        result=AppendResult.SUCCESS,
-        heartbeat=True,
-    )
+    holds = append_reply(2, core.term, 0, 1, heartbeat=True)
     core.step(2, holds, 10.1)
     core.tick(10.0 + 3 * SETTINGS.retransmit_timeout_s)
     assert sent_to_2(core) == [], "no resend, no probe"
     # Once flushed, a reply that still has not come was lost: probe again.
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=1,
-            last_dirty=1,
-            result=AppendResult.SUCCESS,
-            heartbeat=True,
-        ),
+        append_reply(2, core.term, 1, 1, heartbeat=True),
         10.7,
     )
     core.tick(10.8)
@@ -342,14 +304,7 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
 
 def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     core = caught_up_leader()
-    ok = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=core.term,
-        last_flushed=0,
-        last_dirty=0,
-        result=AppendResult.SUCCESS,
-    )
+    ok = append_reply(2, core.term, 0, 0)
     propose(core, batch_of(b"x"), 10.0, True)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
     # A late duplicate of the earlier answer: offset 1 is still in flight (then lost).
@@ -360,28 +315,13 @@ def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     # its refusal says where its log ends, and offset 1 goes again.
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=0,
-            last_dirty=0,
-            result=AppendResult.SUCCESS,
-            heartbeat=True,
-        ),
+        append_reply(2, core.term, 0, 0, heartbeat=True),
         10.1,
     )
     core.tick(10.1 + SETTINGS.retransmit_timeout_s)
     assert len(sent_to_2(core)) == 1, "a probe"
-    no = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=core.term,
-        last_flushed=0,
-        last_dirty=0,
-        result=AppendResult.FAILURE,
-        conflict_offset=0,
-        conflict_term=core.term,
+    no = append_reply(
+        2, core.term, 0, 0, AppendResult.FAILURE, conflict_offset=0, conflict_term=core.term
     )
     core.step(2, no, 10.4)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
@@ -397,14 +337,7 @@ def test_a_late_answer_that_ends_a_probe_resends_what_it_does_not_cover():
     assert probe.prev_offset == 1
     # A late answer to something sent before the probe ends it: the follower holds only
     # offset 0, so offset 1 goes again, now, not only once something new is appended.
-    late = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=core.term,
-        last_flushed=0,
-        last_dirty=0,
-        result=AppendResult.SUCCESS,
-    )
+    late = append_reply(2, core.term, 0, 0)
     core.step(2, late, 10.5)
     assert [m.prev_offset for m in sent_to_2(core)] == [0]
 
@@ -426,14 +359,7 @@ def test_a_recovering_follower_has_a_bounded_number_of_bytes_in_flight():
         last = split_batches(sent[0].batches)[-1][0].last_offset
         core.step(
             2,
-            AppendEntriesReply(
-                group=0,
-                node_id=2,
-                term=core.term,
-                last_flushed=-1,
-                last_dirty=last,
-                result=AppendResult.SUCCESS,
-            ),
+            append_reply(2, core.term, -1, last),
             10,
         )
         more = [len(m.batches) for m in sent_to_2(core)]
@@ -461,14 +387,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     flush(leader.log)
     leader.step(
         3,
-        AppendEntriesReply(
-            group=0,
-            node_id=3,
-            term=leader.term,
-            last_flushed=20,
-            last_dirty=20,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(3, leader.term, 20, 20),
         10,
     )
     leader.on_flushed(10.0)
@@ -476,15 +395,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     start = leader.log.truncate_prefix(leader.commit_offset)
     assert start > 0, "retention removed the oldest segments"
     # Follower 2 has nothing: the leader sends from its log start, prev term unknown.
-    reply = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=leader.term,
-        last_flushed=-1,
-        last_dirty=-1,
-        result=AppendResult.FAILURE,
-        conflict_term=0,
-    )
+    reply = append_reply(2, leader.term, -1, -1, AppendResult.FAILURE, conflict_term=0)
     leader.step(2, reply, 10.0)
     leader.pump()
     (reset,) = [m for to, m in leader.take_outbox() if to == 2]
@@ -516,16 +427,7 @@ def test_a_follower_truncates_a_conflicting_suffix():
     fresh = leader_log.read(1, 1 << 20).data
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=2,
-            leader_id=2,
-            prev_offset=0,
-            prev_term=1,
-            leader_commit=-1,
-            batches=fresh,
-            flush=False,
-        ),
+        entries(2, 2, fresh, prev_offset=0, prev_term=1),
         now=1.0,
     )
     assert core.log.term_at(1) == 2 and core.log.dirty_offset == 1
@@ -538,16 +440,7 @@ def test_a_follower_with_a_short_log_hints_where_to_resume():
     core.log.append([batch_of(b"a")], term=1)
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=2,
-            prev_offset=5,
-            prev_term=1,
-            leader_commit=-1,
-            batches=b"",
-            flush=False,
-        ),
+        entries(2, 1, prev_offset=5, prev_term=1),
         now=1.0,
     )
     ((_, reply),) = core.take_outbox()
@@ -562,16 +455,7 @@ def test_a_follower_commits_only_what_it_flushed_and_verified():
     data = leader_log.read(0, 1 << 20).data
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=2,
-            prev_offset=-1,
-            prev_term=0,
-            leader_commit=1,
-            batches=data,
-            flush=False,
-        ),
+        entries(2, 1, data, commit=1),
         now=1.0,
     )
     assert core.commit_offset == -1, "not flushed yet"
@@ -593,16 +477,7 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
     sent = leader_log.read(0, 1 << 20).data
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=2,
-            prev_offset=-1,
-            prev_term=0,
-            leader_commit=0,
-            batches=sent,
-            flush=False,
-        ),
+        entries(2, 1, sent, commit=0),
         now=1.0,
     )
     flush(core.log)
@@ -615,16 +490,7 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
     core.take_outbox()
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=2,
-            leader_id=2,
-            prev_offset=1,
-            prev_term=2,
-            leader_commit=1,
-            batches=b"",
-            flush=False,
-        ),
+        entries(2, 2, prev_offset=1, prev_term=2, commit=1),
         now=2.0,
     )
     ((_, reply),) = core.take_outbox()
@@ -642,16 +508,7 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
     sent = leader_log.read(0, 1 << 20).data
     core.step(
         2,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=2,
-            prev_offset=-1,
-            prev_term=0,
-            leader_commit=0,
-            batches=sent,
-            flush=False,
-        ),
+        entries(2, 1, sent, commit=0),
         now=1.0,
     )
     flush(core.log)
@@ -663,14 +520,7 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
     core.on_flushed(10.0)
     core.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=core.term,
-            last_flushed=1,
-            last_dirty=1,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, core.term, 1, 1),
         10.0,
     )
     assert core.commit_offset == 1
@@ -746,14 +596,7 @@ def test_a_learner_that_stalls_behind_is_removed_after_learner_abandon_s():
                 end = core.log.dirty_offset
                 core.step(
                     peer,
-                    AppendEntriesReply(
-                        group=0,
-                        node_id=peer,
-                        term=core.term,
-                        last_flushed=-1,
-                        last_dirty=end,
-                        result=AppendResult.SUCCESS,
-                    ),
+                    append_reply(peer, core.term, -1, end),
                     now,
                 )
             core.tick(now)
@@ -767,16 +610,7 @@ def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
     for core in (healthy, slow):
         core.step(
             1,
-            AppendEntries(
-                group=0,
-                term=1,
-                leader_id=1,
-                prev_offset=-1,
-                prev_term=0,
-                leader_commit=-1,
-                batches=b"",
-                flush=False,
-            ),
+            entries(1, 1),
             now=1.0,
         )
     assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
@@ -824,15 +658,7 @@ def test_leadership_is_never_handed_to_a_witness():
     for peer in (2, 3):  # both answered lately
         core.step(
             peer,
-            AppendEntriesReply(
-                group=0,
-                node_id=peer,
-                term=core.term,
-                last_flushed=-1,
-                last_dirty=-1,
-                result=AppendResult.SUCCESS,
-                heartbeat=True,
-            ),
+            append_reply(peer, core.term, -1, -1, heartbeat=True),
             10.1,
         )
     assert core.live_voters() == [2]
@@ -845,16 +671,7 @@ def test_the_largest_stamp_is_learned_from_the_leaders_batches_and_never_undercu
     _, stamped = stamp(parse_batch(batch_of(b"a")), batch_of(b"a"), 9_000)
     follower.step(
         1,
-        AppendEntries(
-            group=0,
-            term=1,
-            leader_id=1,
-            prev_offset=-1,
-            prev_term=0,
-            leader_commit=-1,
-            batches=stamped,
-            flush=False,
-        ),
+        entries(1, 1, stamped),
         now=1.0,
     )
     assert follower.max_stamp_ms == 9_000
@@ -880,14 +697,7 @@ def committed_leader_with_records(count: int) -> RaftCore:
     last = leader.log.dirty_offset
     leader.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=leader.term,
-            last_flushed=last,
-            last_dirty=last,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, leader.term, last, last),
         10,
     )
     leader.on_flushed(10.0)
@@ -920,14 +730,7 @@ def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without
         leader.step(4, reply, 10.0)
     leader.step(
         2,
-        AppendEntriesReply(
-            group=0,
-            node_id=2,
-            term=leader.term,
-            last_flushed=config_offset,
-            last_dirty=config_offset,
-            result=AppendResult.SUCCESS,
-        ),
+        append_reply(2, leader.term, config_offset, config_offset),
         10.0,
     )
     flush(leader.log)
@@ -949,14 +752,7 @@ def test_a_node_restarted_at_the_leaders_start_without_a_base_config_forgets_its
     joining = add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
     config_offset = leader.propose_config(joining)
     flush(leader.log)
-    reply = AppendEntriesReply(
-        group=0,
-        node_id=2,
-        term=leader.term,
-        last_flushed=config_offset,
-        last_dirty=config_offset,
-        result=AppendResult.SUCCESS,
-    )
+    reply = append_reply(2, leader.term, config_offset, config_offset)
     leader.step(2, reply, 10.0)
     leader.on_flushed(10.0)
     assert leader.commit_offset >= config_offset, "committed before 4 heard anything"
