@@ -105,6 +105,35 @@ def test_closing_ends_a_call_in_flight_with_an_error_instead_of_leaving_it_waiti
     assert not thread.is_alive() and "closed during the call" in str(outcome[0])
 
 
+def test_a_call_interrupted_before_it_woke_the_loop_leaves_it_to_the_next_call_and_close():
+    """Ctrl-C or SIGTERM (KeyboardInterrupt in the main thread) may land between a call's
+    queueing and its wake-up of the idle loop; the next call, and close, still wake it
+    (`consume --group` stopped by SIGTERM once hung in close, its loop asleep for good)."""
+    resource = Resource()
+    loop = LoopThread(resource, "client")
+    loop.start()
+    while not loop._idle:  # asleep, waiting for a wake-up
+        time.sleep(0.01)
+    wake_loop = loop._wake_loop
+
+    def interrupted() -> None:
+        loop._wake_loop = wake_loop
+        raise KeyboardInterrupt
+
+    loop._wake_loop = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(resource.echo, 1, delay_s=0)
+    answers: list[int] = []
+    caller = threading.Thread(target=lambda: answers.append(loop.run(resource.echo, 2, delay_s=0)))
+    caller.start()
+    caller.join(timeout=10)
+    assert answers == [2]
+    closer = threading.Thread(target=loop.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+
+
 def test_a_client_dropped_without_close_stops_its_thread():
     client = Client("127.0.0.1:1")  # connects on its first call only
     thread = client._loop._thread

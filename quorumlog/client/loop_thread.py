@@ -67,9 +67,14 @@ class LoopThread:
         self._hint = hint
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
-        self._lock = threading.Lock()  # guards the three below
+        self._lock = threading.Lock()  # guards the four below
         self._calls: deque[_Call] = deque()
-        self._idle = False  # the loop waits for a wake-up to look at the calls
+        # The loop waits for a wake-up to look at the calls; only the loop clears it, and a
+        # caller marks it `_woken` only once its wake-up is sent: a caller interrupted before
+        # (Ctrl-C, SIGTERM) leaves the next caller, or `stop`, to wake it, not a loop asleep
+        # for good with calls queued.
+        self._idle = False
+        self._woken = False
         self._open = False
         self._wake: trio.Event | None = None
         # Lingering (see the module's doc): calls the loop expects back (those it answered
@@ -105,10 +110,8 @@ class LoopThread:
         """Asks the loop to end, without waiting (safe from a finalizer)."""
         with self._lock:
             self._open = False
-            wake = self._idle
-            self._idle = False
-        if wake:
-            self._wake_loop()
+            if self._idle:
+                self._wake_loop()
 
     def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         return self._call(_Call(partial(fn, *args, **kwargs)))
@@ -128,13 +131,12 @@ class LoopThread:
                 closed = "closed" if self._thread is not None else f"not open{self._hint}"
                 raise QuorumLogError(f"the {self._what} is {closed}")
             self._calls.append(call)
-            wake = self._idle
-            self._idle = False
+            if self._idle and not self._woken:
+                self._wake_loop()
+                self._woken = True
             if self._lingering and len(self._calls) >= self._expected:
                 self._lingering = False
                 self._gathered.release()
-        if wake:
-            self._wake_loop()
         call.done.acquire()
         assert call.result is not None
         return call.result.unwrap()
@@ -171,6 +173,7 @@ class LoopThread:
             with self._lock:
                 batch = list(self._calls)
                 self._calls.clear()
+                self._idle = self._woken = False
                 if not batch:
                     if not self._open:
                         return
