@@ -9,8 +9,9 @@ about 5 ms with 16 threads; docs/decisions.md, "One log per partition"). An urge
 any follower: its flushed offset is what commits) starts a pass at once; a lazy one waits
 up to `interval_s` for company. One pass takes every group that asked, syncs all their
 files in one job on the node's storage thread (whatever is appended meanwhile goes in the
-next pass), then tells each group whose flushed offset moved. A failed fsync raises:
-fatal to the node (storage rule 8).
+next pass), then tells each group whose flushed offset moved how far its log is durable
+(`GroupActor.persisted`: the group's core takes that as an input, it never asks the log). A
+failed fsync raises: fatal to the node (storage rule 8).
 """
 
 from __future__ import annotations
@@ -27,15 +28,6 @@ from quorumlog.log.wal import RunSync
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
-
-
-class Flushed:
-    """Mailbox message: the log's flushed offset moved."""
-
-    __slots__ = ()
-
-
-FLUSHED = Flushed()
 
 
 class Flusher:
@@ -105,6 +97,7 @@ class Flusher:
         self._stats.fsync_latency_s.observe(ended - started)
         self._disk_health.pass_ended(ended - started, ended)
         for group, before, job in work:
+            flushed = group.log.end_flush(job, durable=True)
             # A copy of older records moved in counts too: the group reports it.
-            if group.log.end_flush(job, durable=True) != before or job.splice is not None:
-                group.wake_flushed()
+            if flushed != before or job.splice is not None:
+                group.persisted(flushed, job.truncations)

@@ -1,6 +1,6 @@
 """A group actor: one Raft group replica on this node, the task that owns its core.
 
-The main loop reads the group's mailbox: peer messages, client appends, "flushed", calls.
+The main loop reads the group's mailbox: peer messages, client appends, wake-ups, calls.
 After each round of inputs it appends the round's client appends together (one write, one
 AppendEntries per follower, one flush for all of them), persists term and vote if they
 changed (before anything is sent: storage rule 1), sends the core's outbox, answers the
@@ -26,7 +26,7 @@ import trio
 from quorumlog.actors.append_check import checked_batches
 from quorumlog.actors.campaigns import CampaignSlots, CampaignTurn
 from quorumlog.actors.disk_health import DiskHealth
-from quorumlog.actors.flusher import FLUSHED, Flushed, Flusher
+from quorumlog.actors.flusher import Flusher
 from quorumlog.actors.group_handle import GroupHandle
 from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.mailbox import (
@@ -120,7 +120,8 @@ class GroupActor(GroupHandle):
         self._heartbeats = heartbeats
         self._disk_health = disk_health
         self._led = False  # registered with the heartbeats as this group's leader
-        self._flushed_seen = self.log.flushed_offset
+        # What the flusher last reported durable: (offset, the log's truncations then).
+        self._persisted: tuple[int, int] | None = None
         self._waiters: deque[QuorumWaiter] = deque()
         # Appends that arrived during a leadership transfer, or while a new leader waits
         # for its clock to pass the last stamp in its log: they wait, they do not fail.
@@ -181,11 +182,14 @@ class GroupActor(GroupHandle):
             now = trio.current_time()
             if core.is_leader:
                 core.note_contacts(self._heartbeats.answered_by)
-            if self.log.flushed_offset != self._flushed_seen or core.backfill_moving:
+            if self._persisted is not None:
                 # The flusher made more durable: commit may advance, waiting replies go
                 # (or it moved in a copy of older records: raft/backfill.py).
-                self._flushed_seen = self.log.flushed_offset
-                core.on_flushed(now)
+                offset, truncations = self._persisted
+                self._persisted = None
+                if truncations != self.log.truncations:
+                    offset = self.log.flushed_offset  # cut since: durable up to the cut
+                core.on_persisted(offset, now)
             if appends:
                 # The round's appends go to the log together (they were independent of
                 # the round's other inputs: a step-down among them answers them
@@ -213,8 +217,8 @@ class GroupActor(GroupHandle):
                 core.step(sender, message, trio.current_time())
                 if processed is not None:
                     processed.set()
-            case Flushed() | WakeUp():
-                pass  # a wake-up: the round checks the flushed offset, a quiet core wakes
+            case WakeUp():
+                pass  # the round takes what was persisted; a quiet core wakes
             case PeerConnected(peer):
                 core.peer_connected(peer)
             case CoreCall():
@@ -387,10 +391,10 @@ class GroupActor(GroupHandle):
         with contextlib.suppress(trio.WouldBlock):  # a full mailbox: the retransmit timer
             self._inbox.send_nowait(PeerConnected(peer))
 
-    def wake_flushed(self) -> None:
-        """From the flusher: this log's flushed offset moved."""
-        with contextlib.suppress(trio.WouldBlock):  # a full mailbox: a round comes anyway
-            self._inbox.send_nowait(FLUSHED)
+    def persisted(self, offset: int, truncations: int) -> None:
+        """From the flusher: this log is durable up to `offset`, as of its `truncations`."""
+        self._persisted = (offset, truncations)
+        self.wake_up()  # a full mailbox: a round comes anyway
 
     # ------------------------------------------------------------------- inputs
 

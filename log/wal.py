@@ -118,6 +118,12 @@ class Log:
         return self._flushed_offset
 
     @property
+    def truncations(self) -> int:
+        """Suffix truncations so far: a flush begun before the last one made durable only
+        what lies before it."""
+        return self._truncations
+
+    @property
     def last_term(self) -> int:
         for segment in reversed(self._segments):
             if segment.last_term is not None:

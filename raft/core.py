@@ -1,6 +1,6 @@
 """One Raft group's rules, as plain synchronous code on plain state (etcd's raft.Step style).
 
-`RaftCore` takes inputs (a peer message, a tick, "flushed up to N", a client proposal) with
+`RaftCore` takes inputs (a peer message, a tick, "persisted up to N", a client proposal) with
 the current time, changes its state, writes to the log's page cache, and leaves what must be
 done in its outputs: `outbox` (messages to send) and `metadata_dirty` (term or vote changed:
 persist before sending anything, storage rule 1). The node actor around it performs them.
@@ -135,6 +135,9 @@ class RaftCore(
         # is never above its own flushed offset (I4); a leader's (or a former leader's) may
         # be, when the majority that flushed it did not include this node.
         self.commit_offset = -1
+        # The log's durable end, as the node's flusher last reported it (`on_persisted`),
+        # lowered by this core's own truncations: never read from the log behind its back.
+        self.persisted_offset = log.flushed_offset
         # Follower: highest offset known to match the current leader's log, and the last
         # commit offset that leader announced (re-applied when a flush completes, rule 2).
         self.verified_offset = -1
@@ -151,7 +154,8 @@ class RaftCore(
         # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
         # fsync them before replying.
         self.awaited_offset = -1
-        # Follower replies waiting for a flush: (offset that must be flushed, leader id).
+        # Follower replies waiting for a flush: (offset that must be flushed, leader id),
+        # at most PENDING_REPLIES_MAX (a reply reports everything before it too).
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
         self.producers = ProducerTable()
@@ -340,10 +344,11 @@ class RaftCore(
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")
 
-    def on_flushed(self, now: float) -> None:
-        """The log's flushed offset moved: commit may advance; waiting replies can go."""
+    def on_persisted(self, offset: int, now: float) -> None:
+        """The flusher made the log durable up to `offset` (or moved in a copy of older
+        records): commit may advance; waiting replies can go."""
         self.now = now
-        flushed = self.log.flushed_offset
+        flushed = self.persisted_offset = offset
         if self.role is Role.LEADER:
             self._maybe_commit()
             return
@@ -352,9 +357,9 @@ class RaftCore(
             self._report_backfilled()
         if self.leader_id is None:
             return
-        ready = [p for p in self.pending_replies if p[0] <= flushed]
+        ready = {leader for offset, leader in self.pending_replies if offset <= flushed}
         self.pending_replies = [p for p in self.pending_replies if p[0] > flushed]
-        for _, leader in ready:
+        for leader in ready:  # one reply each: it reports all that was flushed
             self._send(leader, self._append_reply(AppendResult.SUCCESS))
         if not ready and min(flushed, self.verified_offset) > self.reported_flushed:
             # A background flush ended: report it now rather than at the next heartbeat.
@@ -453,7 +458,7 @@ class RaftCore(
         """(flushed, dirty) offsets reached by a majority, as the leader sees them now."""
         flushed = {p.node_id: p.flushed_offset for p in self.progress.values()}
         dirty = {p.node_id: p.match_offset for p in self.progress.values()}
-        flushed[self.id] = self.log.flushed_offset
+        flushed[self.id] = self.persisted_offset
         dirty[self.id] = self.log.dirty_offset
         return committed_offset(self.config, flushed), committed_offset(self.config, dirty)
 
@@ -466,7 +471,7 @@ class RaftCore(
             "leader_id": self.leader_id,
             "commit_offset": self.commit_offset,
             "dirty_offset": log.dirty_offset,
-            "flushed_offset": log.flushed_offset,
+            "flushed_offset": self.persisted_offset,
             "log_start_offset": log.log_start_offset,
             "config": self.config.to_json() if self.config else None,
         }

@@ -15,6 +15,9 @@ from quorumlog.raft.roles import Role
 
 logger = structlog.get_logger("quorumlog.raft")
 
+# Follower replies waiting for a flush (a slow disk under a leader's pipeline of appends).
+PENDING_REPLIES_MAX = 64
+
 
 class FollowerRules:
     """RaftCore's follower rules (mixed into RaftCore, whose state they use)."""
@@ -46,7 +49,7 @@ class FollowerRules:
                     dirty_offset=log.dirty_offset,
                     commit_offset=self.commit_offset,
                 )
-                log.reset(prev + 1)
+                self._reset_log(prev + 1)
                 self.producers.truncate(0)
                 self.snapshot_offsets.clear()
                 self.configs.truncated(0)
@@ -85,7 +88,7 @@ class FollowerRules:
             if log.term_at(header.base_offset) != header.term:
                 # A conflict: drop our entry and all after it (Raft paper 5.3).
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
-                log.truncate_suffix(header.base_offset)
+                self._truncate_log(header.base_offset)
                 self.producers.truncate(header.base_offset)
                 self.snapshot_offsets = [o for o in self.snapshot_offsets if o < header.base_offset]
                 self.configs.truncated(header.base_offset)
@@ -100,11 +103,29 @@ class FollowerRules:
         self.verified_offset = max(self.verified_offset, last_new)
         self.leader_commit = max(self.leader_commit, req.leader_commit)
         self._follow_commit()
-        if req.flush and log.flushed_offset < last_new:
-            self.pending_replies.append((last_new, sender))
-            self.flush_urgent = True
+        if req.flush and self.persisted_offset < last_new:
+            self._reply_when_flushed(last_new, sender)
         else:
             self._send(sender, self._append_reply(AppendResult.SUCCESS))
+
+    def _truncate_log(self, from_offset: int) -> None:
+        """Drop our entries from `from_offset` on: what was durable of them is gone."""
+        self.log.truncate_suffix(from_offset)
+        self.persisted_offset = min(self.persisted_offset, from_offset - 1)
+
+    def _reset_log(self, next_offset: int) -> None:
+        """Drop our whole log, to continue at `next_offset`."""
+        self.log.reset(next_offset)
+        self.persisted_offset = min(self.persisted_offset, next_offset - 1)
+
+    def _reply_when_flushed(self, offset: int, leader: int) -> None:
+        """Answer `leader` once `offset` is durable. At most PENDING_REPLIES_MAX wait: the
+        oldest goes first, as the reply to a later one reports it too."""
+        pending = self.pending_replies
+        pending.append((offset, leader))
+        if len(pending) > PENDING_REPLIES_MAX:
+            del pending[0]
+        self.flush_urgent = True
 
     def _forget_config(self, offset: int) -> None:
         """Our log starts again after `offset`, and the leader's committed configuration is
@@ -151,7 +172,7 @@ class FollowerRules:
 
     def _follow_commit(self) -> None:
         """Commit what the leader committed, as far as we verifiably hold and flushed it."""
-        target = min(self.leader_commit, self.verified_offset, self.log.flushed_offset)
+        target = min(self.leader_commit, self.verified_offset, self.persisted_offset)
         if target > self.commit_offset:
             self._commit_to(target)
 
@@ -193,7 +214,7 @@ class FollowerRules:
         )
 
     def _reported_flushed(self) -> int:
-        flushed = min(self.log.flushed_offset, self.verified_offset)
+        flushed = min(self.persisted_offset, self.verified_offset)
         self.reported_flushed = max(self.reported_flushed, flushed)
         return flushed
 

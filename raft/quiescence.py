@@ -33,7 +33,7 @@ class QuiescenceRules:
         committed everywhere this node can tell, and no change or transfer is under way."""
         log = self.log
         dirty = log.dirty_offset
-        if log.flushed_offset != dirty or self.commit_offset != dirty:
+        if self.persisted_offset != dirty or self.commit_offset != dirty:
             return False
         if self.role is Role.LEADER:
             # A majority heard from lately: a leader cut off stays awake, so that its

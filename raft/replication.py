@@ -243,7 +243,7 @@ class ReplicationRules:
         commits back; whatever it has not flushed is durable on the followers that were
         counted, so a crash of this node loses nothing committed."""
         acked = {p.node_id: p.acked_offset for p in self.progress.values()}
-        acked[self.id] = self.log.flushed_offset
+        acked[self.id] = self.persisted_offset
         candidate = committed_offset(self.config, acked)
         if candidate > self.commit_offset and self.term_at(candidate) == self.term:
             self._commit_to(candidate)

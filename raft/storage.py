@@ -1,6 +1,6 @@
 """What a Raft core needs of its log (`log.wal.Log` in a node, the same on the simulated
 disk). Appends and truncations go to the page cache; durability comes back as an input
-(`RaftCore.on_flushed`) once the node's flusher has synced them."""
+(`RaftCore.on_persisted`) once the node's flusher has synced them."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from tests.test_core import (
     first_message_to,
     flush,
     make_core,
+    persist,
     propose,
 )
 
@@ -39,18 +40,16 @@ def leader_and_witness() -> tuple[RaftCore, RaftCore]:
         append_reply(2, leader.term, last, last),
         10,
     )
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     joining = add_learner(leader.config, 4, "127.0.0.1:7004", promote=True, witness=True)
     config_offset = leader.propose_config(joining)
     witness = make_core(4, term=leader.term, config=None)
     witness.step(1, first_message_to(leader, 4), 10.0)
-    flush(witness.log)
-    witness.on_flushed(10.0)
+    persist(witness, 10.0)
     deliver(witness, leader)
     reply = append_reply(2, leader.term, config_offset, config_offset)
     leader.step(2, reply, 10.0)
-    flush(leader.log)
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     assert leader.config.is_voter(4) and 4 in leader.config.witnesses
     assert witness.log.log_start_offset > last, "it holds the tail only"
     return leader, witness

@@ -1,6 +1,6 @@
 """The Raft rules of `raft/core.py`, one at a time: plain calls, no trio, no sockets.
 
-Messages go in through `step`/`tick`/`on_flushed` with explicit times; what the core wants
+Messages go in through `step`/`tick`/`on_persisted` with explicit times; what the core wants
 sent comes out of `take_outbox`. The in-memory disk stands in for the log's files.
 """
 
@@ -33,6 +33,7 @@ from quorumlog.raft.election import (
     barrier_batch,
     election_order,
 )
+from quorumlog.raft.follower import PENDING_REPLIES_MAX
 from quorumlog.raft.messages import (
     AppendEntries,
     AppendEntriesReply,
@@ -59,6 +60,11 @@ def flush(log: Log) -> int:
     except StopIteration as done:
         return done.value
     raise AssertionError("the in-memory flush never suspends")
+
+
+def persist(core: RaftCore, now: float) -> None:
+    """What a node's flusher does: make the core's log durable and report how far."""
+    core.on_persisted(flush(core.log), now)
 
 
 def append_reply(
@@ -188,8 +194,7 @@ def test_entries_of_an_older_term_commit_only_through_the_new_leaders_barrier():
     core.log.append([batch_of(b"old")], term=1)  # offset 0, uncommitted, term 1
     elect(core)
     assert core.log.dirty_offset == 1, "the barrier of the new term is appended"
-    flush(core.log)
-    core.on_flushed(10.0)
+    persist(core, 10.0)
     # A follower acknowledges offset 0 only: not of this term, so nothing commits.
     core.step(
         2,
@@ -248,8 +253,7 @@ def test_the_leaders_flush_and_one_followers_make_a_majority():
         10.0,
     )
     assert core.commit_offset == -1
-    flush(core.log)
-    core.on_flushed(10.0)
+    persist(core, 10.0)
     assert core.commit_offset == last
 
 
@@ -390,7 +394,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
         append_reply(3, leader.term, 20, 20),
         10,
     )
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     assert leader.commit_offset == 20
     start = leader.log.truncate_prefix(leader.commit_offset)
     assert start > 0, "retention removed the oldest segments"
@@ -459,11 +463,33 @@ def test_a_follower_commits_only_what_it_flushed_and_verified():
         now=1.0,
     )
     assert core.commit_offset == -1, "not flushed yet"
-    flush(core.log)
-    core.on_flushed(1.0)
+    persist(core, 1.0)
     assert core.commit_offset == 1
     (_, first), (_, report) = core.take_outbox()
     assert first.last_flushed == -1 and report.last_flushed == 1, "the flush is reported at once"
+
+
+def test_a_follower_owes_its_leader_one_reply_per_flush_and_holds_a_bounded_number_back():
+    """Appends asking for a flush wait for it; one flush answers all of them with one reply
+    (it reports everything flushed), and no more than PENDING_REPLIES_MAX wait."""
+    core = make_core()
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    sent = PENDING_REPLIES_MAX + 5
+    for i in range(sent):
+        prev = leader_log.dirty_offset
+        leader_log.append([batch_of(b"r%d" % i)], term=1)
+        data = leader_log.read(prev + 1, 1 << 20).data
+        core.step(
+            2,
+            entries(2, 1, data, prev_offset=prev, prev_term=1 if prev >= 0 else 0, flush=True),
+            1.0,
+        )
+    assert core.take_outbox() == [], "each reply waits for the flush"
+    assert len(core.pending_replies) == PENDING_REPLIES_MAX
+    persist(core, 1.0)
+    ((to, reply),) = core.take_outbox()
+    assert to == 2 and reply.last_flushed == reply.last_dirty == sent - 1
+    assert core.pending_replies == []
 
 
 def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
@@ -480,8 +506,7 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
         entries(2, 1, sent, commit=0),
         now=1.0,
     )
-    flush(core.log)
-    core.on_flushed(1.0)
+    persist(core, 1.0)
     assert core.commit_offset == 0 and core.verified_offset == 1
 
     # Term 2, node 2 again, its offset 1 now a barrier of term 2, committed with node 3.
@@ -511,13 +536,11 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
         entries(2, 1, sent, commit=0),
         now=1.0,
     )
-    flush(core.log)
-    core.on_flushed(1.0)
+    persist(core, 1.0)
     assert core.commit_offset == 0 and core.configs.committed.is_joint
 
     elect(core, now=10.0)  # its barrier at offset 1
-    flush(core.log)
-    core.on_flushed(10.0)
+    persist(core, 10.0)
     core.step(
         2,
         append_reply(2, core.term, 1, 1),
@@ -700,7 +723,7 @@ def committed_leader_with_records(count: int) -> RaftCore:
         append_reply(2, leader.term, last, last),
         10,
     )
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     assert leader.commit_offset == last
     return leader
 
@@ -722,8 +745,7 @@ def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without
 
     witness = make_core(4, term=leader.term, config=None)
     witness.step(1, first, 10.0)
-    flush(witness.log)
-    witness.on_flushed(10.0)
+    persist(witness, 10.0)
     assert witness.log.log_start_offset == committed + 1, "nothing committed was copied"
     assert witness.log.dirty_offset == config_offset and witness.config == joining
     for _, reply in witness.take_outbox():
@@ -733,8 +755,7 @@ def test_a_witness_joins_with_the_uncommitted_tail_only_and_may_not_lead_without
         append_reply(2, leader.term, config_offset, config_offset),
         10.0,
     )
-    flush(leader.log)
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     assert leader.commit_offset == config_offset
     assert leader.config.is_voter(4) and 4 in leader.config.witnesses, "promoted once caught up"
 
@@ -754,7 +775,7 @@ def test_a_node_restarted_at_the_leaders_start_without_a_base_config_forgets_its
     flush(leader.log)
     reply = append_reply(2, leader.term, config_offset, config_offset)
     leader.step(2, reply, 10.0)
-    leader.on_flushed(10.0)
+    persist(leader, 10.0)
     assert leader.commit_offset >= config_offset, "committed before 4 heard anything"
     first = first_message_to(leader, 4)
     assert (first.prev_offset, first.prev_term) == (config_offset - 1, UNKNOWN_TERM)

@@ -13,7 +13,7 @@ from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import AppendEntries
 from quorumlog.raft.witness import WITNESS_CAMPAIGN_TIMEOUTS
 from tests.log.helpers import batch_of
-from tests.test_core import SETTINGS, WITH_WITNESS, elect, flush, make_core, propose
+from tests.test_core import SETTINGS, WITH_WITNESS, elect, make_core, persist, propose
 
 STEP_S = 0.01
 
@@ -32,8 +32,7 @@ def run(cores: dict[int, RaftCore], start: float, until: float, done) -> float:
                     if to in cores:
                         cores[to].step(sender.id, message, now)
         for core in cores.values():
-            flush(core.log)
-            core.on_flushed(now)
+            persist(core, now)
     return now
 
 
@@ -57,8 +56,7 @@ def test_a_witness_with_the_newest_log_leads_for_a_moment_and_hands_over():
     for to, message in leader.take_outbox():
         if isinstance(message, AppendEntries) and to in (2, 3):
             cores[to].step(1, message, 12.0)
-            flush(cores[to].log)
-            cores[to].on_flushed(12.0)
+            persist(cores[to], 12.0)
     fs = leader.log._fs
     fs.crash()
     cores[1] = RaftCore(
