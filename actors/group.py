@@ -1,10 +1,11 @@
 """A group actor: one Raft group replica on this node, the task that owns its core.
 
 The main loop reads the group's mailbox: peer messages, client appends, wake-ups, calls.
-After each round of inputs it appends the round's client appends together (one write, one
+After each round of inputs it proposes the round's client appends together (one write, one
 AppendEntries per follower, one flush for all of them), persists term and vote if they
-changed (before anything is sent: storage rule 1), sends the core's outbox, answers the
-appends whose durability was reached, and asks the flusher for a flush. Client appends
+changed (before anything is sent: storage rule 1), applies the core's writes to the log
+(the core itself never writes it: raft/raft_log.py), answers the appends whose durability
+was reached, asks the flusher for a flush and sends the core's outbox. Client appends
 come without a task each: the transport hands them over (`take_append`) and the main loop
 answers them through the connection's reply path. Timers are the core's deadlines, waited
 for on trio's clock. A storage error anywhere raises out of `run` (fail-stop).
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import math
 import random
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,6 +42,7 @@ from quorumlog.actors.mailbox import (
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.read_index import end_offset, read_committed, unsettled
+from quorumlog.actors.retention import keep_retention
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
@@ -67,7 +68,6 @@ from quorumlog.transport.network import Answer, NodeTransport
 logger = structlog.get_logger("quorumlog.group")
 
 MAILBOX_MAX = 1024
-RETENTION_CHECK_S = 5.0
 # Inputs handled per round before the outputs go out: bounds latency, lets sends coalesce.
 ROUND_INPUTS_MAX = 256
 
@@ -155,7 +155,7 @@ class GroupActor(GroupHandle):
         self.transport = transport
         async with trio.open_nursery() as nursery:
             if not self.log.retains_all:
-                nursery.start_soon(self._retention)
+                nursery.start_soon(keep_retention, self)
             task_status.started(self)
             await self._main_loop()
 
@@ -277,6 +277,9 @@ class GroupActor(GroupHandle):
         if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
+        writes = core.log.take_writes()  # the round's last change to the log is made
+        if writes is not None:
+            writes.apply(self.log)
         self._answer_waiters()
         self._turn.round_ended(core, trio.current_time())
         log = self.log
@@ -343,15 +346,6 @@ class GroupActor(GroupHandle):
                         self.address_of(core.leader_id),
                     )
                 )
-
-    async def _retention(self) -> None:
-        """Every few seconds, drop old segments by the retention settings: committed ones
-        only (a lagging follower then restarts its log at this one's start)."""
-        while True:
-            await trio.sleep(RETENTION_CHECK_S)
-            # Wall-clock time: retention by age compares with the records' timestamps.
-            now_ms = int(time.time() * 1000)
-            await self.call(lambda core, now_ms=now_ms: core.retain(now_ms))
 
     async def save_metadata(self) -> None:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""

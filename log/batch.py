@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -247,3 +248,21 @@ def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int)
     _BASE_OFFSET_TERM.pack_into(header, _BASE_OFFSET_POS, base_offset, term)
     seal_header(header)
     return b"".join((header, view[HEADER_BYTES:]))
+
+
+def place_batches(
+    batches: Sequence[bytes | memoryview],
+    next_offset: int,
+    term: int,
+    headers: Sequence[BatchHeader] | None = None,
+) -> list[tuple[BatchHeader, bytes]]:
+    """Whole batches placed one after another from `next_offset` in `term`, each with its
+    header (`headers`, when the caller parsed them already, saves parsing them again)."""
+    placed = []
+    for i, batch in enumerate(batches):
+        header = parse_header(batch) if headers is None else headers[i]
+        placed.append(
+            (header.placed(next_offset, term), with_offset_and_term(batch, next_offset, term))
+        )
+        next_offset += header.record_count
+    return placed

@@ -13,6 +13,18 @@ class LogChunk(NamedTuple):
     last_offset: int
 
 
+class OffsetOutOfRangeError(LookupError):
+    """An offset before the log start (or otherwise not held by this log)."""
+
+
+def read_upto(from_offset: int, upto_offset: int | None, log_start: int, dirty: int) -> int:
+    """The last offset a read from `from_offset` may return: `upto_offset`, at most the
+    log's end (below `from_offset`: nothing to read). Raises before the log start."""
+    if from_offset < log_start:
+        raise OffsetOutOfRangeError(f"offset {from_offset} is before the log start {log_start}")
+    return dirty if upto_offset is None else min(upto_offset, dirty)
+
+
 class TailCache:
     """The batches the leader appended last, kept in memory so that replicating them to the
     followers costs no read from the page cache (Redpanda's batch cache, in small).
@@ -22,14 +34,15 @@ class TailCache:
 
     BYTES_MAX = 4 * 1024 * 1024
 
-    def __init__(self) -> None:
+    def __init__(self, bytes_max: float = BYTES_MAX) -> None:
+        self._bytes_max = bytes_max  # math.inf: keeps everything (a Raft core's unstable tail)
         self.clear()
 
-    def add(self, base_offset: int, last_offset: int, batch: bytes) -> None:
+    def add(self, base_offset: int, last_offset: int, batch: bytes | memoryview) -> None:
         self._bases.append(base_offset)
         self._entries.append((last_offset, batch))
         self._bytes += len(batch)
-        while self._bytes > self.BYTES_MAX and self._first < len(self._entries) - 1:
+        while self._bytes > self._bytes_max and self._first < len(self._entries) - 1:
             self._bytes -= len(self._entries[self._first][1])
             self._entries[self._first] = (self._entries[self._first][0], b"")  # let it go now
             self._first += 1

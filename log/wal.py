@@ -22,13 +22,13 @@ from typing import Any
 import structlog
 
 from quorumlog.log.backfill import Backfill
-from quorumlog.log.batch import BatchHeader, parse_header, with_offset_and_term
+from quorumlog.log.batch import BatchHeader, place_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import File, FileSystem
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
 from quorumlog.log.loading import load_segments
 from quorumlog.log.segment import Segment, segment_file_name
-from quorumlog.log.tailcache import LogChunk, TailCache
+from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
 
 logger = structlog.get_logger("quorumlog.log")
 
@@ -42,10 +42,6 @@ async def run_inline(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _base_offset(segment: Segment) -> int:
     return segment.base_offset
-
-
-class OffsetOutOfRangeError(LookupError):
-    """An offset before the log start (or otherwise not held by this log)."""
 
 
 class Log:
@@ -201,43 +197,38 @@ class Log:
         term: int,
         headers: Sequence[BatchHeader] | None = None,
     ) -> int:
-        """Leader path: place whole batches at the next offsets in `term`; returns dirty.
-        `headers`, when the caller parsed them already, saves parsing them again."""
-        if term < self.last_term:
-            raise ValueError(f"append in term {term} after term {self.last_term}")
-        placed = []
-        next_offset = self.dirty_offset + 1
-        for i, batch in enumerate(batches):
-            header = parse_header(batch) if headers is None else headers[i]
-            patched = with_offset_and_term(batch, next_offset, term)
-            placed.append((header.placed(next_offset, term), patched))
-            next_offset += header.record_count
-        self._write(placed)
-        for header, patched in placed:
-            self._tail.add(header.base_offset, header.last_offset, patched)
-        return self.dirty_offset
+        """Place whole batches at the next offsets in `term` (a leader's path); returns
+        dirty. `headers`, when the caller parsed them already, saves parsing them again."""
+        return self.append_placed(place_batches(batches, self.dirty_offset + 1, term, headers))
 
-    def append_replicated(self, batches: Sequence[tuple[BatchHeader, memoryview]]) -> int:
-        """Follower path: whole batches, checked by `split_batches`, that already carry
-        their offsets and terms, which must continue this log exactly. Returns dirty."""
-        placed = []
+    def append_placed(
+        self,
+        placed: Sequence[tuple[BatchHeader, bytes | memoryview]],
+        keep_recent: bool = True,
+    ) -> int:
+        """Whole batches that already carry their offsets and terms, which must continue
+        this log exactly. `keep_recent`: a leader's, kept in memory for replicating them
+        (a follower's replace what was kept). Returns dirty."""
         expected_offset = self.dirty_offset + 1
         expected_term = self.last_term
-        for header, batch in batches:
+        for header, _ in placed:
             if header.base_offset != expected_offset:
                 raise ValueError(
                     f"batch at offset {header.base_offset}, expected {expected_offset}"
                 )
             if header.term < expected_term:
                 raise ValueError(f"batch of term {header.term} after term {expected_term}")
-            placed.append((header, batch))
             expected_offset = header.last_offset + 1
             expected_term = header.term
         self._write(placed)
-        self._tail.clear()  # only the leader path keeps recent batches in memory
+        if keep_recent:
+            for header, batch in placed:
+                self._tail.add(header.base_offset, header.last_offset, batch)
+        else:
+            self._tail.clear()
         return self.dirty_offset
 
-    def _write(self, placed: list[tuple[BatchHeader, bytes | memoryview]]) -> None:
+    def _write(self, placed: Sequence[tuple[BatchHeader, bytes | memoryview]]) -> None:
         active = self._segments[-1]
         pending: list[bytes | memoryview] = []
         position = active.size_bytes
@@ -370,11 +361,7 @@ class Log:
         """Whole batches from the one holding `from_offset`: at most `bytes_max` bytes but at
         least one batch, none past `upto_offset` (default: the dirty offset). Empty when
         `from_offset` is past the end; OffsetOutOfRangeError before the log start."""
-        if from_offset < self.log_start_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {from_offset} is before the log start {self.log_start_offset}"
-            )
-        upto = self.dirty_offset if upto_offset is None else min(upto_offset, self.dirty_offset)
+        upto = read_upto(from_offset, upto_offset, self.log_start_offset, self.dirty_offset)
         if from_offset > upto:
             return LogChunk(b"", from_offset - 1)
         cached = self._tail.read(from_offset, bytes_max, upto)

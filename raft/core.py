@@ -1,9 +1,10 @@
 """One Raft group's rules, as plain synchronous code on plain state (etcd's raft.Step style).
 
 `RaftCore` takes inputs (a peer message, a tick, "persisted up to N", a client proposal) with
-the current time, changes its state, writes to the log's page cache, and leaves what must be
-done in its outputs: `outbox` (messages to send) and `metadata_dirty` (term or vote changed:
-persist before sending anything, storage rule 1). The node actor around it performs them.
+the current time, changes its state, and leaves what must be done in its outputs: the log's
+writes (`log.take_writes()`, raft/raft_log.py: the core never writes the node's log),
+`outbox` (messages to send) and `metadata_dirty` (term or vote changed: persist before
+sending anything, storage rule 1). The node actor around it performs them.
 No trio, no sockets, no clock here: every time is passed in, all randomness comes from the
 `random.Random` the node is given.
 
@@ -68,11 +69,12 @@ from quorumlog.raft.messages import (
 from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
+from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
 from quorumlog.raft.settings import RaftSettings
-from quorumlog.raft.storage import RaftLog
+from quorumlog.raft.storage import LogStorage
 from quorumlog.raft.witness import WitnessRules
 
 logger = structlog.get_logger("quorumlog.raft")
@@ -103,7 +105,7 @@ class RaftCore(
         self,
         node_id: int,
         group_id: int,
-        log: RaftLog,
+        log: LogStorage,
         meta: ConsensusMetadata,
         settings: RaftSettings,
         rng: random.Random,
@@ -115,7 +117,7 @@ class RaftCore(
     ):
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
-        self.log = log
+        self.log = RaftLog(log)
         self.meta = meta
         self.settings = settings
         self.rng = rng
@@ -442,15 +444,11 @@ class RaftCore(
     def _note_snapshot(self, offset: int) -> None:
         self.snapshot_offsets = [*self.snapshot_offsets[-3:], offset]
 
-    def retain(self, now_ms: int) -> None:
-        """Drop what the log's retention lets go: committed records only, and in a log
-        compacted to its snapshots everything before the last committed one."""
-        log = self.log
-        if log.config.compact_to_snapshots:
-            committed = [o for o in self.snapshot_offsets if o <= self.commit_offset]
-            if committed:
-                log.truncate_prefix(committed[-1])
-        log.apply_retention(now_ms, keep_from_offset=self.commit_offset + 1)
+    def committed_snapshot(self) -> int | None:
+        """The last committed batch flagged SNAPSHOT: in a log compacted to its snapshots,
+        what comes before it may go (retention drops committed records only)."""
+        committed = [o for o in self.snapshot_offsets if o <= self.commit_offset]
+        return committed[-1] if committed else None
 
     # ----------------------------------------------------------------------- reporting
 

@@ -1,6 +1,7 @@
-"""What a Raft core needs of its log (`log.wal.Log` in a node, the same on the simulated
-disk). Appends and truncations go to the page cache; durability comes back as an input
-(`RaftCore.on_persisted`) once the node's flusher has synced them."""
+"""What a Raft core needs of its node's log (`log.wal.Log` in a node, the same on the
+simulated disk): reads, and the writes the group actor applies for it (`raft/raft_log.py`:
+the core itself never writes). Durability comes back as an input (`RaftCore.on_persisted`)
+once the node's flusher has synced them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Protocol
 from quorumlog.log.backfill import Backfill
 from quorumlog.log.batch import BatchHeader
 from quorumlog.log.config import LogConfig
-from quorumlog.log.wal import LogChunk
+from quorumlog.log.tailcache import LogChunk
 
 
-class RaftLog(Protocol):
+class LogStorage(Protocol):
     @property
     def log_start_offset(self) -> int: ...
     @property
@@ -32,15 +33,9 @@ class RaftLog(Protocol):
     def read(
         self, from_offset: int, bytes_max: int, upto_offset: int | None = None
     ) -> LogChunk: ...
-    def append(
-        self,
-        batches: Sequence[bytes | memoryview],
-        term: int,
-        headers: Sequence[BatchHeader] | None = None,
+    def append_placed(
+        self, placed: Sequence[tuple[BatchHeader, bytes | memoryview]], keep_recent: bool = True
     ) -> int: ...
-    def append_replicated(self, batches: Sequence[tuple[BatchHeader, memoryview]]) -> int: ...
     def truncate_suffix(self, from_offset: int) -> None: ...
     def reset(self, next_offset: int) -> None: ...
-    def truncate_prefix(self, offset: int) -> int: ...
-    def apply_retention(self, now_ms: int, keep_from_offset: int | None = None) -> int: ...
     def backfill(self, start: int) -> Backfill: ...

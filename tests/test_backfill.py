@@ -97,7 +97,7 @@ def test_a_witness_is_copied_the_records_before_its_start_then_may_become_a_full
     leader.propose_config(make_electable(leader.config, 4))  # no longer refused
 
     # The copy is durable and in place: the log reopens whole after a crash.
-    fs = witness.log._fs
+    fs = witness.log.stored._fs
     fs.crash()
     reopened = Log.open(fs, "/log", run_sync=run_inline)
     assert reopened.log_start_offset == 0 and reopened.dirty_offset == witness.log.dirty_offset
@@ -113,7 +113,7 @@ def test_a_copy_cut_short_by_a_crash_is_dropped_and_done_again():
     first = [m for _, m in leader.take_outbox() if isinstance(m, BackfillChunk)][:2]
     for chunk in first:
         witness.step(1, chunk, 10.0)
-    fs = witness.log._fs
+    fs = witness.log.stored._fs
     assert fs.exists(f"/log/{BACKFILL_DIR}")
     fs.crash()
     reopened = Log.open(fs, "/log", run_sync=run_inline)

@@ -43,6 +43,7 @@ from quorumlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
+from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
 from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
@@ -53,8 +54,13 @@ PEERS = {1: "127.0.0.1:7001", 2: "127.0.0.1:7002", 3: "127.0.0.1:7003"}
 BOOTSTRAP = Configuration.bootstrap(PEERS)
 
 
-def flush(log: Log) -> int:
-    coro = log.flush()
+def flush(log: RaftLog) -> int:
+    """What a node does with a core's log: its group actor applies the round's writes,
+    then its flusher makes them durable. Returns the durable offset."""
+    writes = log.take_writes()
+    if writes is not None:
+        writes.apply(log.stored)
+    coro = log.stored.flush()
     try:
         coro.send(None)
     except StopIteration as done:
@@ -240,7 +246,7 @@ def test_commit_needs_a_majority_of_flushed_replicas_the_leader_counted_as_any()
         10.0,
     )
     assert core.commit_offset == last
-    assert core.log.flushed_offset < last, "committed before the leader's own flush"
+    assert core.persisted_offset < last, "committed before the leader's own flush"
 
 
 def test_the_leaders_flush_and_one_followers_make_a_majority():
@@ -396,7 +402,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     )
     persist(leader, 10.0)
     assert leader.commit_offset == 20
-    start = leader.log.truncate_prefix(leader.commit_offset)
+    start = leader.log.stored.truncate_prefix(leader.commit_offset)
     assert start > 0, "retention removed the oldest segments"
     # Follower 2 has nothing: the leader sends from its log start, prev term unknown.
     reply = append_reply(2, leader.term, -1, -1, AppendResult.FAILURE, conflict_term=0)

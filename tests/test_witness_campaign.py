@@ -57,7 +57,7 @@ def test_a_witness_with_the_newest_log_leads_for_a_moment_and_hands_over():
         if isinstance(message, AppendEntries) and to in (2, 3):
             cores[to].step(1, message, 12.0)
             persist(cores[to], 12.0)
-    fs = leader.log._fs
+    fs = leader.log.stored._fs
     fs.crash()
     cores[1] = RaftCore(
         1,

@@ -230,15 +230,15 @@ async def test_reset_continues_at_a_later_offset(disk):
     assert values_in(log.read(1000, 100).data) == [(1000, b"a")]
 
 
-async def test_append_replicated_checks_continuity(disk):
+async def test_placed_batches_must_continue_the_log(disk):
     leader = open_log(*disk)
     fill(leader, 4, term=2)
     follower_fs = MemoryFileSystem()
     follower = open_log(follower_fs, "/f/log")
     data = leader.read(0, 10_000).data
-    assert follower.append_replicated(split_batches(data)) == leader.dirty_offset
+    assert follower.append_placed(split_batches(data), keep_recent=False) == leader.dirty_offset
     with pytest.raises(ValueError):
-        follower.append_replicated(split_batches(data))  # offsets no longer continue the log
+        follower.append_placed(split_batches(data))  # offsets no longer continue the log
     assert read_all(follower) == read_all(leader)
 
 

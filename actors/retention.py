@@ -1,0 +1,35 @@
+"""Retention: every few seconds, a group drops its log's oldest segments by the log's
+settings (`[log] retention_bytes`, `retention_ms`, `compact_to_snapshots`). Committed
+records only: a lagging follower then starts its log again at this one's start."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from quorumlog.raft.core import RaftCore
+
+if TYPE_CHECKING:
+    from quorumlog.actors.group import GroupActor
+
+RETENTION_CHECK_S = 5.0
+
+
+async def keep_retention(group: GroupActor) -> None:
+    while True:
+        await trio.sleep(RETENTION_CHECK_S)
+        # Wall-clock time: retention by age compares with the records' timestamps.
+        now_ms = int(time.time() * 1000)
+        await group.call(lambda core, now_ms=now_ms: retain(group, core, now_ms))
+
+
+def retain(group: GroupActor, core: RaftCore, now_ms: int) -> None:
+    """In the group's task: drop what retention lets go, and in a log compacted to its
+    snapshots everything before the last committed one."""
+    log = group.log
+    snapshot = core.committed_snapshot()
+    if log.config.compact_to_snapshots and snapshot is not None:
+        log.truncate_prefix(snapshot)
+    log.apply_retention(now_ms, keep_from_offset=core.commit_offset + 1)
