@@ -68,6 +68,7 @@ class DiskHealth:
         self._settings = settings
         self.disks: dict[int, Disk] = {node_id: Disk()}
         self._pass_started_s: float | None = None
+        self._judged_s = -math.inf
         self.stalled_s = -math.inf  # when this node's process last stood still (stall_watch)
 
     # ----------------------------------------------------------------------- inputs
@@ -83,7 +84,10 @@ class DiskHealth:
         else:
             own.latency_s += EWMA_WEIGHT * (latency_s - own.latency_s)
         own.heard_s = now
-        self.judge(now)
+        if now - self._judged_s >= CHECK_INTERVAL_S:
+            # Not after every pass (one per quorum append at low load): slowness that
+            # counts lasts seconds, and judging compares medians of every node's figure.
+            self.judge(now)
 
     def peer_reported(self, peer: int, latency_us: int, now: float) -> None:
         if latency_us == UNKNOWN_US or peer == self.node_id:
@@ -94,6 +98,7 @@ class DiskHealth:
 
     def judge(self, now: float) -> None:
         """Decide who is slow now (after new figures, and every check: a stalled pass)."""
+        self._judged_s = now
         s = self._settings
         latencies = {
             n: self._latency_s(n, now)

@@ -23,21 +23,20 @@ from dataclasses import replace
 import structlog
 import trio
 
-from quorumlog.actors.append_check import checked_batches
 from quorumlog.actors.campaigns import CampaignSlots, CampaignTurn
 from quorumlog.actors.disk_health import DiskHealth
 from quorumlog.actors.flusher import Flusher
+from quorumlog.actors.group_appends import AppendIntake
 from quorumlog.actors.group_handle import GroupHandle
 from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.mailbox import (
     WAKE_UP,
-    Answered,
     ClientAppend,
     CoreCall,
     PeerConnected,
     PeerInput,
-    Pending,
     QuorumWaiter,
+    RoundTimer,
     WakeUp,
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
@@ -47,9 +46,8 @@ from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
-from quorumlog.log.batch import BatchHeader
 from quorumlog.membership.config import Configuration
-from quorumlog.raft.core import Proposal, RaftCore
+from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import Heartbeat
 from quorumlog.raft.producers import StaleSequenceError
 from quorumlog.raft.settings import RaftSettings
@@ -63,7 +61,7 @@ from quorumlog.transport.messages import (
     Message,
     ReadRequest,
 )
-from quorumlog.transport.network import Answer, NodeTransport
+from quorumlog.transport.network import NodeTransport
 
 logger = structlog.get_logger("quorumlog.group")
 
@@ -72,7 +70,7 @@ MAILBOX_MAX = 1024
 ROUND_INPUTS_MAX = 256
 
 
-class GroupActor(GroupHandle):
+class GroupActor(GroupHandle, AppendIntake):
     def __init__(
         self,
         node_id: int,
@@ -112,6 +110,7 @@ class GroupActor(GroupHandle):
         )
         GroupHandle.__init__(self, self.core)
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
+        self._timer = RoundTimer(self.wake_up)  # the core's next deadline
         self._flusher = flusher
         self._metadata_writer = metadata_writer
         self._turn = CampaignTurn(
@@ -154,6 +153,7 @@ class GroupActor(GroupHandle):
         )
         self.transport = transport
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._timer.run)
             if not self.log.retains_all:
                 nursery.start_soon(keep_retention, self)
             task_status.started(self)
@@ -165,20 +165,20 @@ class GroupActor(GroupHandle):
         appends: list[ClientAppend] = []
         while True:
             core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
-            with trio.move_on_at(min(self._next_deadline(), self._hold_release_s())):
-                item = await mailbox.receive()
-                if core.quiet:  # before the input: it must see what the node heard
-                    core.wake(
-                        trio.current_time(),
-                        self._heartbeats.contacts_for(self.group_id, core.is_leader),
-                    )
-                    self._heartbeats.active(self.group_id)
-                self._handle_input(item, appends)
-                for _ in range(ROUND_INPUTS_MAX - 1):
-                    try:
-                        self._handle_input(mailbox.receive_nowait(), appends)
-                    except trio.WouldBlock:
-                        break
+            self._timer.set(min(self._next_deadline(), self._hold_release_s()))
+            item = await mailbox.receive()
+            if core.quiet:  # before the input: it must see what the node heard
+                core.wake(
+                    trio.current_time(),
+                    self._heartbeats.contacts_for(self.group_id, core.is_leader),
+                )
+                self._heartbeats.active(self.group_id)
+            self._handle_input(item, appends)
+            for _ in range(ROUND_INPUTS_MAX - 1):
+                try:
+                    self._handle_input(mailbox.receive_nowait(), appends)
+                except trio.WouldBlock:
+                    break
             now = trio.current_time()
             if core.is_leader:
                 core.note_contacts(self._heartbeats.answered_by)
@@ -218,7 +218,7 @@ class GroupActor(GroupHandle):
                 if processed is not None:
                     processed.set()
             case WakeUp():
-                pass  # the round takes what was persisted; a quiet core wakes
+                pass  # the round takes what was persisted, runs due timers; a quiet core wakes
             case PeerConnected(peer):
                 core.peer_connected(peer)
             case CoreCall():
@@ -406,66 +406,6 @@ class GroupActor(GroupHandle):
         except trio.WouldBlock:
             await self._inbox.send(item)
         return None
-
-    def take_append(self, request: AppendRequest, answer: Answer) -> bool:
-        """A client append, put in the mailbox without a task to wait for it: the main
-        loop answers it through `answer`. False when the mailbox is full (the caller
-        then waits for room through `append`)."""
-        checked = self._checked(request)
-        if not isinstance(checked, list):
-            answer(checked)
-            return True
-        acks = request.acks
-        size = len(request.batches)
-        reply = Answered(answer, self.stats, acks, size, trio.current_time())
-        proposal = Proposal(checked, acks is Acks.QUORUM)
-        try:
-            self._inbox.send_nowait(
-                ClientAppend(proposal, acks, None if acks is Acks.NONE else reply)
-            )
-        except trio.WouldBlock:
-            return False
-        if acks is Acks.NONE:
-            reply.resolve(self._received_reply())
-        return True
-
-    async def append(self, request: AppendRequest, *, by_client: bool = True) -> Message:
-        """The waiting path of an append (the mailbox was full for `take_append`), and
-        the node's own (`by_client=False`: the controller's commands, the coordinators'
-        records), which the client metrics leave out."""
-        started = trio.current_time()
-        submitted = await self.submit(request, by_client)
-        answer = await submitted.wait() if isinstance(submitted, Pending) else submitted
-        if by_client and isinstance(answer, AppendReply):
-            elapsed = trio.current_time() - started
-            self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
-        return answer
-
-    async def submit(self, request: AppendRequest, by_client: bool = False) -> Pending | Message:
-        """Put an append in the mailbox: appended in the order submitted; its answer when
-        the Pending is resolved (acks=none: answered now), or the refusal."""
-        checked = self._checked(request, by_client)
-        if not isinstance(checked, list):
-            return checked
-        proposal = Proposal(checked, request.acks is Acks.QUORUM)
-        if request.acks is Acks.NONE:
-            await self._inbox.send(ClientAppend(proposal, request.acks, None))
-            return self._received_reply()
-        reply = Pending()
-        await self._inbox.send(ClientAppend(proposal, request.acks, reply))
-        return reply
-
-    def _checked(
-        self, request: AppendRequest, by_client: bool = True
-    ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
-        core = self.core
-        refusal = None if core.serves_clients else self.not_leader(core.leader_id)
-        return checked_batches(request, self.settings.append_bytes_max, refusal, by_client)
-
-    def _received_reply(self) -> AppendReply:
-        """The answer to an acks=none append: received, no offsets yet."""
-        flushed, dirty = self.core.majority_offsets()
-        return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
 
     async def answer(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> Message:
         """A client's call on this partition, as the node's handler and the coordinator's

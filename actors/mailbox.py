@@ -1,11 +1,12 @@
 """What a group actor's mailbox carries, and how an answer gets back to whoever asked.
 
-Every input of a group is a mailbox item, local ones too ("flushed" comes from the
-flusher, admin calls come as `CoreCall`), so that one task owns the core.
+Every input of a group is a mailbox item, local ones too (the flusher's and the timer's
+wake-ups, admin calls as `CoreCall`), so that one task owns the core.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,31 @@ class WakeUp:
 
 
 WAKE_UP = WakeUp()
+
+
+class RoundTimer:
+    """Wakes a group's main loop (`wake`, a WAKE_UP in its mailbox) when the deadline the
+    loop last set passes. One cancel scope waits for the deadline, moved after every round,
+    instead of one scope entered around every wait for the mailbox (about 12 us a round).
+    """
+
+    def __init__(self, wake: Callable[[], None]):
+        self._wake = wake
+        self._deadline = math.inf
+        self._scope: trio.CancelScope | None = None
+
+    def set(self, deadline: float) -> None:
+        if deadline != self._deadline:
+            self._deadline = deadline
+            if self._scope is not None:
+                self._scope.deadline = deadline
+
+    async def run(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self._deadline) as self._scope:
+                await trio.sleep_forever()
+            self._deadline = math.inf  # until the loop sets the next one
+            self._wake()
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PURE = ("raft", "log", "membership", "controller", "consumers")
 NEVER_IN_PURE = ("trio", "socket", "selectors", "asyncio", "quorumlog.actors")
-# The group's task and its handle are the only code that reads a RaftCore's state.
-CORE_OWNERS = {"actors/group.py", "actors/group_handle.py"}
+# The group's task (with its append intake) and its handle are the only code that reads
+# a RaftCore's state.
+CORE_OWNERS = {"actors/group.py", "actors/group_appends.py", "actors/group_handle.py"}
 
 
 def imports_of(path: Path) -> set[str]:
