@@ -35,6 +35,7 @@ from quorumlog.actors.mailbox import (
     CoreCall,
     PeerConnected,
     PeerInput,
+    Pending,
     QuorumWaiter,
     RoundTimer,
     WakeUp,
@@ -122,6 +123,7 @@ class GroupActor(GroupHandle, AppendIntake):
         # What the flusher last reported durable: (offset, the log's truncations then).
         self._persisted: tuple[int, int] | None = None
         self._waiters: deque[QuorumWaiter] = deque()
+        self.reads: dict[int, Pending] = {}  # ReadIndex requests, by context (read_index.py)
         # Appends that arrived during a leadership transfer, or while a new leader waits
         # for its clock to pass the last stamp in its log: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
@@ -213,10 +215,8 @@ class GroupActor(GroupHandle, AppendIntake):
             case ClientAppend():
                 appends.append(item)
                 return
-            case PeerInput(sender, message, processed):
+            case PeerInput(sender, message):
                 core.step(sender, message, trio.current_time())
-                if processed is not None:
-                    processed.set()
             case WakeUp():
                 pass  # the round takes what was persisted, runs due timers; a quiet core wakes
             case PeerConnected(peer):
@@ -281,6 +281,9 @@ class GroupActor(GroupHandle, AppendIntake):
         if writes is not None:
             writes.apply(self.log)
         self._answer_waiters()
+        for state in core.take_read_states():
+            if (waiting := self.reads.pop(state.ctx, None)) is not None:
+                waiting.resolve(state.offset)
         self._turn.round_ended(core, trio.current_time())
         log = self.log
         if log.dirty_offset > log.flushed_offset or core.flush_urgent:
@@ -302,8 +305,11 @@ class GroupActor(GroupHandle, AppendIntake):
         transport = self.transport
         assert transport is not None
         for to, message in core.take_outbox():
-            # Heartbeats: the node sends them batched. A send not made: counted.
-            if type(message) is not Heartbeat and not transport.send_nowait(to, message):
+            # Heartbeats: the node sends them batched, but for ReadIndex's. A send not
+            # made: counted.
+            if type(message) is Heartbeat and not message.read_ctx:
+                continue
+            if not transport.send_nowait(to, message):
                 self.stats.messages_dropped += 1
 
     def _tell_heartbeats(self) -> None:
@@ -392,14 +398,8 @@ class GroupActor(GroupHandle, AppendIntake):
 
     # ------------------------------------------------------------------- inputs
 
-    async def deliver(self, sender: int, message: Message) -> Message | None:
-        """A Raft message from a peer. A heartbeat is also answered directly, so that a
-        leader can confirm its leadership with a round of heartbeat requests (ReadIndex)."""
-        if isinstance(message, Heartbeat):
-            processed = trio.Event()
-            await self._inbox.send(PeerInput(sender, message, processed))
-            await processed.wait()
-            return self.core.heartbeat_reply()
+    async def deliver(self, sender: int, message: Message) -> None:
+        """A Raft message from a peer (its answer, if any, goes back one-way too)."""
         item = PeerInput(sender, message)
         try:
             self._inbox.send_nowait(item)  # the reader passes through the scheduler enough

@@ -121,7 +121,6 @@ class PeerConnected:
 class PeerInput:
     sender: int
     message: Message
-    processed: trio.Event | None = None
 
 
 @dataclass(frozen=True, slots=True)

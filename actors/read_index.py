@@ -1,7 +1,7 @@
 """A group's reads: committed records from any replica (`read_committed`), its end
 (`end_offset`), and what a leader may answer only once sure it still leads: its term's
-barrier committed (`term_committed`, `unsettled`), then ReadIndex (`read_index`, Raft
-dissertation 6.4)."""
+barrier committed (`term_committed`, `unsettled`), then ReadIndex (`read_index`: the core
+confirms leadership with a quorum, raft/read_index.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from quorumlog.actors.mailbox import Pending
 from quorumlog.log.wal import OffsetOutOfRangeError
-from quorumlog.membership.quorum import has_quorum
-from quorumlog.raft.messages import AppendEntriesReply, Heartbeat
-from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     EndOffsetReply,
     ErrorCode,
@@ -23,6 +21,7 @@ from quorumlog.transport.messages import (
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
+    from quorumlog.raft.core import RaftCore
 
 
 async def unsettled(group: GroupActor) -> ErrorReply | None:
@@ -48,38 +47,22 @@ async def term_committed(group: GroupActor) -> bool:
 
 
 async def read_index(group: GroupActor) -> int | None:
-    """Once an entry of this term is committed, note the commit offset, then confirm with a
-    quorum that we still lead; None if we could not."""
-    term = group.view.term
+    """Once an entry of this term is committed, the commit offset, confirmed by a quorum
+    that this node still leads; None if it could not be (within an election timeout)."""
     if not await term_committed(group):
         return None
-    commit = group.view.commit_offset
-    config = group.view.config
-    heartbeat = Heartbeat(
-        group=group.group_id, term=term, leader_id=group.node_id, leader_commit=commit
-    )
-    confirmed = {group.node_id}
-    transport = group.transport
-    assert transport is not None
+    answer = Pending()
 
-    async def ask(peer: int) -> None:
-        try:
-            reply = await transport.request(peer, heartbeat)
-        except ConnectionClosed:
-            return
-        if isinstance(reply, AppendEntriesReply) and reply.term == term:
-            confirmed.add(peer)
-            if has_quorum(config, confirmed):
-                nursery.cancel_scope.cancel()
+    def ask(core: RaftCore) -> int:
+        ctx = core.read_index()
+        group.reads[ctx] = answer  # answered at the end of a round: this one, or later
+        return ctx
 
-    if has_quorum(config, confirmed):
-        return commit
+    ctx = await group.call(ask)
     with trio.move_on_after(group.settings.election_timeout_min_s):
-        async with trio.open_nursery() as nursery:
-            for peer in config.voters - {group.node_id}:
-                nursery.start_soon(ask, peer)
-    ok = has_quorum(config, confirmed) and group.view.term == term and group.view.is_leader
-    return commit if ok else None
+        return await answer.wait()
+    group.reads.pop(ctx, None)
+    return None
 
 
 READ_BYTES_MAX = 4 * 1024 * 1024

@@ -70,6 +70,7 @@ from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
+from quorumlog.raft.read_index import ReadIndexRules, ReadState
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
@@ -100,6 +101,7 @@ class RaftCore(
     QuiescenceRules,
     BackfillRules,
     WitnessRules,
+    ReadIndexRules,
 ):
     def __init__(
         self,
@@ -160,6 +162,11 @@ class RaftCore(
         # at most PENDING_REPLIES_MAX (a reply reports everything before it too).
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
+        # ReadIndex (raft/read_index.py): requests waiting for a quorum's confirmation, by
+        # context, with the commit offset noted and who confirmed; and the answers.
+        self._read_ctx = 0
+        self._reads: dict[int, tuple[int, set[int]]] = {}
+        self.read_states: list[ReadState] = []
         self.producers = ProducerTable()
         # The latest batches flagged SNAPSHOT (a state machine's whole state): a log
         # compacted to its snapshots keeps the last committed one and what follows.
@@ -271,6 +278,7 @@ class RaftCore(
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()
+        self._drop_reads()
         self.transfer = None
         self.heartbeat_deadline_s = math.inf
         self._reset_election_deadline(now)

@@ -168,7 +168,7 @@ class FollowerRules:
         self._heard_from_leader(hb.leader_id, now)
         self.leader_commit = max(self.leader_commit, hb.leader_commit)
         self._follow_commit()
-        self._send(sender, self.heartbeat_reply())
+        self._send(sender, self.heartbeat_reply(hb.read_ctx))
 
     def _follow_commit(self) -> None:
         """Commit what the leader committed, as far as we verifiably hold and flushed it."""
@@ -230,7 +230,7 @@ class FollowerRules:
             **conflict,
         )
 
-    def heartbeat_reply(self) -> AppendEntriesReply:
+    def heartbeat_reply(self, read_ctx: int = 0) -> AppendEntriesReply:
         return AppendEntriesReply(
             group=self.group_id,
             node_id=self.id,
@@ -240,4 +240,5 @@ class FollowerRules:
             result=AppendResult.SUCCESS,
             heartbeat=True,
             log_start=self.log.log_start_offset,
+            read_ctx=read_ctx,
         )

@@ -47,6 +47,8 @@ class Heartbeat:
     term: int
     leader_id: int
     leader_commit: int
+    # A ReadIndex round (raft/read_index.py): the reply carries it back; 0: none.
+    read_ctx: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +77,7 @@ class AppendEntriesReply:
     # Where the follower's log starts: a witness that joined without the records before
     # its join may lead only once it holds what the leader holds.
     log_start: int = 0
+    read_ctx: int = 0  # the Heartbeat's, answered
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +155,6 @@ RaftMessage = (
 
 RAFT_MESSAGES: tuple[type, ...] = RaftMessage.__args__
 
-# Replies may answer a request (ReadIndex asks with a Heartbeat and awaits the reply), but
-# usually travel one-way like every Raft message.
+# Replies the transport can match to a request, though the node sends every Raft message
+# one-way (the core pairs replies with what it sent).
 RAFT_REPLIES = frozenset({AppendEntriesReply, VoteReply, BackfillReply})

@@ -11,6 +11,7 @@ import trio
 
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.client import Client
+from quorumlog.client.errors import QuorumLogError
 from tests.process.test_failover import Producer, check_no_loss, read_all
 
 
@@ -117,3 +118,26 @@ def test_status_asks_the_members_together_and_ends_within_its_timeout(cluster):
     for found, took in ((rows, blocking_s), (async_rows, async_s)):
         assert found[0]["node_id"] == 1 and found[1:] == expected
         assert took < 2.5, f"status took {took:.1f} s with a 1 s timeout"
+
+
+def test_a_leader_cut_off_from_its_followers_answers_no_linearizable_end_offset(cluster):
+    """ReadIndex: a leader answers with its commit offset only once a quorum confirmed,
+    after the call, that it still leads. With both followers paused it cannot: the call
+    fails rather than answer from a leadership the others may have moved on from."""
+    leader = cluster.wait_for_leader()
+    with cluster.client() as c:
+        c.append([b"before"])
+    followers = [n for n in cluster.ids if n != leader]
+    for n in followers:
+        cluster.procs[n].send_signal(signal.SIGSTOP)
+    try:
+        with (
+            cluster.client(timeout=3, node_id=leader) as c,
+            pytest.raises(QuorumLogError),
+        ):
+            c.end_offset(linearizable=True)
+    finally:
+        for n in followers:
+            cluster.procs[n].send_signal(signal.SIGCONT)
+    with cluster.client() as c:
+        assert c.end_offset(linearizable=True) >= 1, "confirmed again once they are back"

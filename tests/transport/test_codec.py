@@ -135,21 +135,21 @@ def test_oversized_frame_is_refused_by_the_sender():
         encode_frame(1, message, frame_bytes_max=1000)
 
 
-GOOD = [Heartbeat.TAG, 0, 1, 2, 3, 4]
+GOOD = [Heartbeat.TAG, 0, 1, 2, 3, 4, 0]
 
 
 @pytest.mark.parametrize(
     "body, reason",
     [
-        ([Heartbeat.TAG, 0, 1, 2, 3], "fields"),
-        ([Heartbeat.TAG, 0, 1, 2, 3, 4, 5], "fields"),
-        ([Heartbeat.TAG, 0, True, 2, 3, 4], "int"),
-        ([Heartbeat.TAG, 0, 1.0, 2, 3, 4], "int"),
-        ([Heartbeat.TAG, 0, "1", 2, 3, 4], "int"),
-        ([Heartbeat.TAG, 0, 2**63, 2, 3, 4], "int"),
-        ([Heartbeat.TAG, 0, None, 2, 3, 4], "int"),
-        ([Heartbeat.TAG, -1, 1, 2, 3, 4], "correlation"),
-        ([Heartbeat.TAG, "x", 1, 2, 3, 4], "correlation"),
+        ([Heartbeat.TAG, 0, 1, 2, 3, 4], "fields"),
+        ([Heartbeat.TAG, 0, 1, 2, 3, 4, 5, 6], "fields"),
+        ([Heartbeat.TAG, 0, True, 2, 3, 4, 0], "int"),
+        ([Heartbeat.TAG, 0, 1.0, 2, 3, 4, 0], "int"),
+        ([Heartbeat.TAG, 0, "1", 2, 3, 4, 0], "int"),
+        ([Heartbeat.TAG, 0, 2**63, 2, 3, 4, 0], "int"),
+        ([Heartbeat.TAG, 0, None, 2, 3, 4, 0], "int"),
+        ([Heartbeat.TAG, -1, 1, 2, 3, 4, 0], "correlation"),
+        ([Heartbeat.TAG, "x", 1, 2, 3, 4, 0], "correlation"),
         ([99, 0, 1], "unknown message type"),
         ([True, 0, 1, 2, 3, 4], "unknown message type"),
         (["AppendEntries", 0], "unknown message type"),
