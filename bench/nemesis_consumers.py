@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog import AsyncClient, AsyncConsumer, QuorumLogError
+from quorumlog.bench.nemesis_cluster import NemesisCluster
 from quorumlog.client.protocol import Record
 
 if TYPE_CHECKING:
     from quorumlog.bench.history import History
-    from quorumlog.bench.nemesis import Nemesis
 
 GROUPS = {"stream": "nemesis-stream", "queue": "nemesis-queue"}
 SESSION_TIMEOUT_S = 3.0
@@ -37,7 +37,7 @@ Key = tuple[str, int, int]  # topic, partition, offset
 
 
 class Consumers:
-    def __init__(self, n: Nemesis):
+    def __init__(self, n: NemesisCluster):
         self.n = n
         self.delivered: dict[str, set[bytes]] = defaultdict(set)  # mode -> values
         self.acked: set[Key] = set()  # queue mode: acks made durable

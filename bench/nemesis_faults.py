@@ -8,27 +8,23 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import trio
 
 from quorumlog.bench import faults as disk
 from quorumlog.bench.history import Append, Part
+from quorumlog.bench.nemesis_cluster import SPARE_NODES, NemesisCluster
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.client import Client
 from quorumlog.client.errors import QuorumLogError
 
-if TYPE_CHECKING:
-    from quorumlog.bench.nemesis import Nemesis
-
-SPARE_NODES = 6  # ids beyond the first voters, for nodes added by membership changes
-# A slow disk's fsync delay (the others' is bench.nemesis.FSYNC_DELAY_MS) and how long.
+# A slow disk's fsync delay (the others': nemesis_cluster.FSYNC_DELAY_MS) and how long.
 SLOW_DISK_MS = (100.0, 200.0)
 SLOW_DISK_HOLD_S = (2.0, 5.0)
 STARTUP_REFUSAL_S = 10.0
 
 
-async def kill_and_restart(n: Nemesis, nodes: list[int]) -> None:
+async def kill_and_restart(n: NemesisCluster, nodes: list[int]) -> None:
     for node_id in nodes:
         await n.kill(node_id)
     n.event("kill", nodes=nodes)
@@ -38,7 +34,7 @@ async def kill_and_restart(n: Nemesis, nodes: list[int]) -> None:
     n.event("restart", nodes=nodes)
 
 
-async def target_leader(n: Nemesis) -> tuple[Part, int] | None:
+async def target_leader(n: NemesisCluster) -> tuple[Part, int] | None:
     """A partition drawn from the seed, and its leader once there is one."""
     part = n.rng.choice(n.parts)
     leader = await n.leader_now(part)
@@ -48,28 +44,28 @@ async def target_leader(n: Nemesis) -> tuple[Part, int] | None:
     return part, leader
 
 
-async def kill_leader(n: Nemesis) -> None:
+async def kill_leader(n: NemesisCluster) -> None:
     if target := await target_leader(n):
         await kill_and_restart(n, [target[1]])
 
 
-async def kill_controller(n: Nemesis) -> None:
+async def kill_controller(n: NemesisCluster) -> None:
     """The controller group's leader (topic calls and membership go through it)."""
     if n.controller is not None and n.controller in n.running:
         await kill_and_restart(n, [n.controller])
 
 
-async def kill_follower(n: Nemesis) -> None:
+async def kill_follower(n: NemesisCluster) -> None:
     if followers := n.followers():
         await kill_and_restart(n, [n.rng.choice(followers)])
 
 
-async def kill_majority(n: Nemesis) -> None:
+async def kill_majority(n: NemesisCluster) -> None:
     voters = [i for i in n.config["voters"] if i in n.running]
     await kill_and_restart(n, n.rng.sample(voters, len(voters) // 2 + 1))
 
 
-async def pause_leader(n: Nemesis) -> None:
+async def pause_leader(n: NemesisCluster) -> None:
     if not (target := await target_leader(n)):
         return
     leader = target[1]
@@ -80,7 +76,7 @@ async def pause_leader(n: Nemesis) -> None:
     n.event("resume", node=leader)
 
 
-async def held_and_healed(n: Nemesis, what: str, **details) -> None:
+async def held_and_healed(n: NemesisCluster, what: str, **details) -> None:
     """The links as they were just set, for a while."""
     n.event(what, **details)
     await n.hold()
@@ -88,25 +84,25 @@ async def held_and_healed(n: Nemesis, what: str, **details) -> None:
     n.event("heal")
 
 
-async def partitioned(n: Nemesis, groups: list[set[int]], what: str) -> None:
+async def partitioned(n: NemesisCluster, groups: list[set[int]], what: str) -> None:
     n.links.partition(groups)
     await held_and_healed(n, what, groups=[sorted(g) for g in groups])
 
 
-async def isolate_leader(n: Nemesis) -> None:
+async def isolate_leader(n: NemesisCluster) -> None:
     if target := await target_leader(n):
         leader = target[1]
         await partitioned(n, [{leader}, set(n.members) - {leader}], "isolate")
 
 
-async def partition(n: Nemesis) -> None:
+async def partition(n: NemesisCluster) -> None:
     nodes = n.members
     n.rng.shuffle(nodes)
     cut = n.rng.randint(1, len(nodes) // 2)
     await partitioned(n, [set(nodes[:cut]), set(nodes[cut:])], "partition")
 
 
-async def bridge(n: Nemesis) -> None:
+async def bridge(n: NemesisCluster) -> None:
     """Two sides that cannot talk, and one node that talks to both."""
     nodes = n.members
     n.rng.shuffle(nodes)
@@ -119,7 +115,7 @@ async def bridge(n: Nemesis) -> None:
     await held_and_healed(n, "bridge", bridge=middle, left=sorted(left), right=sorted(right))
 
 
-async def one_way(n: Nemesis) -> None:
+async def one_way(n: NemesisCluster) -> None:
     if not (target := await target_leader(n)):
         return
     leader = target[1]
@@ -131,14 +127,14 @@ async def one_way(n: Nemesis) -> None:
     await held_and_healed(n, "one-way", leader=leader, leader_can="hear" if outward else "send")
 
 
-async def slow(n: Nemesis) -> None:
+async def slow(n: NemesisCluster) -> None:
     pairs = [(a, b) for a in n.members for b in n.members if a != b]
     delay, loss = n.rng.uniform(0.02, 0.2), n.rng.uniform(0.0, 0.2)
     n.links.slow(pairs, delay, loss)
     await held_and_healed(n, "slow", delay_s=round(delay, 3), loss=round(loss, 3))
 
 
-async def flap(n: Nemesis) -> None:
+async def flap(n: NemesisCluster) -> None:
     end = trio.current_time() + n.rng.uniform(*n.plan.hold_s) * 2
     while trio.current_time() < end:
         n.links.heal()
@@ -152,7 +148,7 @@ async def flap(n: Nemesis) -> None:
     n.event("flap")
 
 
-async def lose_unsynced(n: Nemesis) -> None:
+async def lose_unsynced(n: NemesisCluster) -> None:
     """Kill a partition's leader right after it acknowledged an acks=leader append, on a
     disk that loses what was not yet fsynced."""
     if not (target := await target_leader(n)):
@@ -176,7 +172,7 @@ async def lose_unsynced(n: Nemesis) -> None:
     n.start(leader)
 
 
-async def lose_unsynced_all(n: Nemesis) -> None:
+async def lose_unsynced_all(n: NemesisCluster) -> None:
     nodes = n.running
     for node_id in nodes:
         await n.kill(node_id)
@@ -187,12 +183,12 @@ async def lose_unsynced_all(n: Nemesis) -> None:
         n.start(node_id)
 
 
-def _lose_unsynced(n: Nemesis, node_id: int) -> int:
+def _lose_unsynced(n: NemesisCluster, node_id: int) -> int:
     data = n.cluster.data_dir(node_id)
     return disk.lose_unsynced(data, os.path.join(data, "sync-journal"), n.rng)
 
 
-async def damage(n: Nemesis) -> None:
+async def damage(n: NemesisCluster) -> None:
     """Restart a follower on damaged files. A torn tail is cut and the node starts;
     damage in the middle of a segment or in the metadata makes it refuse to start
     (exit 3). It comes back with --repair (segments) or a restored file (metadata)."""
@@ -238,7 +234,7 @@ async def damage(n: Nemesis) -> None:
     n.event("restored" if kind == disk.METADATA else "repaired", node=node_id)
 
 
-async def _serving(n: Nemesis, node_id: int, timeout_s: float) -> bool:
+async def _serving(n: NemesisCluster, node_id: int, timeout_s: float) -> bool:
     """Whether the node answers a status call within `timeout_s` (False if it exits)."""
     proc = n.cluster.procs[node_id]
     with trio.move_on_after(timeout_s):
@@ -252,7 +248,7 @@ async def _serving(n: Nemesis, node_id: int, timeout_s: float) -> bool:
     return False
 
 
-async def slow_disk(n: Nemesis) -> None:
+async def slow_disk(n: NemesisCluster) -> None:
     """One node's fsyncs several times slower than the others' for a few seconds (long
     enough for a leader to hand its groups over): a partition's leader half the time. The
     report compares the quorum acknowledgements meanwhile with as long a time before."""
@@ -270,7 +266,7 @@ async def slow_disk(n: Nemesis) -> None:
     n.event("disk healed", node=node_id)
 
 
-async def membership(n: Nemesis) -> None:
+async def membership(n: NemesisCluster) -> None:
     """One change: add a node, remove one, replace one, or move the leadership."""
     voters = [i for i in n.config["voters"] if i in n.running]
     leaving = removable(n, voters)
@@ -304,7 +300,7 @@ async def membership(n: Nemesis) -> None:
     n.event("membership done", result=result)
 
 
-def removable(n: Nemesis, voters: list[int]) -> list[int]:
+def removable(n: NemesisCluster, voters: list[int]) -> list[int]:
     """The voters whose removal leaves a majority of every topic partition's replicas (as
     placed at creation) among the members: replicas need not follow membership, and removed
     nodes are stopped at the end. Nodes removed by a change still in flight count too."""
@@ -327,7 +323,7 @@ def _admin(brokers: str, args: dict) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-ACTIONS: dict[str, Callable[[Nemesis], Awaitable[None]]] = {
+ACTIONS: dict[str, Callable[[NemesisCluster], Awaitable[None]]] = {
     "kill-leader": kill_leader,
     "kill-controller": kill_controller,
     "kill-follower": kill_follower,

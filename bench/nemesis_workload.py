@@ -6,26 +6,23 @@ everything healed, the replicas' convergence and their final logs."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 import trio
 
 from quorumlog.bench.history import DEFAULT_PART, Append, Log, Part
+from quorumlog.bench.nemesis_cluster import NemesisCluster
 from quorumlog.bench.workload import statuses_of
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.client import Client
 from quorumlog.client.errors import QuorumLogError
 from quorumlog.transport.messages import PartitionsRequest, StatusRequest
 
-if TYPE_CHECKING:
-    from quorumlog.bench.nemesis import Nemesis
-
 ACKS_WEIGHTS = {"quorum": 8, "leader": 1, "none": 1}
 WATCH_S = 0.15  # the watcher asks every node this often: three requests on one connection
 READ_IDLE_S = 0.1  # a reader with nothing new waits this long
 
 
-async def producer(n: Nemesis, name: str, stop: trio.Event) -> None:
+async def producer(n: NemesisCluster, name: str, stop: trio.Event) -> None:
     """Unique values, each to a partition drawn from the producer's own seeded rng."""
     rng = random.Random(f"{n.plan.seed}-{name}")
     acks_levels, weights = list(ACKS_WEIGHTS), list(ACKS_WEIGHTS.values())
@@ -48,7 +45,7 @@ async def producer(n: Nemesis, name: str, stop: trio.Event) -> None:
             await trio.sleep(rng.uniform(0, 0.01))
 
 
-async def reader(n: Nemesis, node_id: int) -> None:
+async def reader(n: NemesisCluster, node_id: int) -> None:
     """Polls one node's committed records of every partition it hosts, from the start, as
     consumers would."""
     next_offsets: dict[Part, int] = {}
@@ -69,7 +66,7 @@ async def reader(n: Nemesis, node_id: int) -> None:
                 await trio.sleep(READ_IDLE_S)
 
 
-async def replicas_of_node(n: Nemesis, node_id: int) -> tuple[dict, dict[Part, dict]] | None:
+async def replicas_of_node(n: NemesisCluster, node_id: int) -> tuple[dict, dict[Part, dict]] | None:
     """One node's status and the status of each replica it hosts, by partition."""
     topics = n.topics
     found = await statuses_of(
@@ -85,7 +82,7 @@ async def replicas_of_node(n: Nemesis, node_id: int) -> tuple[dict, dict[Part, d
     }
 
 
-async def watcher(n: Nemesis) -> None:
+async def watcher(n: NemesisCluster) -> None:
     """Which replicas each node hosts, who leads each partition in which term, `default`'s
     configuration (the cluster's members), and the controller's leader."""
     while True:
@@ -105,7 +102,7 @@ async def watcher(n: Nemesis) -> None:
         await trio.sleep(WATCH_S)
 
 
-def _saw_leader(n: Nemesis, part: Part, node_id: int, replica: dict) -> None:
+def _saw_leader(n: NemesisCluster, part: Part, node_id: int, replica: dict) -> None:
     term = replica["term"]
     n.history.saw_leader(part, term, node_id)
     if n.leaders.get(part) != (node_id, term):
@@ -115,7 +112,7 @@ def _saw_leader(n: Nemesis, part: Part, node_id: int, replica: dict) -> None:
         n.config = replica["config"]
 
 
-async def wait_converged(n: Nemesis, timeout_s: float) -> dict[Part, dict]:
+async def wait_converged(n: NemesisCluster, timeout_s: float) -> dict[Part, dict]:
     """Waits until the running replicas of every partition hold and commit the same log;
     returns the partitions that did not, with what each replica reported."""
     views: dict[Part, dict] = {}

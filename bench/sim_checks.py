@@ -7,12 +7,12 @@ still."""
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import trio
 
+from quorumlog.bench.sim_cluster import Cluster, Outcome, Route
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from quorumlog.log.records import batch_records
@@ -22,7 +22,6 @@ from quorumlog.transport.messages import Acks
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
-    from quorumlog.bench.simulation import Cluster, Outcome, Route
     from quorumlog.membership.config import Configuration
 
 
@@ -270,14 +269,3 @@ class StandStill(trio.abc.Instrument):
         self.passes += 1
         if self.passes == STANDSTILL_PASSES:
             self.scope.cancel()
-
-
-@functools.cache
-def quorums_intersect(a, b) -> bool:
-    """Every quorum of `a` shares a node with every quorum of `b` (brute force, <= 7 nodes)."""
-    nodes = sorted(a.members | b.members)
-    for mask in range(1 << len(nodes)):
-        chosen = {n for i, n in enumerate(nodes) if mask >> i & 1}
-        if has_quorum(a, chosen) and has_quorum(b, set(nodes) - chosen):
-            return False
-    return True

@@ -16,7 +16,8 @@ from __future__ import annotations
 import trio
 
 from quorumlog.bench.sim_checks import Violation
-from quorumlog.bench.simulation import Cluster, run_deterministic
+from quorumlog.bench.sim_cluster import Cluster
+from quorumlog.bench.simulation import run_deterministic
 from quorumlog.raft.settings import RaftSettings
 
 # Measured on the 2-core machines here: a node handling an election storm spends about

@@ -5,15 +5,12 @@ the run's seed."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
 import trio
 
+from quorumlog.bench.sim_cluster import Cluster
 from quorumlog.transport.memory import PERFECT_LINK, LinkFaults
 from quorumlog.transport.messages import AdminRequest, LeaderDigest, LeaderUpdates
-
-if TYPE_CHECKING:
-    from quorumlog.bench.simulation import Cluster
 
 TABLE_MESSAGES = frozenset({LeaderUpdates, LeaderDigest})
 TABLE_LOSS_SEED = 0x7AB1E

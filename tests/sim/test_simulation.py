@@ -14,9 +14,15 @@ from quorumlog.actors.controller import ControllerActor
 from quorumlog.actors.leader_sync import DIGEST_INTERVAL_S, LeaderTableSync
 from quorumlog.actors.mover import ReplicaMover
 from quorumlog.bench.sim_checks import Violation, stale_leader_tables
+from quorumlog.bench.sim_cluster import Cluster
 from quorumlog.bench.sim_elections import ALL_RESTARTED_BOUND_S, ONE_LOST_BOUND_S, run_elections
 from quorumlog.bench.sim_faults import TABLE_MESSAGES
-from quorumlog.bench.simulation import TABLE_REPAIR_BOUND_S, Cluster, run_deterministic, run_seed
+from quorumlog.bench.simulation import (
+    TABLE_REPAIR_BOUND_S,
+    run_deterministic,
+    run_seed,
+    wait_tables_current,
+)
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.raft.progress import Progress
 
@@ -206,7 +212,7 @@ def test_digests_alone_repair_every_table(monkeypatch):
         cluster = Cluster(7, 3)
         async with trio.open_nursery() as nursery:
             await _leaders_move_while_tables_are_cut_off(cluster, nursery)
-            current = await cluster.wait_tables_current(TABLE_REPAIR_BOUND_S)
+            current = await wait_tables_current(cluster, TABLE_REPAIR_BOUND_S)
             nursery.cancel_scope.cancel()
         return current
 
