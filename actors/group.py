@@ -271,29 +271,23 @@ class GroupActor(GroupHandle, AppendIntake):
 
     async def _perform(self) -> None:
         core = self.core
-        if core.metadata_dirty:
-            core.metadata_dirty = False
-            await self.save_metadata()
         if self._held and core.transfer is None and trio.current_time() >= self._hold_until_s:
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
-        writes = core.log.take_writes()  # the round's last change to the log is made
-        if writes is not None:
-            writes.apply(self.log)
+        ready = core.ready()  # the round's last input to the core is in
+        if ready.hard_state is not None:
+            await self.save_metadata()
+        if ready.writes is not None:
+            ready.writes.apply(self.log)
         self._answer_waiters()
-        for state in core.take_read_states():
+        for state in ready.read_states:
             if (waiting := self.reads.pop(state.ctx, None)) is not None:
                 waiting.resolve(state.offset)
         self._turn.round_ended(core, trio.current_time())
         log = self.log
-        if log.dirty_offset > log.flushed_offset or core.flush_urgent:
-            urgent = (
-                not core.is_leader
-                or bool(self._waiters)
-                or core.flush_urgent
-                or bool(core.pending_replies)
-            )
-            core.flush_urgent = False
+        if log.dirty_offset > log.flushed_offset or ready.flush_urgent:
+            # A follower's reply waits for its flush; a leader's, for quorum appends.
+            urgent = not core.is_leader or bool(self._waiters) or ready.flush_urgent
             self._flusher.request(self, urgent)
         self._tell_heartbeats()
         self.publish(core)
@@ -304,7 +298,7 @@ class GroupActor(GroupHandle, AppendIntake):
             self._on_changed(self)
         transport = self.transport
         assert transport is not None
-        for to, message in core.take_outbox():
+        for to, message in ready.messages:
             # Heartbeats: the node sends them batched, but for ReadIndex's. A send not
             # made: counted.
             if type(message) is Heartbeat and not message.read_ctx:

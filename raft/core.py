@@ -1,10 +1,10 @@
 """One Raft group's rules, as plain synchronous code on plain state (etcd's raft.Step style).
 
 `RaftCore` takes inputs (a peer message, a tick, "persisted up to N", a client proposal) with
-the current time, changes its state, and leaves what must be done in its outputs: the log's
-writes (`log.take_writes()`, raft/raft_log.py: the core never writes the node's log),
-`outbox` (messages to send) and `metadata_dirty` (term or vote changed: persist before
-sending anything, storage rule 1). The node actor around it performs them.
+the current time, changes its state, and leaves what must be done in its outputs, which the
+node actor around it takes as one `Ready` at the end of a round (raft/ready.py): the hard
+state to persist before sending anything (storage rule 1), the log's writes (the core never
+writes the node's log: raft/raft_log.py), the messages, the reads answered.
 No trio, no sockets, no clock here: every time is passed in, all randomness comes from the
 `random.Random` the node is given.
 
@@ -71,6 +71,7 @@ from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.read_index import ReadIndexRules, ReadState
+from quorumlog.raft.ready import Ready
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
@@ -219,6 +220,18 @@ class RaftCore(
     def take_outbox(self) -> list[tuple[int, RaftMessage]]:
         out, self.outbox = self.outbox, []
         return out
+
+    def ready(self) -> Ready:
+        """What the node must do now, in order (raft/ready.py); taken once."""
+        ready = Ready(
+            hard_state=self.meta if self.metadata_dirty else None,
+            writes=self.log.take_writes(),
+            messages=self.take_outbox(),
+            read_states=self.take_read_states(),
+            flush_urgent=self.flush_urgent,
+        )
+        self.metadata_dirty = self.flush_urgent = False
+        return ready
 
     def next_deadline(self) -> float:
         if self.quiet:
