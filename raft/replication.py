@@ -46,11 +46,19 @@ class ReplicationRules:
 
     def _retransmit_stalled(self, now: float) -> None:
         for p in self.progress.values():
-            if p.inflight and now - p.last_reply_s >= self.settings.retransmit_timeout_s:
+            if now - p.last_reply_s < self.settings.retransmit_timeout_s:
+                continue
+            if p.inflight:
                 sent = p.inflight[-1][0]
                 if p.dirty_offset >= sent > p.flushed_offset:
                     continue  # it holds what we sent (heartbeats say): its reply waits on fsync
                 # Requests or replies were lost: probe again; the reply's hint repositions us.
+                p.probe()
+                p.last_reply_s = now
+            elif p.flushed_offset < p.match_offset and not p.probing:
+                # The report of its flush may have been lost, and a follower that sent it
+                # goes quiet (seed 10002: a move waited for a learner that had caught up).
+                # An empty AppendEntries wakes it, and its answer says what it flushed.
                 p.probe()
                 p.last_reply_s = now
 

@@ -312,6 +312,23 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     assert len(sent_to_2(core)) == 1
 
 
+def test_a_follower_whose_flush_report_was_lost_is_asked_again():
+    """Seed 10002: a learner answered with offset 1 unflushed, flushed it, reported that in
+    a message that was lost, and went quiet; the leader, nothing in flight, never heard."""
+    core = caught_up_leader()
+    propose(core, batch_of(b"x"), 10.0, False)
+    sent_to_2(core)
+    core.step(2, append_reply(2, core.term, 0, 1), 10.0)  # holds offset 1, flushed 0
+    core.tick(10.0 + SETTINGS.retransmit_timeout_s / 2)
+    assert sent_to_2(core) == [], "its report may still come"
+    core.tick(10.0 + 1.5 * SETTINGS.retransmit_timeout_s)
+    (ask,) = sent_to_2(core)
+    assert ask.prev_offset == 1 and ask.batches == b"", "an empty AppendEntries"
+    core.step(2, append_reply(2, core.term, 1, 1), 10.3)
+    core.tick(10.3 + 2 * SETTINGS.retransmit_timeout_s)
+    assert [m for m in sent_to_2(core) if m.batches == b""] == [], "it flushed: no more asking"
+
+
 def test_a_late_duplicate_reply_does_not_free_the_slot_of_a_newer_message():
     core = caught_up_leader()
     ok = append_reply(2, core.term, 0, 0)
