@@ -2,12 +2,12 @@
 
 The main loop reads the group's mailbox: peer messages, client appends, wake-ups, calls.
 After each round of inputs it proposes the round's client appends together (one write, one
-AppendEntries per follower, one flush for all of them), persists term and vote if they
-changed (before anything is sent: storage rule 1), applies the core's writes to the log
-(the core itself never writes it: raft/raft_log.py), answers the appends whose durability
-was reached, asks the flusher for a flush and sends the core's outbox. Client appends
-come without a task each: the transport hands them over (`take_append`) and the main loop
-answers them through the connection's reply path. Timers are the core's deadlines, waited
+AppendEntries per follower, one flush for all of them), takes the core's `Ready`: applies
+its writes to the log (the core itself never writes it: raft/raft_log.py), persists term
+and vote if they changed (before anything is sent: storage rule 1), answers the appends
+whose durability was reached, asks the flusher for a flush and sends the messages. Client
+appends come without a task each: the transport hands them over (`take_append`) and the
+main loop answers them through the connection's reply path. Timers are the core's deadlines, waited
 for on trio's clock. A storage error anywhere raises out of `run` (fail-stop).
 """
 
@@ -30,6 +30,7 @@ from quorumlog.actors.group_appends import AppendIntake
 from quorumlog.actors.group_handle import GroupHandle
 from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.mailbox import (
+    TIMER_FIRED,
     WAKE_UP,
     ClientAppend,
     CoreCall,
@@ -38,6 +39,7 @@ from quorumlog.actors.mailbox import (
     Pending,
     QuorumWaiter,
     RoundTimer,
+    TimerFired,
     WakeUp,
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
@@ -111,7 +113,7 @@ class GroupActor(GroupHandle, AppendIntake):
         )
         GroupHandle.__init__(self, self.core)
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
-        self._timer = RoundTimer(self.wake_up)  # the core's next deadline
+        self._timer = RoundTimer(self._timer_fired)  # the core's next deadline
         self._flusher = flusher
         self._metadata_writer = metadata_writer
         self._turn = CampaignTurn(
@@ -123,7 +125,7 @@ class GroupActor(GroupHandle, AppendIntake):
         # What the flusher last reported durable: (offset, the log's truncations then).
         self._persisted: tuple[int, int] | None = None
         self._waiters: deque[QuorumWaiter] = deque()
-        self.reads: dict[int, Pending] = {}  # ReadIndex requests, by context (read_index.py)
+        self.read_waiters: dict[int, Pending] = {}  # ReadIndex requests, by context (read_index.py)
         # Appends that arrived during a leadership transfer, or while a new leader waits
         # for its clock to pass the last stamp in its log: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
@@ -169,7 +171,7 @@ class GroupActor(GroupHandle, AppendIntake):
             core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
             self._timer.set(min(self._next_deadline(), self._hold_release_s()))
             item = await mailbox.receive()
-            if core.quiet:  # before the input: it must see what the node heard
+            if core.quiet and item is not TIMER_FIRED:  # before the input: what the node heard
                 core.wake(
                     trio.current_time(),
                     self._heartbeats.contacts_for(self.group_id, core.is_leader),
@@ -217,7 +219,7 @@ class GroupActor(GroupHandle, AppendIntake):
                 return
             case PeerInput(sender, message):
                 core.step(sender, message, trio.current_time())
-            case WakeUp():
+            case WakeUp() | TimerFired():
                 pass  # the round takes what was persisted, runs due timers; a quiet core wakes
             case PeerConnected(peer):
                 core.peer_connected(peer)
@@ -275,13 +277,13 @@ class GroupActor(GroupHandle, AppendIntake):
             held, self._held = self._held, deque()
             self._append(list(held), trio.current_time())
         ready = core.ready()  # the round's last input to the core is in
+        if ready.writes is not None:
+            ready.writes.apply(self.log)  # the page cache: before the core is read again
         if ready.hard_state is not None:
             await self.save_metadata()
-        if ready.writes is not None:
-            ready.writes.apply(self.log)
         self._answer_waiters()
         for state in ready.read_states:
-            if (waiting := self.reads.pop(state.ctx, None)) is not None:
+            if (waiting := self.read_waiters.pop(state.ctx, None)) is not None:
                 waiting.resolve(state.offset)
         self._turn.round_ended(core, trio.current_time())
         log = self.log
@@ -368,6 +370,10 @@ class GroupActor(GroupHandle, AppendIntake):
             leader_id,
             self.address_of(leader_id),
         )
+
+    def _timer_fired(self) -> None:
+        with contextlib.suppress(trio.WouldBlock):  # a full mailbox: a round comes anyway
+            self._inbox.send_nowait(TIMER_FIRED)
 
     def wake_up(self) -> None:
         """From the heartbeat manager: a quiet group must run its timers again."""

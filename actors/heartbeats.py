@@ -4,7 +4,8 @@ sender leads towards that peer (Redpanda's heartbeat manager), and idle groups s
 Leader side: each group this node leads is registered here with its term, commit offset
 and peers (`leading`); every interval each peer gets one `HeartbeatBatch` naming every such
 group it replicates: [group, term, commit] where that changed since the last batch to the
-peer, the bare id otherwise (`BeatBatcher`). The groups' own Heartbeat messages are not sent.
+peer, the bare id otherwise (`BeatBatcher`). The groups' own Heartbeat messages are not sent
+(but a ReadIndex's, which carry the read's context: raft/read_index.py).
 
 Follower side (`BeatReceiver`): a full entry becomes a Heartbeat for its group; an id
 costs a timestamp for a quiet group that follows the sender (when its leader's node last

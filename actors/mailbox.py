@@ -85,9 +85,19 @@ class WakeUp:
 WAKE_UP = WakeUp()
 
 
+class TimerFired:
+    """Mailbox message: the core's deadline passed (`RoundTimer`). Unlike WAKE_UP it does
+    not wake a quiet group: one that went quiet as its deadline passed stays quiet."""
+
+    __slots__ = ()
+
+
+TIMER_FIRED = TimerFired()
+
+
 class RoundTimer:
-    """Wakes a group's main loop (`wake`, a WAKE_UP in its mailbox) when the deadline the
-    loop last set passes. One cancel scope waits for the deadline, moved after every round,
+    """Wakes a group's main loop (`wake`, a TIMER_FIRED in its mailbox) when the deadline
+    the loop last set passes. One cancel scope waits for the deadline, moved after every round,
     instead of one scope entered around every wait for the mailbox (about 12 us a round).
     """
 

@@ -45,9 +45,6 @@ from quorumlog.log.wal import Log, RunSync, run_inline
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.messages import (
     RAFT_MESSAGES,
-    AppendEntriesReply,
-    AppendResult,
-    Heartbeat,
 )
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.transport.messages import (
@@ -439,21 +436,10 @@ class Node:
         """Retriable: the client asks the other brokers."""
         return ErrorReply(ErrorCode.NOT_LEADER, f"node {self.id} is not a member of the cluster")
 
-    def _unknown_group(self, message: Message) -> Message | None:
-        """A Raft message for a group this node does not host: a heartbeat request is
-        answered so (ReadIndex), anything else is dropped as Raft drops a lost message."""
+    def _unknown_group(self, message: Message) -> None:
+        """A Raft message for a group this node does not host: dropped, as Raft drops a
+        lost message."""
         logger.debug("unknown_group", node_id=self.id, group=message.group)
-        if isinstance(message, Heartbeat):
-            return AppendEntriesReply(
-                group=message.group,
-                node_id=self.id,
-                term=-1,
-                last_flushed=-1,
-                last_dirty=-1,
-                result=AppendResult.GROUP_UNAVAILABLE,
-                heartbeat=True,
-            )
-        return None
 
     def peer_connected(self, peer: int) -> None:
         """The transport's link to `peer` connected (transport/network.py)."""

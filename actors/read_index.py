@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog.actors.mailbox import Pending
-from quorumlog.log.wal import OffsetOutOfRangeError
+from quorumlog.log.tailcache import OffsetOutOfRangeError
 from quorumlog.transport.messages import (
     EndOffsetReply,
     ErrorCode,
@@ -55,13 +55,13 @@ async def read_index(group: GroupActor) -> int | None:
 
     def ask(core: RaftCore) -> int:
         ctx = core.read_index()
-        group.reads[ctx] = answer  # answered at the end of a round: this one, or later
+        group.read_waiters[ctx] = answer  # answered at the end of a round: this one, or later
         return ctx
 
     ctx = await group.call(ask)
     with trio.move_on_after(group.settings.election_timeout_min_s):
         return await answer.wait()
-    group.reads.pop(ctx, None)
+    group.read_waiters.pop(ctx, None)
     return None
 
 
@@ -87,6 +87,8 @@ async def end_offset(group: GroupActor, linearizable: bool) -> Message:
     if not view.is_leader:
         return group.not_leader(view.leader_id)
     commit = await read_index(group)
+    if commit is None and not group.view.is_leader:
+        return group.not_leader(group.view.leader_id)  # the client asks the new leader
     if commit is None:
         return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
     return EndOffsetReply(commit, group.log.log_start_offset)

@@ -371,7 +371,9 @@ class RaftCore(
         """The flusher made the log durable up to `offset` (or moved in a copy of older
         records): commit may advance; waiting replies can go."""
         self.now = now
-        flushed = self.persisted_offset = offset
+        # Capped by this round's cut, not yet applied to the log: a flush reported from
+        # before it must not vouch for the entries that replace the flushed ones.
+        flushed = self.persisted_offset = min(offset, self.log.stored_end())
         if self.role is Role.LEADER:
             self._maybe_commit()
             return

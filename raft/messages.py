@@ -17,8 +17,6 @@ from dataclasses import dataclass
 class AppendResult(enum.IntEnum):
     SUCCESS = 0
     FAILURE = 1
-    # The node does not (yet, or any more) serve the group named in the request.
-    GROUP_UNAVAILABLE = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,12 +1,13 @@
 """The log as a Raft core sees it (etcd's `raftLog`): the node's log, and in front of it
 what the core appended or cut since the node last took its writes.
 
-The core never writes the node's log. It places entries here (offsets and terms assigned
-once, the batches patched once), cuts a conflicting suffix or starts the log again, and
-reads through this one view: a leader replicates entries of this round from memory. At the
-end of the round the group actor takes the writes (`take_writes`) and applies them to its
-log, before it saves term and vote and sends anything (storage rule 1); durability comes
-back later as an input (`RaftCore.on_persisted`).
+The core never writes the node's log (but for a follower's side copy of older records,
+raft/backfill.py). It places entries here (offsets and terms assigned once, the batches
+patched once), cuts a conflicting suffix or starts the log again, and reads through this
+one view: a leader replicates entries of this round from memory. At the end of the round
+the group actor takes the writes (`take_writes`, in the core's `Ready`) and applies them to
+its log, then saves term and vote, then sends (storage rule 1); durability comes back later
+as an input (`RaftCore.on_persisted`).
 """
 
 from __future__ import annotations
@@ -79,10 +80,11 @@ class RaftLog:
 
     @property
     def dirty_offset(self) -> int:
-        return self._entries[-1][0].last_offset if self._entries else self._stored_end()
+        return self._entries[-1][0].last_offset if self._entries else self.stored_end()
 
-    def _stored_end(self) -> int:
-        """The last offset of the stored log that is still ours."""
+    def stored_end(self) -> int:
+        """The last offset of the stored log that is still ours: nothing after it can be
+        durable yet (a cut not applied, entries not written)."""
         return self.stored.dirty_offset if self._cut is None else self._cut - 1
 
     @property
@@ -101,7 +103,7 @@ class RaftLog:
         return self._entries[bisect.bisect_right(self._bases, offset) - 1][0]
 
     def _check_stored(self, offset: int) -> None:
-        if offset < self.log_start_offset or offset > self._stored_end():
+        if offset < self.log_start_offset or offset > self.stored_end():
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside {self.log_start_offset}..{self.dirty_offset}"
             )
@@ -148,7 +150,7 @@ class RaftLog:
             chunk = self._batches.read(from_offset, bytes_max, upto)
             assert chunk is not None
             return chunk
-        return self.stored.read(from_offset, bytes_max, min(upto, self._stored_end()))
+        return self.stored.read(from_offset, bytes_max, min(upto, self.stored_end()))
 
     def backfill(self, start: int) -> Backfill:
         """A follower's copy of the records before its log's start (raft/backfill.py)."""

@@ -13,14 +13,14 @@ many waiting).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from quorumlog.membership.quorum import has_quorum
-from quorumlog.raft.messages import Heartbeat
 from quorumlog.raft.roles import Role
 
-# Requests waiting for confirmation (a follower that never answers leaves them waiting
-# until a later request's answers confirm them, or its caller gives up).
+# Requests waiting for confirmation: one whose heartbeats went unanswered waits until a
+# later request's answers confirm it or this node steps down (its caller may have given
+# up long before), or it is the oldest when one more comes.
 READS_PENDING_MAX = 1024
 
 
@@ -45,19 +45,13 @@ class ReadIndexRules:
             oldest = next(iter(self._reads))
             del self._reads[oldest]
             self.read_states.append(ReadState(oldest, None))
-        heartbeat = Heartbeat(
-            group=self.group_id,
-            term=self.term,
-            leader_id=self.id,
-            leader_commit=self.commit_offset,
-            read_ctx=ctx,
-        )
+        heartbeat = replace(self.heartbeat_message(), read_ctx=ctx)
         for peer in self.config.voters - {self.id}:
             self._send(peer, heartbeat)
         self._confirm_reads()  # a single voter confirms alone
         return ctx
 
-    def take_read_states(self) -> list:
+    def take_read_states(self) -> list[ReadState]:
         states, self.read_states = self.read_states, []
         return states
 

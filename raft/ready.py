@@ -1,6 +1,7 @@
 """What a Raft core asks of its node at the end of a round of inputs (etcd's `Ready`), in
-the order the node must do it: save the hard state (term, vote, configuration) before
-anything is sent (storage rule 1), apply the log writes, then send the messages. Replies
+the order the node must do it: apply the log writes (to its page cache), save the hard
+state (term, vote, configuration) before anything is sent (storage rule 1), then send the
+messages. Replies
 that must wait for a flush are not in it: the core sends them once `on_persisted` says
 their entries are durable. A Ready of nothing asks nothing (`bool(ready)` is False)."""
 

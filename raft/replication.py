@@ -179,8 +179,7 @@ class ReplicationRules:
         if self.role is not Role.LEADER or p is None:
             return
         p.last_contact_s = now
-        if reply.result is not AppendResult.GROUP_UNAVAILABLE:
-            p.log_start = reply.log_start
+        p.log_start = reply.log_start
         is_append = not reply.heartbeat
         if is_append:
             p.last_reply_s = now

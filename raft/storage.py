@@ -1,7 +1,8 @@
 """What a Raft core needs of its node's log (`log.wal.Log` in a node, the same on the
 simulated disk): reads, and the writes the group actor applies for it (`raft/raft_log.py`:
-the core itself never writes). Durability comes back as an input (`RaftCore.on_persisted`)
-once the node's flusher has synced them."""
+the core itself writes only a follower's side copy of older records, `backfill`).
+Durability comes back as an input (`RaftCore.on_persisted`) once the node's flusher has
+synced them."""
 
 from __future__ import annotations
 

@@ -515,6 +515,32 @@ def test_a_follower_owes_its_leader_one_reply_per_flush_and_holds_a_bounded_numb
     assert core.pending_replies == []
 
 
+def test_a_flush_reported_from_before_a_cut_does_not_vouch_for_what_replaced_it():
+    """A follower flushed offsets 0-3 of term 1; a new leader's entries replace 2-3 in a
+    round whose cut is not yet applied to the log, and in the same round the flusher's
+    report of offset 3 (from before the cut) is taken: it counts up to offset 1 only, so
+    the new entries neither commit here nor are reported flushed before their own flush."""
+    core = make_core(2)
+    old = Log.open(MemoryFileSystem(), "/old", run_sync=run_inline)
+    for value in (b"a", b"b", b"c", b"d"):
+        old.append([batch_of(value)], term=1)
+    core.step(1, entries(1, 1, old.read(0, 1 << 20).data, commit=1), 1.0)
+    persist(core, 1.0)
+    core.take_outbox()
+    new = Log.open(MemoryFileSystem(), "/new", run_sync=run_inline)
+    new.append([batch_of(b"a")], term=1)
+    new.append([batch_of(b"b")], term=1)
+    new.append([batch_of(b"C")], term=3)
+    new.append([batch_of(b"D")], term=3)
+    replaced = new.read(2, 1 << 20).data
+    core.step(3, entries(3, 3, replaced, prev_offset=1, prev_term=1, commit=3), 2.0)
+    core.on_persisted(3, 2.0)  # the report of the old offsets 2-3, taken in the same round
+    assert core.persisted_offset == 1 and core.commit_offset == 1
+    assert all(m.last_flushed <= 1 for _, m in core.take_outbox())
+    persist(core, 2.0)  # the node applies the round's writes; its flush covers them
+    assert core.commit_offset == 3
+
+
 def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
     """Seed 30095: node 2 led, sent offset 1 and lost it in a crash before its own flush,
     then led the next term without it and committed another entry there. A follower that
