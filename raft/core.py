@@ -71,7 +71,7 @@ from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.read_index import ReadIndexRules, ReadState
-from quorumlog.raft.ready import Ready
+from quorumlog.raft.ready import ReadyRules
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
@@ -103,6 +103,7 @@ class RaftCore(
     BackfillRules,
     WitnessRules,
     ReadIndexRules,
+    ReadyRules,
 ):
     def __init__(
         self,
@@ -216,22 +217,6 @@ class RaftCore(
         """A voter that is not a witness (membership/config.py)."""
         config = self.config
         return config is not None and config.can_lead(self.id if node_id is None else node_id)
-
-    def take_outbox(self) -> list[tuple[int, RaftMessage]]:
-        out, self.outbox = self.outbox, []
-        return out
-
-    def ready(self) -> Ready:
-        """What the node must do now, in order (raft/ready.py); taken once."""
-        ready = Ready(
-            hard_state=self.meta if self.metadata_dirty else None,
-            writes=self.log.take_writes(),
-            messages=self.take_outbox(),
-            read_states=self.take_read_states(),
-            flush_urgent=self.flush_urgent,
-        )
-        self.metadata_dirty = self.flush_urgent = False
-        return ready
 
     def next_deadline(self) -> float:
         if self.quiet:

@@ -27,3 +27,23 @@ class Ready:
         return bool(
             self.hard_state or self.writes or self.messages or self.read_states or self.flush_urgent
         )
+
+
+class ReadyRules:
+    """RaftCore's outputs, handed over (mixed into RaftCore, whose state they take)."""
+
+    def take_outbox(self) -> list[tuple[int, RaftMessage]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def ready(self) -> Ready:
+        """What the node must do now, in order; taken once."""
+        ready = Ready(
+            hard_state=self.meta if self.metadata_dirty else None,
+            writes=self.log.take_writes(),
+            messages=self.take_outbox(),
+            read_states=self.take_read_states(),
+            flush_urgent=self.flush_urgent,
+        )
+        self.metadata_dirty = self.flush_urgent = False
+        return ready
