@@ -19,10 +19,12 @@ def checked_batches(
     append_bytes_max: int,
     not_leader: ErrorReply | None,
     by_client: bool = True,
+    batch_bytes_max: int | None = None,
 ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
     """The request's batches, checked (size, CRCs, types, producer stamp), or why not;
     `not_leader` is this replica's refusal when it does not lead (after the size check).
-    Only the node's own appends may be snapshots (they compact a log: log/batch.py)."""
+    `batch_bytes_max` is the topic's max.message.bytes. Only the node's own appends may be
+    snapshots (they compact a log: log/batch.py)."""
     if len(request.batches) > append_bytes_max:
         return ErrorReply(
             ErrorCode.TOO_LARGE,
@@ -39,6 +41,12 @@ def checked_batches(
     for header, batch in batches:
         if not header.flags & TYPES_CHECKED and (problem := field_type_problem(batch, header)):
             return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {problem}")
+        if batch_bytes_max is not None and header.total_bytes > batch_bytes_max:
+            return ErrorReply(
+                ErrorCode.TOO_LARGE,
+                f"a batch of {header.total_bytes} bytes exceeds the topic's "
+                f"max.message.bytes of {batch_bytes_max}",
+            )
         if by_client and header.flags & SNAPSHOT:
             return ErrorReply(ErrorCode.PROTOCOL, "bad batch: the snapshot flag is the node's own")
     if request.producer_id >= 0 and (

@@ -22,10 +22,9 @@ import msgpack
 import structlog
 import trio
 
-from quorumlog.actors import topic_calls
+from quorumlog.actors import topic_calls, topic_changes
 from quorumlog.actors.leader_sync import LeaderTableSync
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
-from quorumlog.actors.storage import TopicSettings
 from quorumlog.controller.commands import (
     Command,
     CommandError,
@@ -43,6 +42,7 @@ from quorumlog.controller.state import (
     check_topic_name,
 )
 from quorumlog.log.batch import BatchType
+from quorumlog.log.config import TopicSettings
 from quorumlog.log.records import batch_records
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_of
@@ -61,7 +61,17 @@ if TYPE_CHECKING:
 
 logger = structlog.get_logger("quorumlog.controller")
 
-TOPIC_OPS = frozenset({"create_topic", "delete_topic", "list_topics", "describe_topic"})
+TOPIC_OPS = frozenset(
+    {
+        "create_topic",
+        "delete_topic",
+        "list_topics",
+        "describe_topic",
+        "alter_topic",
+        "move_partition",
+        "partition_moves",
+    }
+)
 # A broker that answered within this many heartbeat intervals is live (for placement).
 LIVE_BEATS = 4
 # How long `topic_is_unknown` waits for the controller's leader.
@@ -207,14 +217,17 @@ class ControllerActor:
                 # placed by a move joins it, added by the group's leader (actors/mover.py).
                 config = None if state.was_moved(placed) else self._bootstrap_config(placed)
                 await node.add_partition(placed, config, self._settings(placed))
+        for key in list(node.partitions):
+            topic = state.topics.get(key[0])
+            if topic is not None and key in node.partitions:
+                await node.configure_partition(key, topic.settings)
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
         addresses = {n: self.state.brokers[n].address for n in placed.replicas}
         return Configuration.bootstrap(addresses)
 
     def _settings(self, placed: Partition) -> TopicSettings:
-        topic = self.state.topics[placed.topic]
-        return TopicSettings(topic.retention_bytes, topic.retention_ms, topic.timestamp_type)
+        return self.state.topics[placed.topic].settings
 
     # ------------------------------------------------------------------- leader table
 
@@ -241,6 +254,12 @@ class ControllerActor:
                 case "describe_topic":
                     name = check_topic_name(args["name"], internal=True)
                     return AdminReply({"partitions": await topic_calls.describe(self, name)})
+                case "alter_topic":
+                    return await topic_changes.alter(self, args)
+                case "move_partition":
+                    return await topic_changes.move(self, args)
+                case "partition_moves":
+                    return await topic_changes.moves(self)
         except PassBack as answer:
             return answer.reply
         except (TopicError, PlacementError) as exc:

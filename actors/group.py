@@ -49,6 +49,7 @@ from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
+from quorumlog.log.config import LogConfig
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import Heartbeat
@@ -129,12 +130,10 @@ class GroupActor(GroupHandle, AppendIntake):
         # Appends that arrived during a leadership transfer, or while a new leader waits
         # for its clock to pass the last stamp in its log: they wait, they do not fail.
         self._held: deque[ClientAppend] = deque()
-        log_config = storage.log.config
-        self._stamper = (
-            Stamper(wall_clock_ms, log_config.timestamp_wait_max_ms, group_id)
-            if log_config.timestamp_type == "log_append"
-            else None
-        )
+        self._wall_clock_ms = wall_clock_ms
+        self._stamper = self._stamper_for(storage.log.config)
+        self._nursery: trio.Nursery | None = None
+        self.retaining = False  # actors/retention.py runs for this group
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -157,11 +156,29 @@ class GroupActor(GroupHandle, AppendIntake):
         )
         self.transport = transport
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._timer.run)
-            if not self.log.retains_all:
-                nursery.start_soon(keep_retention, self)
+            self._keep_retention()
             task_status.started(self)
             await self._main_loop()
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Its topic's settings changed (the controller's log): the log takes them, and a
+        change of timestamp type holds from the next round of appends."""
+        self.log.reconfigure(config)
+        self._stamper = self._stamper_for(config)
+        self._keep_retention()
+
+    def _stamper_for(self, config: LogConfig) -> Stamper | None:
+        if config.timestamp_type != "log_append":
+            return None
+        return Stamper(self._wall_clock_ms, config.timestamp_wait_max_ms, self.group_id)
+
+    def _keep_retention(self) -> None:
+        """A task that applies retention while the log has any (it ends when it has none)."""
+        if not self.log.retains_all and not self.retaining and self._nursery is not None:
+            self.retaining = True
+            self._nursery.start_soon(keep_retention, self)
 
     async def _main_loop(self) -> None:
         core = self.core
@@ -426,8 +443,11 @@ class GroupActor(GroupHandle, AppendIntake):
         self.core.campaign_soon(trio.current_time())
 
     def replica_status(self) -> dict:
-        """This replica's Raft state: role, term, offsets, configuration, followers."""
-        return self.core.status()
+        """This replica's Raft state: role, term, offsets, configuration, followers, and
+        the bytes its log holds (how far a replica being added got: actors/topic_changes.py)."""
+        out = self.core.status()
+        out["size_bytes"] = self.log.size_bytes
+        return out
 
     def status(self) -> dict:
         """As `replica_status`, with the members' addresses (`status`'s command line)."""

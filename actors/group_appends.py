@@ -80,7 +80,13 @@ class AppendIntake:
     ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
         core = self.core
         refusal = None if core.serves_clients else self.not_leader(core.leader_id)
-        return checked_batches(request, self.settings.append_bytes_max, refusal, by_client)
+        return checked_batches(
+            request,
+            self.settings.append_bytes_max,
+            refusal,
+            by_client,
+            batch_bytes_max=self.log.config.max_message_bytes,
+        )
 
     def _received_reply(self) -> AppendReply:
         """The answer to an acks=none append: received, no offsets yet."""

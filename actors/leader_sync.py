@@ -62,15 +62,14 @@ class LeaderTableSync:
 
     def local_changed(self, topic: str, partition: int, group: GroupActor) -> None:
         """One of this node's replicas saw a new leader or term."""
-        if topic not in self._ctl.state.topics:
+        revision = self._revision(topic, partition)
+        if revision is None:
             # Its entry would carry no revision, and lose to a later one of the topic's
             # that names no leader (seed 5007: the leader's own table said none, for good).
             self._unknown[(topic, partition)] = group
             return
         view = group.view
-        entry = LeaderEntry(
-            topic, partition, view.leader_id, view.term, self._revision(topic, partition)
-        )
+        entry = LeaderEntry(topic, partition, view.leader_id, view.term, revision)
         if self.table.update(entry):
             self._outgoing[entry.key] = entry
             self._ctl.signal()
@@ -81,7 +80,7 @@ class LeaderTableSync:
         for key, group in list(self._unknown.items()):
             if self._ctl.node.partitions.get(key) is not group:
                 del self._unknown[key]  # the replica is gone (its topic deleted, say)
-            elif key[0] in self._ctl.state.topics:
+            elif self._revision(*key) is not None:
                 del self._unknown[key]
                 self.local_changed(*key, group)
 
@@ -173,24 +172,24 @@ class LeaderTableSync:
         return self._digest[1]
 
     def _is_placed(self, entry: LeaderEntry) -> bool:
-        topic = self._ctl.state.topics.get(entry.topic)
-        return (
-            topic is not None
-            and entry.partition < len(topic.partitions)
-            and entry.revision == topic.created_offset
-        )
+        return entry.revision == self._revision(entry.topic, entry.partition)
 
-    def _revision(self, topic: str, partition: int) -> int:
+    def _revision(self, topic: str, partition: int) -> int | None:
         """What orders a partition's leader entries before its terms: the creation of its
         group (a topic deleted and created again is a new group whose terms start again).
         Not the last move: within one group terms only grow."""
         found = self._ctl.state.topics.get(topic)
-        return 0 if found is None else found.created_offset
+        if found is None or not 0 <= partition < len(found.partitions):
+            return None
+        return found.partitions[partition].created_offset
 
     def _own_entries(self) -> list[LeaderEntry]:
+        """This node's replicas whose partition the state holds (the others are announced
+        once it does: `topics_applied`)."""
         return [
-            LeaderEntry(t, p, g.view.leader_id, g.view.term, self._revision(t, p))
+            LeaderEntry(t, p, g.view.leader_id, g.view.term, revision)
             for (t, p), g in self._ctl.node.partitions.items()
+            if (revision := self._revision(t, p)) is not None
         ]
 
 

@@ -38,9 +38,10 @@ from quorumlog.actors.mover import ReplicaMover
 from quorumlog.actors.refusals import no_replica
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
-from quorumlog.actors.storage import GroupStorage, NodeStorage, TopicSettings
+from quorumlog.actors.storage import GroupStorage, NodeStorage
 from quorumlog.actors.wire import register_raft_messages
 from quorumlog.controller.state import DEFAULT_TOPIC, Partition
+from quorumlog.log.config import TopicSettings
 from quorumlog.log.wal import Log, RunSync, run_inline
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.messages import (
@@ -261,6 +262,18 @@ class Node:
         logger.info(
             "replica_created", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
         )
+
+    async def configure_partition(self, key: tuple[str, int], settings: TopicSettings) -> bool:
+        """Give a replica its topic's settings, if it runs with others (a change through
+        the controller's log); recorded with the replica first, so a restart keeps them."""
+        config = self.storage.log_config_of(key[0], settings)
+        group = self.partitions[key]
+        if group.log.config == config:
+            return False
+        await self._run_sync(self.storage.keep_settings, *key, settings)
+        group.reconfigure(config)
+        logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
+        return True
 
     async def remove_partition(self, key: tuple[str, int]) -> None:
         """Stop a replica and delete its files (its topic was deleted)."""

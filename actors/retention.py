@@ -18,11 +18,15 @@ RETENTION_CHECK_S = 5.0
 
 
 async def keep_retention(group: GroupActor) -> None:
-    while True:
-        await trio.sleep(RETENTION_CHECK_S)
-        # Wall-clock time: retention by age compares with the records' timestamps.
-        now_ms = int(time.time() * 1000)
-        await group.call(lambda core, now_ms=now_ms: retain(group, core, now_ms))
+    """While the log has retention settings (a topic's change can lift them)."""
+    try:
+        while not group.log.retains_all:
+            await trio.sleep(RETENTION_CHECK_S)
+            # Wall-clock time: retention by age compares with the records' timestamps.
+            now_ms = int(time.time() * 1000)
+            await group.call(lambda core, now_ms=now_ms: retain(group, core, now_ms))
+    finally:
+        group.retaining = False
 
 
 def retain(group: GroupActor, core: RaftCore, now_ms: int) -> None:

@@ -32,7 +32,7 @@ import structlog
 from quorumlog.actors import tombstones
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
-from quorumlog.log.config import LogConfig
+from quorumlog.log.config import LogConfig, TopicSettings
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
 from quorumlog.log.wal import Log, RunSync
@@ -69,19 +69,6 @@ class GroupStorage:
     log: Log
     store: MetadataStore
     meta: ConsensusMetadata
-
-
-@dataclass(frozen=True, slots=True)
-class TopicSettings:
-    """A topic's own settings, kept with each of its replicas (None: the node's setting)."""
-
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
-    timestamp_type: str | None = None
-
-    def applied_to(self, config: LogConfig) -> LogConfig:
-        changed = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
-        return replace(config, **changed)
 
 
 # The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
@@ -170,6 +157,16 @@ class NodeStorage:
             log_config=topic_log_config(topic, settings, self.log_config),
             run_sync=self.run_sync,
         )
+
+    def log_config_of(self, topic: str, settings: TopicSettings) -> LogConfig:
+        """The log settings a replica of `topic` with `settings` runs with here."""
+        return topic_log_config(topic, settings, self.log_config)
+
+    def keep_settings(self, topic: str, partition: int, settings: TopicSettings) -> None:
+        """Record a topic's changed settings with this replica (blocking: a file written
+        atomically), so that a restart opens it with them before it hears the controller."""
+        storage = self.partitions[(topic, partition)]
+        _write_group_file(self.fs, storage.directory, storage.group_id, settings)
 
     def add(self, topic: str, partition: int, storage: GroupStorage) -> None:
         self.partitions[(topic, partition)] = storage
@@ -288,12 +285,7 @@ def new_metadata(config: Configuration | None, rng: random.Random) -> ConsensusM
 def _write_group_file(
     fs: FileSystem, directory: str, group_id: int, settings: TopicSettings
 ) -> None:
-    document = {
-        "group_id": group_id,
-        "retention_bytes": settings.retention_bytes,
-        "retention_ms": settings.retention_ms,
-        "timestamp_type": settings.timestamp_type,
-    }
+    document = {"group_id": group_id, **settings.to_wire()}
     write_file_atomically(fs, os.path.join(directory, GROUP_FILE), json.dumps(document).encode())
 
 
@@ -303,12 +295,8 @@ def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, TopicSettings
         raise CorruptionError(path, 0, "the group file of a partition folder is missing")
     try:
         document = json.loads(read_whole_file(fs, path))
-        group_id = document["group_id"]
-        settings = TopicSettings(
-            document.get("retention_bytes"),
-            document.get("retention_ms"),
-            document.get("timestamp_type"),
-        )
+        group_id = document.pop("group_id")
+        settings = TopicSettings.from_wire(document)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable group file: {exc}") from None
     if type(group_id) is not int or group_id <= CONTROLLER_GROUP:

@@ -20,6 +20,8 @@ from quorumlog.controller.state import (
     check_create,
     check_delete,
 )
+from quorumlog.controller.topic_config import changed_settings, described
+from quorumlog.log.config import TopicSettings
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
@@ -48,26 +50,36 @@ async def create(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     retention_bytes = args.get("retention_bytes")
     retention_ms = args.get("retention_ms")
     timestamp_type = args.get("timestamp_type", "create")
+    given = TopicSettings(retention_bytes, retention_ms, timestamp_type)
+    settings = changed_settings(given, args.get("config") or {})  # Kafka's names win
     if _made_already(ctl, args, name, partitions):
-        return await _created(ctl, name, partitions, replicas)  # the first try made it
+        return await leaders_elected(ctl, name, partitions, replicas)  # the first try made it
     internal = args.get("internal") is True and name == GROUPS_TOPIC
     check_create(
         ctl.state,
         name,
         partitions,
         replicas,
-        retention_bytes,
-        retention_ms,
-        timestamp_type,
+        settings.retention_bytes,
+        settings.retention_ms,
+        settings.timestamp_type or "create",
         internal=internal,
     )
-    live = await _wait_live_brokers(ctl, replicas)
+    live = await wait_live_brokers(ctl, replicas)
     placed = place(partitions, replicas, live, ctl.state.replica_sets())
-    command = CreateTopic(name, tuple(placed), retention_bytes, retention_ms, timestamp_type)
+    command = CreateTopic(
+        name,
+        tuple(placed),
+        settings.retention_bytes,
+        settings.retention_ms,
+        settings.timestamp_type or "create",
+        settings.segment_bytes_max,
+        settings.max_message_bytes,
+    )
     why = await ctl.propose(command)
     if why is not None and not _made_already(ctl, args, name, partitions):
         raise TopicError(why)
-    return await _created(ctl, name, partitions, replicas)
+    return await leaders_elected(ctl, name, partitions, replicas)
 
 
 def _made_already(ctl: ControllerActor, args: dict[str, Any], name: str, partitions: int) -> bool:
@@ -79,7 +91,7 @@ def _made_already(ctl: ControllerActor, args: dict[str, Any], name: str, partiti
     )
 
 
-async def _wait_live_brokers(ctl: ControllerActor, wanted: int) -> list[int]:
+async def wait_live_brokers(ctl: ControllerActor, wanted: int) -> list[int]:
     """The brokers that answered this node's heartbeats (it leads the controller's
     group, so it beats all of them every interval) within LIVE_BEATS intervals: new
     replicas go only there, or a partition could be born without the majority it needs
@@ -100,7 +112,9 @@ async def _wait_live_brokers(ctl: ControllerActor, wanted: int) -> list[int]:
     )
 
 
-async def _created(ctl: ControllerActor, name: str, partitions: int, replicas: int) -> Message:
+async def leaders_elected(
+    ctl: ControllerActor, name: str, partitions: int, replicas: int
+) -> Message:
     while any(ctl.leader_hint(name, p) is None for p in range(partitions)):
         with trio.move_on_after(ASK_LEADERS_AFTER_S):
             await ctl.changed.wait()
@@ -116,10 +130,10 @@ async def _ask_leaders(ctl: ControllerActor, name: str) -> None:
         return
     nodes = sorted({n for p in topic.partitions for n in p.replicas})
     entries = [
-        LeaderEntry(name, int(partition), status["node_id"], status["term"], topic.created_offset)
-        for answer in (await _ask_nodes(ctl, nodes, name)).values()
+        LeaderEntry(name, p, status["node_id"], status["term"], topic.partitions[p].created_offset)
+        for answer in (await ask_nodes(ctl, nodes, name)).values()
         for partition, status in answer.items()
-        if status["role"] == "leader"
+        if status["role"] == "leader" and (p := int(partition)) < len(topic.partitions)
     ]
     if ctl.leaders.merge(entries):
         ctl.signal()
@@ -141,13 +155,13 @@ async def _wait_dropped(ctl: ControllerActor, name: str) -> None:
     """Until no reachable node hosts a replica of the deleted topic, so that nothing
     appended after the answer lands in it (an unreachable one drops it when it hears)."""
     while True:
-        answers = await _ask_nodes(ctl, sorted(ctl.state.brokers), name)
+        answers = await ask_nodes(ctl, sorted(ctl.state.brokers), name)
         if not any(answers.values()):
             return
         await trio.sleep(DROPPED_POLL_S)
 
 
-async def _ask_nodes(ctl: ControllerActor, nodes: list[int], topic: str) -> dict[int, dict]:
+async def ask_nodes(ctl: ControllerActor, nodes: list[int], topic: str) -> dict[int, dict]:
     """Each node's account of its replicas of `topic` (those that answer in time)."""
     answers: dict[int, dict] = {}
 
@@ -183,7 +197,10 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
     if topic is None:
         raise TopicError(f"unknown topic {name!r}")
     nodes = sorted({n for p in topic.partitions for n in p.replicas})
-    answers = await _ask_nodes(ctl, nodes, name)
+    answers = await ask_nodes(ctl, nodes, name)
+    config = described(
+        topic.settings, ctl.node.storage.log_config, ctl.node.settings.append_bytes_max
+    )
     out = []
     for p in topic.partitions:
         seen = [a[str(p.partition)] for a in answers.values() if str(p.partition) in a]
@@ -199,6 +216,7 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
                 "term": best["term"] if best else (entry.term if entry else 0),
                 "commit_offset": max((s["commit_offset"] for s in seen), default=-1),
                 "log_start_offset": best["log_start_offset"] if best else 0,
+                "config": config,
             }
         )
     return out

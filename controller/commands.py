@@ -30,6 +30,27 @@ class CreateTopic:
     retention_bytes: int | None = None
     retention_ms: int | None = None
     timestamp_type: str = "create"  # whose clock stamps records (log/wal.py)
+    segment_bytes_max: int | None = None
+    max_message_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterTopicConfig:
+    """A topic's settings become these (the fields of `TopicSettings`, None: the node's)."""
+
+    name: str
+    settings: dict[str, int | str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitions:
+    """A topic grows by these partitions (placed like a create's), numbered from `first`:
+    applied only while the topic has exactly `first` partitions, so two grows that raced
+    from the same count add them once."""
+
+    name: str
+    first: int
+    replicas: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +75,15 @@ class NameCluster:
     cluster_id: str
 
 
-Command = RegisterBroker | CreateTopic | DeleteTopic | SetReplicas | NameCluster
+Command = (
+    RegisterBroker
+    | CreateTopic
+    | DeleteTopic
+    | SetReplicas
+    | NameCluster
+    | AlterTopicConfig
+    | AddPartitions
+)
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
@@ -75,10 +104,12 @@ def from_wire(wire: Any) -> Command:
         raise CommandError(f"unknown fields {sorted(args.keys() - names)} in {cls.__name__}")
     if "replicas" in args:
         replicas = args["replicas"]
-        if cls is CreateTopic:
+        if cls in (CreateTopic, AddPartitions):
             args["replicas"] = tuple(tuple(r) for r in replicas)
         else:
             args["replicas"] = tuple(replicas)
+    if cls is AlterTopicConfig and not isinstance(args.get("settings"), dict):
+        raise CommandError("bad AlterTopicConfig: settings is a map")
     try:
         return cls(**args)
     except TypeError as exc:

@@ -97,3 +97,40 @@ def replace_departed(
                 new_set.append(taker)
         moved[key] = tuple(new_set)
     return moved
+
+
+def resize(
+    replica_sets: Mapping[K, Sequence[int]],
+    factor: int,
+    live: Iterable[int],
+    leaders: Mapping[K, int | None] | None = None,
+) -> dict[K, tuple[int, ...]]:
+    """New replica sets of `factor` replicas for the sets that have another number. A set
+    grows by the live nodes with the fewest replicas (ties: the lower id), added after its
+    own; it shrinks by dropping, among the replicas that are neither its preferred leader
+    (the first) nor its current leader, those on the nodes with the most replicas (ties:
+    the higher id). Each set changes the load the next one sees, so the result is spread.
+    Only the sets that change are returned."""
+    candidates = sorted(set(live))
+    if factor > len(candidates):
+        raise PlacementError(
+            f"{factor} replicas asked for but only {len(candidates)} nodes are live"
+        )
+    load: Counter[int] = Counter({n: 0 for n in candidates})
+    for replica_set in replica_sets.values():
+        load.update(replica_set)
+    changed: dict[K, tuple[int, ...]] = {}
+    for key, replica_set in replica_sets.items():
+        new_set = list(replica_set)
+        while len(new_set) < factor:
+            taker = min((c for c in candidates if c not in new_set), key=lambda c: (load[c], c))
+            new_set.append(taker)
+            load[taker] += 1
+        keep = {new_set[0], (leaders or {}).get(key)}
+        while len(new_set) > factor:
+            dropped = max((n for n in new_set if n not in keep), key=lambda n: (load[n], n))
+            new_set.remove(dropped)
+            load[dropped] -= 1
+        if tuple(new_set) != tuple(replica_set):
+            changed[key] = tuple(new_set)
+    return changed

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from quorumlog.controller.commands import (
+    AddPartitions,
+    AlterTopicConfig,
     Command,
     CreateTopic,
     DeleteTopic,
@@ -23,7 +25,7 @@ from quorumlog.controller.commands import (
     RegisterBroker,
     SetReplicas,
 )
-from quorumlog.log.config import TIMESTAMP_TYPES
+from quorumlog.log.config import TIMESTAMP_TYPES, TopicSettings
 
 CONTROLLER_GROUP = 0
 DEFAULT_TOPIC = "default"
@@ -50,17 +52,16 @@ class Partition:
     partition: int
     group_id: int
     replicas: tuple[int, ...]  # preferred leader first
-    revision: int
+    revision: int  # the controller offset that last set the replicas
+    created_offset: int  # the controller offset that made the group (a create or a grow)
 
 
 @dataclass(frozen=True, slots=True)
 class Topic:
     name: str
     partitions: tuple[Partition, ...]
-    retention_bytes: int | None
-    retention_ms: int | None
-    timestamp_type: str
-    created_offset: int  # a partition whose revision differs was moved since
+    settings: TopicSettings
+    created_offset: int
 
     @property
     def replication_factor(self) -> int:
@@ -79,8 +80,8 @@ class ClusterState:
     def genesis(cls) -> ClusterState:
         """A new cluster: the topic `default`, one partition on every voter (its replicas
         follow the brokers, see `set_brokers`)."""
-        default = Partition(DEFAULT_TOPIC, 0, DEFAULT_GROUP, (), 0)
-        topic = Topic(DEFAULT_TOPIC, (default,), None, None, TIMESTAMP_TYPES[0], 0)
+        default = Partition(DEFAULT_TOPIC, 0, DEFAULT_GROUP, (), 0, 0)
+        topic = Topic(DEFAULT_TOPIC, (default,), TopicSettings(), 0)
         return cls(topics={DEFAULT_TOPIC: topic}, next_group_id=DEFAULT_GROUP + 1)
 
     def set_brokers(self, addresses: Mapping[int, str]) -> None:
@@ -119,9 +120,9 @@ class ClusterState:
         return [p.replicas for t in self.topics.values() for p in t.partitions]
 
     def was_moved(self, partition: Partition) -> bool:
-        """Whether the partition's replicas changed since its topic was created (a replica
+        """Whether the partition's replicas changed since its group was made (a replica
         placed by a move joins its group; one placed at creation bootstraps it)."""
-        return partition.revision != self.topics[partition.topic].created_offset
+        return partition.revision != partition.created_offset
 
     def apply(self, command: Command, offset: int) -> str | None:
         """Apply a committed command at controller log `offset`; returns why it changed
@@ -135,18 +136,29 @@ class ClusterState:
                     self.brokers[node_id] = Broker(node_id, address, 0)
                 elif known.address != address:
                     self.brokers[node_id] = Broker(node_id, address, known.epoch + 1)
-            case CreateTopic(name, replicas, retention_bytes, retention_ms, timestamp_type):
+            case CreateTopic(name, replicas):
                 if name in self.topics:
                     return f"topic {name!r} exists"
-                partitions = []
-                for i, replica_set in enumerate(replicas):
-                    partitions.append(
-                        Partition(name, i, self.next_group_id, tuple(replica_set), offset)
-                    )
-                    self.next_group_id += 1
-                self.topics[name] = Topic(
-                    name, tuple(partitions), retention_bytes, retention_ms, timestamp_type, offset
+                settings = TopicSettings(
+                    command.retention_bytes,
+                    command.retention_ms,
+                    command.timestamp_type,
+                    command.segment_bytes_max,
+                    command.max_message_bytes,
                 )
+                self.topics[name] = Topic(name, (), settings, offset)
+                self._add_partitions(name, replicas, offset)
+            case AddPartitions(name, first, replicas):
+                if name not in self.topics:
+                    return f"unknown topic {name!r}"
+                if len(self.topics[name].partitions) != first:
+                    return f"topic {name!r} has {len(self.topics[name].partitions)} partitions now"
+                self._add_partitions(name, replicas, offset)
+            case AlterTopicConfig(name, settings):
+                topic = self.topics.get(name)
+                if topic is None:
+                    return f"unknown topic {name!r}"
+                self.topics[name] = replace(topic, settings=TopicSettings.from_wire(settings))
             case DeleteTopic(name):
                 if self.topics.pop(name, None) is None:
                     return f"unknown topic {name!r}"
@@ -165,6 +177,20 @@ class ClusterState:
                     return f"the cluster is named {self.cluster_id} already"
                 self.cluster_id = cluster_id
         return None
+
+    def _add_partitions(
+        self, name: str, replicas: tuple[tuple[int, ...], ...], offset: int
+    ) -> None:
+        """New partitions numbered on from the topic's last, each a new group that its
+        replicas bootstrap together (a grow places them as a create does)."""
+        topic = self.topics[name]
+        first = len(topic.partitions)
+        added = [
+            Partition(name, first + i, self.next_group_id + i, tuple(r), offset, offset)
+            for i, r in enumerate(replicas)
+        ]
+        self.next_group_id += len(added)
+        self.topics[name] = replace(topic, partitions=topic.partitions + tuple(added))
 
 
 def check_topic_name(name: str, internal: bool = False) -> str:

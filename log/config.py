@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 TIMESTAMP_TYPES = ("create", "log_append")
 
@@ -32,9 +32,41 @@ class LogConfig:
     # Drop the segments before the last committed snapshot (batch flag SNAPSHOT): for a
     # state machine's log that holds its whole state in each snapshot (`__groups`).
     compact_to_snapshots: bool = False
+    # The largest batch an append may carry (Kafka's max.message.bytes); None: only the
+    # node's limit on a whole append (`append_bytes_max`) applies.
+    max_message_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"timestamp_type is one of {', '.join(TIMESTAMP_TYPES)}")
         if self.page_cache_window_bytes < 0:
             raise ValueError("page_cache_window_bytes is at least 0")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSettings:
+    """A topic's own settings, kept with each of its replicas (None: the node's setting).
+    The controller's log holds them (controller/topic_config.py names them as Kafka does);
+    a change reaches every replica as its node applies it."""
+
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    timestamp_type: str | None = None
+    segment_bytes_max: int | None = None
+    max_message_bytes: int | None = None
+
+    def applied_to(self, config: LogConfig) -> LogConfig:
+        changed = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        return replace(config, **changed)
+
+    def to_wire(self) -> dict[str, int | str | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> TopicSettings:
+        """From a dict of the fields (those missing are None); ValueError for a key that
+        is not one (values are checked where they come in: controller/topic_config.py)."""
+        known = {f.name for f in fields(cls)}
+        if not known >= wire.keys():
+            raise ValueError(f"unknown topic settings {sorted(wire.keys() - known)}")
+        return cls(**wire)

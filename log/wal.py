@@ -101,6 +101,11 @@ class Log:
     def config(self) -> LogConfig:
         return self._config
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """A topic's settings changed (retention, segment size, ...): they hold from the
+        next append and the next retention pass; what is written stays as it is."""
+        self._config = config
+
     @property
     def log_start_offset(self) -> int:
         return self._segments[0].base_offset

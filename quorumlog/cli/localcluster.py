@@ -126,9 +126,19 @@ class ProcessCluster:
         self.start(node_id, join=True)
         return self.address(node_id)
 
-    def start_all(self) -> None:
+    def start_all(self, listening_within_s: float = 60.0) -> None:
+        """Start every node and wait until each listens (or has exited): a client gives up
+        at once when no broker listens, and a loaded machine starts Python slowly."""
         for i in self.ids:
             self.start(i)
+        deadline = time.monotonic() + listening_within_s
+        for i in self.ids:
+            while self.procs[i].poll() is None and time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", self.listen_ports[i - 1]), 1).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.pop(node_id)

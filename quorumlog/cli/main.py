@@ -13,6 +13,7 @@ from quorumlog.cli import (
     commands,
     group_commands,
     members_commands,
+    partition_commands,
     status_command,
     topic_commands,
 )
@@ -327,6 +328,7 @@ for command in (
     members_commands.members,
     members_commands.transfer_leader,
     topic_commands.topic,
+    partition_commands.partition,
     group_commands.group,
 ):
     main.add_command(command)

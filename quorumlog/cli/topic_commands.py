@@ -9,6 +9,8 @@ import click
 
 from quorumlog.cli.commands import client_option_decorators, member_options, run_with_client
 from quorumlog.client.client import Client
+from quorumlog.controller.topic_config import ConfigError, changed_settings, parse_assignments
+from quorumlog.log.config import TopicSettings
 
 
 @click.group()
@@ -89,16 +91,72 @@ def topic_list(options: tuple, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
 @member_options
 def topic_describe(options: tuple, name: str, as_json: bool) -> None:
-    """Print "PARTITION LEADER REPLICAS COMMIT_OFFSET" per partition."""
+    """Print "PARTITION LEADER REPLICAS COMMIT_OFFSET" per partition, then the topic's
+    configuration, one "NAME=VALUE" per line (--json: in each partition's "config")."""
 
     def body(client: Client) -> None:
-        for row in client.describe_topic(name):
+        rows = client.describe_topic(name)
+        for row in rows:
             if as_json:
                 click.echo(json.dumps(row))
                 continue
             leader = "-" if row["leader_id"] is None else row["leader_id"]
             replicas = ",".join(str(r) for r in row["replicas"])
             click.echo(f"{row['partition']} {leader} {replicas} {row['commit_offset']}")
+        if rows and not as_json:
+            for key, value in rows[0]["config"].items():
+                click.echo(f"{key}={value}")
+
+    run_with_client(*options, body)
+
+
+@topic.command("alter")
+@click.argument("name")
+@click.option("--partitions", type=click.IntRange(min=1), default=None, help="Grow to N.")
+@click.option("--replicas", type=click.IntRange(min=1), default=None, help="Replicas each.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A setting by Kafka's name (retention.ms, retention.bytes, segment.bytes, "
+    "max.message.bytes, message.timestamp.type); NAME= goes back to the node's.",
+)
+@member_options
+def topic_alter(
+    options: tuple,
+    name: str,
+    partitions: int | None,
+    replicas: int | None,
+    assignments: tuple[str, ...],
+) -> None:
+    """Change a topic: its settings, then its partition count (grow only), then its
+    replication factor. Returns once the change is committed and new partitions have
+    leaders; replicas then move in the background (`quorumlog partition moves`).
+
+    \b
+    Examples:
+      quorumlog topic -b 127.0.0.1:7001 alter events --partitions 12
+      quorumlog topic -b 127.0.0.1:7001 alter events --replicas 3
+      quorumlog topic -b 127.0.0.1:7001 alter events --set retention.ms=86400000
+    """
+    if partitions is None and replicas is None and not assignments:
+        raise click.UsageError("give --partitions, --replicas or --set NAME=VALUE")
+    try:
+        config = parse_assignments(list(assignments))
+        changed_settings(TopicSettings(), config)  # bad names and values: usage errors
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--set") from None
+
+    def body(client: Client) -> None:
+        result = client.alter_topic(
+            name, partitions=partitions, replicas=replicas, config=config or None
+        )
+        moving = result.get("moving")
+        click.echo(
+            f"altered {name}: {result['partitions']} partitions, {result['replicas']} replicas"
+            + (f"; {moving} partitions moving (see `quorumlog partition moves`)" if moving else "")
+        )
 
     run_with_client(*options, body)
 

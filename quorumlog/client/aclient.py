@@ -37,6 +37,7 @@ from quorumlog.client.protocol import (
     ClientBase,
     Prepared,
     Record,
+    admin_retry,
     append_result,
     batches_of,
     decode_batches,
@@ -46,10 +47,9 @@ from quorumlog.client.protocol import (
     record_list,
     split,
     status_rows,
-    topic_request,
-    topics_of,
 )
 from quorumlog.client.routing import route_of
+from quorumlog.client.topic_calls import TopicCalls
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
@@ -68,7 +68,7 @@ from quorumlog.transport.messages import (
 )
 
 
-class AsyncClient(ClientBase):
+class AsyncClient(TopicCalls, ClientBase):
     def __init__(
         self,
         brokers: str | Sequence[str],
@@ -309,51 +309,6 @@ class AsyncClient(ClientBase):
         assert isinstance(reply, EndOffsetReply)
         return reply
 
-    # ------------------------------------------------------------------- topics
-
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        replicas: int | None = None,
-        retention_bytes: int | None = None,
-        retention_ms: int | None = None,
-        timestamps: str = "create",
-    ) -> None:
-        await self._topic_call(
-            "create_topic",
-            name=name,
-            partitions=partitions,
-            replicas=replicas,
-            retention_bytes=retention_bytes,
-            retention_ms=retention_ms,
-            timestamp_type=timestamps,
-        )
-        self._partition_counts[name] = partitions
-
-    async def topics(self, details: bool = False) -> dict[str, int] | dict[str, tuple[int, int]]:
-        """Every topic with its partition count (details: and its replication factor)."""
-        reply = await self._topic_call("list_topics")
-        counts = topics_of(reply)
-        self._partition_counts.update(counts)
-        if details:
-            return {name: tuple(row) for name, row in reply.result["topics"].items()}
-        return counts
-
-    async def describe_topic(self, name: str) -> list[dict]:
-        return (await self._topic_call("describe_topic", name=name)).result["partitions"]
-
-    async def delete_topic(self, name: str) -> None:
-        await self._topic_call("delete_topic", name=name)
-        self._partition_counts.pop(name, None)
-
-    async def _topic_call(self, op: str, **args) -> AdminReply:
-        request = topic_request(op, self.timeout, **args)
-        with self._deadline():
-            reply = await self._call(request, to_leader=True, bounded=False, as_retry=_retry)
-        assert isinstance(reply, AdminReply)
-        return reply
-
     # ------------------------------------------------------------------- membership
 
     async def admin(self, op: str, **args) -> dict:
@@ -362,7 +317,7 @@ class AsyncClient(ClientBase):
         request = AdminRequest(op, {**args, "timeout_s": self.timeout})
         with self._deadline():
             # A membership change may take long (a learner catching up): no per-try cap.
-            reply = await self._call(request, to_leader=True, bounded=False, as_retry=_retry)
+            reply = await self._call(request, to_leader=True, bounded=False, as_retry=admin_retry)
         assert isinstance(reply, AdminReply)
         return reply.result
 
@@ -475,9 +430,3 @@ class Unread:
     offset: int  # where that read ended: a read from here on starts with these
     records: list[Record]  # decoded, of the batch the last one returned came from
     batches: memoryview  # the reply's batches after it
-
-
-def _retry(request: Message) -> Message:
-    """An admin call sent again after a try whose outcome is unknown (actors/admin.py)."""
-    assert isinstance(request, AdminRequest)
-    return AdminRequest(request.op, {**request.args, "retry": True})

@@ -12,7 +12,7 @@ or with a definite QuorumLogError, within the client's timeout. Open at construc
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.loop_thread import LoopThread
@@ -138,6 +138,34 @@ class Client:
 
     def delete_topic(self, name: str) -> None:
         self._loop.run(self._client.delete_topic, name)
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        replicas: int | None = None,
+        config: Mapping[str, object] | None = None,
+        replace_config: bool = False,
+    ) -> dict:
+        """As `AsyncClient.alter_topic`: settings, then more partitions, then the
+        replication factor; returns once committed, replicas moving in the background."""
+        return self._loop.run(
+            self._client.alter_topic,
+            name,
+            partitions=partitions,
+            replicas=replicas,
+            config=config,
+            replace_config=replace_config,
+        )
+
+    def move_partition(self, topic: str, partition: int, to: Iterable[int]) -> None:
+        """Give a partition exactly the replicas `to`, its preferred leader first."""
+        self._loop.run(self._client.move_partition, topic, partition, list(to))
+
+    def partition_moves(self) -> list[dict]:
+        """The partitions whose replicas are still moving (see `AsyncClient`)."""
+        return self._loop.run(self._client.partition_moves)
 
     def groups(self) -> list[dict]:
         """Every consumer group: [{"group", "mode", "members"}, ...]."""

@@ -30,6 +30,7 @@ from quorumlog.transport.messages import (
     AppendReply,
     AppendRequest,
     EndOffsetRequest,
+    Message,
     ReadReply,
 )
 from quorumlog.transport.tls import TlsSetupError, client_context
@@ -390,6 +391,12 @@ WATCHED = (AppendRequest, EndOffsetRequest)
 
 def topic_request(op: str, timeout_s: float, **args) -> AdminRequest:
     return AdminRequest(op, {**args, "timeout_s": timeout_s})
+
+
+def admin_retry(request: Message) -> Message:
+    """An admin call sent again after a try whose outcome is unknown (actors/admin.py)."""
+    assert isinstance(request, AdminRequest)
+    return AdminRequest(request.op, {**request.args, "retry": True})
 
 
 def topics_of(reply: AdminReply) -> dict[str, int]:

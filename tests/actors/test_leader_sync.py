@@ -26,7 +26,7 @@ def test_a_replica_of_a_topic_not_yet_applied_is_announced_once_it_is():
     assert sync.table.get("t0", 1) is None  # no entry without the topic's revision
     # A follower that has applied the topic but heard no leader yet reports none.
     sync.table.merge([LeaderEntry("t0", 1, None, 2, 2)])
-    state.topics["t0"] = SimpleNamespace(created_offset=2)
+    state.topics["t0"] = SimpleNamespace(partitions=[None, SimpleNamespace(created_offset=2)])
     sync.topics_applied()
     assert sync.table.get("t0", 1) == LeaderEntry("t0", 1, 4, 2, 2)
 
@@ -35,6 +35,6 @@ def test_a_replica_gone_before_its_topic_is_applied_is_forgotten():
     sync, state, replica = node_restarted_before_its_state()
     sync.local_changed("t0", 1, replica)
     sync._ctl.node.partitions.clear()  # deleted meanwhile
-    state.topics["t0"] = SimpleNamespace(created_offset=2)
+    state.topics["t0"] = SimpleNamespace(partitions=[None, SimpleNamespace(created_offset=2)])
     sync.topics_applied()
     assert sync.table.get("t0", 1) is None

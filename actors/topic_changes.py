@@ -1,0 +1,188 @@
+"""The topic changes the controller's leader answers (actors/controller.py routes them here):
+a topic's settings, more partitions, another replication factor, a partition moved to
+named nodes, and the moves still under way.
+
+Each change is decided here, on a state that is up to date, and appended as one command
+(or one per partition moved) with acks=quorum: every node applies it alike, and a change
+asked again finds it made and answers as the first time did. Replicas follow a new set
+through the partition's own group (actors/mover.py drives learners, catch-up and joint
+consensus); the call returns once the new sets are committed, and `moves` tells how far
+each got.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from quorumlog.actors.topic_calls import ask_nodes, leaders_elected, wait_live_brokers
+from quorumlog.controller.commands import AddPartitions, AlterTopicConfig, SetReplicas
+from quorumlog.controller.placement import place, resize
+from quorumlog.controller.state import (
+    DEFAULT_TOPIC,
+    PARTITIONS_MAX,
+    ClusterState,
+    Topic,
+    TopicError,
+)
+from quorumlog.controller.topic_config import changed_settings
+from quorumlog.transport.messages import AdminReply, Message
+
+if TYPE_CHECKING:
+    from quorumlog.actors.controller import ControllerActor
+
+
+def alterable(state: ClusterState, name: str, what: str) -> Topic:
+    """The topic `name`, if `what` may be changed in it."""
+    topic = state.topics.get(name)
+    if topic is None:
+        raise TopicError(f"unknown topic {name!r}")
+    if name.startswith("__"):
+        raise TopicError(f"the topic {name!r} is the cluster's own: its {what} cannot change")
+    if name == DEFAULT_TOPIC and what != "settings":
+        raise TopicError(
+            f"the topic 'default' has one partition on every node: its {what} follow the cluster's membership"
+        )
+    return topic
+
+
+async def alter(ctl: ControllerActor, args: dict[str, Any]) -> Message:
+    """Settings (`config`: Kafka's names, None to unset; `replace`: AlterConfigs, every
+    name not given unset), then the partition count, then the replication factor."""
+    name = args["name"]
+    result: dict[str, Any] = {"topic": name}
+    if args.get("config") is not None:
+        await _configure(ctl, name, args["config"], bool(args.get("replace")))
+    if args.get("partitions") is not None:
+        await _grow(ctl, name, args["partitions"])
+    if args.get("replicas") is not None:
+        result["moving"] = await _resize(ctl, name, args["replicas"])
+    topic = ctl.state.topics[name]
+    result.update(partitions=len(topic.partitions), replicas=topic.replication_factor)
+    return AdminReply(result)
+
+
+async def _configure(ctl: ControllerActor, name: str, changes: dict, replace_all: bool) -> None:
+    topic = alterable(ctl.state, name, "settings")
+    if not isinstance(changes, dict):
+        raise TopicError("config is a map of names to values")
+    settings = changed_settings(topic.settings, changes, replace_all)
+    if settings != topic.settings:
+        why = await ctl.propose(AlterTopicConfig(name, settings.to_wire()))
+        if why is not None:
+            raise TopicError(why)
+
+
+async def _grow(ctl: ControllerActor, name: str, partitions: int) -> None:
+    """Up to `partitions`, placed and led as a create's (a retry finds them made)."""
+    topic = alterable(ctl.state, name, "partitions")
+    have = len(topic.partitions)
+    if type(partitions) is not int or partitions < have:
+        raise TopicError(
+            f"topic {name!r} has {have} partitions: a topic grows, it never shrinks "
+            f"(asked for {partitions})"
+        )
+    if partitions > PARTITIONS_MAX:
+        raise TopicError(f"a topic has 1-{PARTITIONS_MAX} partitions, not {partitions}")
+    factor = topic.replication_factor
+    if partitions > have:
+        live = await wait_live_brokers(ctl, factor)
+        placed = place(partitions - have, factor, live, ctl.state.replica_sets())
+        why = await ctl.propose(AddPartitions(name, have, tuple(placed)))
+        now = ctl.state.topics.get(name)
+        if why is not None and (now is None or len(now.partitions) != partitions):
+            raise TopicError(why)
+    await leaders_elected(ctl, name, partitions, factor)
+
+
+async def _resize(ctl: ControllerActor, name: str, factor: int) -> int:
+    """Every partition to `factor` replicas; how many partitions move."""
+    topic = alterable(ctl.state, name, "replicas")
+    if type(factor) is not int or factor < 1:
+        raise TopicError(f"a partition has at least one replica, not {factor}")
+    if factor > len(ctl.state.brokers):
+        raise TopicError(
+            f"{factor} replicas asked for but the cluster has {len(ctl.state.brokers)} nodes"
+        )
+    live = await wait_live_brokers(ctl, factor)
+    sets = {p.partition: p.replicas for p in topic.partitions}
+    leaders = {i: ctl.leader_hint(name, i) for i in sets}
+    moves = resize(sets, factor, live, leaders)
+    for partition, replicas in sorted(moves.items()):
+        await _set_replicas(ctl, name, partition, replicas)
+    return len(moves)
+
+
+async def move(ctl: ControllerActor, args: dict[str, Any]) -> Message:
+    """One partition onto the nodes `to`, its preferred leader first."""
+    name, partition, to = args["topic"], args["partition"], args["to"]
+    topic = alterable(ctl.state, name, "replicas")
+    if type(partition) is not int or not 0 <= partition < len(topic.partitions):
+        raise TopicError(
+            f"topic {name!r} has no partition {partition} (it has {len(topic.partitions)})"
+        )
+    if not isinstance(to, list) or not to or any(type(n) is not int for n in to):
+        raise TopicError("a move names one or more node ids")
+    if len(set(to)) != len(to):
+        raise TopicError(f"a node holds one replica of a partition: {to} repeats one")
+    unknown = sorted(set(to) - set(ctl.state.brokers))
+    if unknown:
+        raise TopicError(
+            f"no node {', '.join(map(str, unknown))} in the cluster "
+            f"(nodes: {', '.join(map(str, sorted(ctl.state.brokers)))})"
+        )
+    if tuple(to) != topic.partitions[partition].replicas:
+        await _set_replicas(ctl, name, partition, tuple(to))
+    return AdminReply({"topic": name, "partition": partition, "replicas": to})
+
+
+async def _set_replicas(
+    ctl: ControllerActor, name: str, partition: int, replicas: tuple[int, ...]
+) -> None:
+    why = await ctl.propose(SetReplicas(name, partition, replicas))
+    if why is not None:
+        raise TopicError(why)
+
+
+async def moves(ctl: ControllerActor) -> Message:
+    """The partitions whose group is not yet on the replica set the state gives it: each
+    with the members it has (`from`), the set it goes to, and how much of the leader's
+    log the replicas that join hold (bytes, from their own account)."""
+    state = ctl.state
+    out = []
+    for topic in sorted(state.topics.values(), key=lambda t: t.name):
+        moved = [p for p in topic.partitions if state.was_moved(p)]
+        if topic.name == DEFAULT_TOPIC or not moved:
+            continue
+        nodes = sorted({n for p in moved for n in p.replicas} | set(state.brokers))
+        answers = await ask_nodes(ctl, nodes, topic.name)
+        for p in moved:
+            row = _move_row(topic.name, p.partition, p.replicas, answers)
+            if row is not None:
+                out.append(row)
+    return AdminReply({"moves": out})
+
+
+def _move_row(
+    topic: str, partition: int, target: tuple[int, ...], answers: dict[int, dict]
+) -> dict | None:
+    seen = {n: a[str(partition)] for n, a in answers.items() if str(partition) in a}
+    leading = [s for s in seen.values() if s["role"] == "leader"]
+    leader = max(leading, key=lambda s: s["term"], default=None)
+    config = (leader or {}).get("config") or {}
+    members = sorted({*config.get("voters", []), *config.get("learners", [])})
+    if leader is not None and members == sorted(target) and not config.get("joint"):
+        return None  # there already
+    total = leader["size_bytes"] if leader else 0
+    joining = [n for n in target if n not in members]
+    copied = {n: seen[n]["size_bytes"] if n in seen else 0 for n in joining}
+    done = min((min(b, total) / total for b in copied.values()), default=1.0) if total else 1.0
+    return {
+        "topic": topic,
+        "partition": partition,
+        "from": members,
+        "to": list(target),
+        "leader_id": None if leader is None else leader["node_id"],
+        "bytes_total": total,
+        "bytes_copied": {str(n): b for n, b in copied.items()},
+        "progress": round(done, 3),
+    }
