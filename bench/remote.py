@@ -163,6 +163,18 @@ def _collect(queue, workers, seen: set[int], kind, within_s, phase, until_one=Fa
                 seen.add(worker)
 
 
+_LATENCY = {
+    ("quorumlog", "produce"): "append call, from its (intended) send time to its answer",
+    ("quorumlog", "consume"): "read call, from the request to its records",
+    ("confluent-kafka", "produce"): "message, from its (intended) produce() to its delivery",
+    ("confluent-kafka", "consume"): "consume() call, from the call to its messages",
+    **{
+        (client, "e2e"): "record, from its append's send time to its consumer"
+        for client in ("quorumlog", "confluent-kafka")
+    },
+}
+
+
 def _figures(options: RunOptions, state: TopicState, phase: Phase) -> dict:
     total = phase.tally.total
     elapsed_s = max(phase.elapsed_s.values(), default=0.0) or options.duration_s
@@ -185,11 +197,7 @@ def _figures(options: RunOptions, state: TopicState, phase: Phase) -> dict:
         "records_per_s": round(total.records / elapsed_s, 1),
         "MB_per_s": round(total.value_bytes / MB / elapsed_s, 3),
         **total.latencies.summary_ms(),
-        "latency": {
-            "produce": "append call, from its (intended) send time to its acknowledgement",
-            "consume": "read call, from the request to its records",
-            "e2e": "record, from its append's send time to its consumer",
-        }[options.workload],
+        "latency": _LATENCY[options.client, options.workload],
         "errors": total.errors + phase.tally.others.errors,
     }
     if options.workload == "e2e":
