@@ -70,19 +70,20 @@ def bench(
     from quorumlog.bench.scenarios import scenario
 
     configure_logging(level=logging.WARNING)  # simulations log thousands of elections
-    options = remote_run(name, remote)
-    if options is not None:
-        _run_remote(options, out)
+    run_options = remote_run(name, remote)
+    if out is None and run_options is None:  # a remote run's figures are its last line
+        out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    if out is not None:
+        try:
+            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+            with open(out, "a"):
+                pass  # fail now, not after the scenarios ran
+        except OSError as exc:
+            raise click.UsageError(f"cannot write the figures to {out}: {exc}") from None
+    if run_options is not None:
+        _run_remote(run_options, out)
         return
     names = list(SCENARIOS) if name == "all" else [name]
-    if out is None:
-        out = os.path.join("bench-results", f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    try:
-        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-        with open(out, "a"):
-            pass  # fail now, not after the scenarios ran
-    except OSError as exc:
-        raise click.UsageError(f"cannot write the figures to {out}: {exc}") from None
     results = {}
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)

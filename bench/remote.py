@@ -125,7 +125,7 @@ def _phase(
             _collect(queue, workers, done, Done, deadline_s, phase, until_one=True)
             if producers <= done:
                 producers_done.set()
-        phase.tally.finish(done)
+        phase.tally.finish()
     finally:
         for process in workers.values():
             if process.is_alive():
@@ -157,6 +157,7 @@ def _collect(queue, workers, seen: set[int], kind, within_s, phase, until_one=Fa
                 phase.tally.add(message)
             case Done(worker=worker, elapsed_s=elapsed_s):
                 seen.add(worker)
+                phase.tally.worker_done(worker)
                 if worker in phase.tally.counted:
                     phase.elapsed_s[worker] = elapsed_s
             case Ready(worker=worker):

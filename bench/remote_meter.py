@@ -94,6 +94,7 @@ class Tally:
         self._echo = echo
         self._seconds: dict[int, Second] = {}
         self._printed = 0  # seconds printed so far
+        self._done: set[int] = set()
         self.total = Second()
         self.others = Second()  # e2e: the producers' appends, beside the consumers' figures
 
@@ -103,16 +104,21 @@ class Tally:
             return
         self._seconds.setdefault(interval.index, Second()).add(interval)
         self.total.add(interval)
-        self._print_complete(set())
+        self._print_complete()
 
-    def finish(self, done: set[int]) -> None:
-        """Print what is left: workers in `done` report no more seconds."""
-        self._print_complete(done, final=True)
+    def worker_done(self, worker: int) -> None:
+        """The worker reports no more seconds: the others' seconds need not wait for it."""
+        self._done.add(worker)
+        self._print_complete()
 
-    def _print_complete(self, done: set[int], final: bool = False) -> None:
+    def finish(self) -> None:
+        """Print what is left."""
+        self._print_complete(final=True)
+
+    def _print_complete(self, final: bool = False) -> None:
         while self._printed in self._seconds:
             second = self._seconds[self._printed]
-            if not final and not self.counted <= second.reported | done:
+            if not final and not self.counted <= second.reported | self._done:
                 return
             self._echo(self.progress_line(self._printed + 1, second))
             del self._seconds[self._printed]
