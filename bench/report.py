@@ -53,7 +53,7 @@ def print_table(title: str, rows: list[dict], file=None) -> None:
     for column in columns:
         table.add_column(column, justify="right" if _numeric(rows, column) else "left")
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        table.add_row(*(cell(row.get(c)) for c in columns))
     Console(file=file or sys.stdout, width=200).print(table)
 
 
@@ -61,7 +61,7 @@ def _numeric(rows: list[dict], column: str) -> bool:
     return all(isinstance(r.get(column), int | float) for r in rows if r.get(column) is not None)
 
 
-def _cell(value) -> str:
+def cell(value) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
