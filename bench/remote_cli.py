@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from quorumlog.bench.remote_spec import ACKS_LEVELS, STAMP_BYTES, WORKLOADS, RunOptions
-from quorumlog.cli.commands import _check_brokers, tls_options
+from quorumlog.cli.commands import check_brokers, tls_options
 
 LOCAL_ONLY = ("quick", "seeds", "seed", "faults", "steps", "plot")
 SIZE_MAX = 1 << 20  # one record's value; bigger ones are refused by the cluster anyway
@@ -44,7 +44,7 @@ _OPTIONS = (
     click.option(
         "--kafka",
         default=None,
-        callback=_check_brokers,
+        callback=check_brokers,
         metavar="BOOTSTRAP",
         help="Run the workload through confluent-kafka against this Kafka-protocol cluster "
         "(quorumlog's --kafka-listen, Kafka, Redpanda); -b is then not used.",

@@ -55,7 +55,7 @@ def tls_options() -> dict[str, str | None]:
     return {k: meta.get(f"quorumlog.{k}") for k in ("tls_ca", "tls_cert", "tls_key")}
 
 
-def _check_brokers(ctx: click.Context, param: click.Parameter, brokers: str | None) -> str | None:
+def check_brokers(ctx: click.Context, param: click.Parameter, brokers: str | None) -> str | None:
     """A bad broker list is bad usage (exit 2, naming -b), found before any connection."""
     if brokers is not None:
         try:
@@ -90,7 +90,7 @@ def client_option_decorators(command: Callable, required: bool = True) -> Callab
                 "--brokers",
                 envvar="QUORUMLOG_BROKERS",
                 required=required,
-                callback=_check_brokers,
+                callback=check_brokers,
                 help="HOST:PORT,... of any nodes.",
             ),
             click.option(
