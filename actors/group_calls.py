@@ -25,6 +25,7 @@ from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.state import (
     GROUPS_TOPIC,
     Commit,
+    DeleteGroup,
     Group,
     GroupError,
     ResetOffsets,
@@ -47,8 +48,11 @@ async def join(co: Coordinator, c: Coordination, name: str, args: dict) -> Resul
     co.partitions_of(topics)  # UnknownTopic if one is not there
     async with c.lock(name):
         group = c.state.groups.get(name) or Group(name, mode)
-        if group.members and group.mode != mode:
-            raise GroupError(f"group {name!r} is a {group.mode}-mode group")
+        if group.mode != mode:  # its positions mean something else in the other mode
+            raise GroupError(
+                f"group {name!r} is a {group.mode}-mode group: join it in {group.mode} mode, "
+                f"or delete it first (`quorumlog group delete {name}`)"
+            )
         if group.members and group.topics != topics:
             raise GroupError(
                 f"group {name!r} consumes {', '.join(group.topics)}: join with the same topics"
@@ -148,11 +152,7 @@ async def reset_offsets(co: Coordinator, c: Coordination, name: str, args: dict)
     members (they would consume from positions they no longer hold)."""
     topic, to = str(args["topic"]), args["to"]
     async with c.lock(name):
-        group = c.state.groups.get(name)
-        if group is not None and group.members:
-            raise GroupError(
-                f"group {name!r} has {len(group.members)} active member(s): stop them first"
-            )
+        _inactive(c, name)
         offsets = await _offsets_of_all(co, co.partitions_of((topic,)))
         chosen = []
         for (_, partition), (start, end) in sorted(offsets.items()):
@@ -172,6 +172,28 @@ async def reset_offsets(co: Coordinator, c: Coordination, name: str, args: dict)
         if why is not None:
             raise GroupError(why)
     return {"offsets": chosen}
+
+
+async def delete(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
+    """An operator removes a group and its positions: refused while it has members."""
+    async with c.lock(name):
+        _inactive(c, name)
+        why = await c.propose(DeleteGroup(name))
+        if why is not None:
+            raise GroupError(why)
+    return {"group": name}
+
+
+def _inactive(c: Coordination, name: str) -> Group:
+    """The group `name`, if it exists and no member is active in it."""
+    group = c.state.groups.get(name)
+    if group is None:
+        raise GroupError(f"unknown group {name!r}")
+    if group.members:
+        raise GroupError(
+            f"group {name!r} has {len(group.members)} active member(s): stop them first"
+        )
+    return group
 
 
 async def list_groups(co: Coordinator, args: dict) -> Result:
@@ -222,6 +244,7 @@ CALLS = Calls(
         "commit": commit,
         "describe": describe,
         "reset_offsets": reset_offsets,
+        "delete": delete,
         "lease": queue_calls.lease,
     },
     node={"list": list_groups, "list_here": list_here},

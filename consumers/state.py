@@ -85,13 +85,20 @@ class ResetOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """`group delete`: the group and its positions go, while no member is active."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Every group of the partition, whole (`snapshot_of`)."""
 
     groups: tuple[dict[str, Any], ...]
 
 
-Command = SetMembers | Commit | ResetOffsets | Lease | Settle | Snapshot
+Command = SetMembers | Commit | ResetOffsets | DeleteGroup | Lease | Settle | Snapshot
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
 
@@ -118,6 +125,8 @@ def from_wire(wire: Any) -> Command:
             _restore(args["groups"])  # checked whole here: a bad one is refused as it is read
         elif cls in (Lease, Settle):
             args["offsets"] = tuple(int(o) for o in args["offsets"])
+        elif cls is DeleteGroup:
+            args["group"] = str(args["group"])
         elif cls is SetMembers:
             args["topics"] = tuple(args["topics"])
             args["members"] = tuple((m, int(t)) for m, t in args["members"])
@@ -198,6 +207,13 @@ class GroupsState:
                 for topic, partition, position in offsets:
                     group.committed[(topic, partition)] = position
                     group.queues.pop((topic, partition), None)  # queue mode starts there
+            case DeleteGroup(name):
+                group = self.groups.get(name)
+                if group is None:
+                    return f"unknown group {name!r}"
+                if group.members:
+                    return f"group {name!r} has active members: stop them first"
+                del self.groups[name]
             case Lease() | Settle():
                 return _apply_queue(self.groups.get(command.group), command)
         return None

@@ -101,6 +101,19 @@ def group_reset_offsets(options: tuple, name: str, topic: str, to: str) -> None:
     run_with_client(*options, body)
 
 
+@group.command("delete")
+@click.argument("name")
+@member_options
+def group_delete(options: tuple, name: str) -> None:
+    """Delete a group and its positions (refused while the group has active members)."""
+
+    def body(client: Client) -> None:
+        client.delete_group(name)
+        click.echo(f"deleted group {name}")
+
+    run_with_client(*options, body)
+
+
 def consume_in_group(
     client: Client,
     group_name: str,

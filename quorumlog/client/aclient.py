@@ -336,6 +336,9 @@ class AsyncClient(TopicCalls, ClientBase):
         reply = await self.group_call("reset_offsets", name, topic=topic, to=to)
         return [tuple(o) for o in reply["offsets"]]
 
+    async def delete_group(self, name: str) -> None:
+        await self.group_call("delete", name)
+
     async def group_call(self, op: str, group: str, **args) -> dict:
         """One call to a consumer group's coordinator (quorumlog/client/consumer.py)."""
         with self._deadline():

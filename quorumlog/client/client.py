@@ -179,6 +179,10 @@ class Client:
         or an offset; refused while the group has members."""
         return self._loop.run(self._client.reset_offsets, name, topic, to)
 
+    def delete_group(self, name: str) -> None:
+        """Delete a consumer group and its positions; refused while it has members."""
+        self._loop.run(self._client.delete_group, name)
+
     def group_call(self, op: str, group: str, **args) -> dict:
         """One call to a consumer group's coordinator (quorumlog/client/consumer.py)."""
         return self._loop.run(self._client.group_call, op, group, **args)

@@ -260,3 +260,45 @@ def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
         positions = {r["partition"]: r["committed"] for r in c.describe_group("g")["partitions"]}
         assert positions == {p: 6 for p in range(PARTITIONS)}, "5 records after the barrier"
         assert c.status(), "every node still answers"
+
+
+def join(cluster, group: str, mode: str) -> None:
+    with Consumer(cluster.brokers, group, ["events"], mode=mode, timeout=5) as member:
+        member.poll(timeout=1.0)
+
+
+def test_an_operator_deletes_a_finished_group_and_cannot_create_one_by_mistake(cluster):
+    """`group delete` is refused while members are active, then removes the group and its
+    positions; `reset-offsets` of a group that does not exist is refused (it used to make
+    one); joining a group in the other mode is refused, naming the group's mode."""
+    written = fill(cluster, per_partition=5)
+    b = ["-b", cluster.brokers]
+    typo = cli("group", *b, "reset-offsets", "bilings", "--topic", "events", "--to", "earliest")
+    assert typo.returncode == 1 and b"unknown group 'bilings'" in typo.stderr
+    assert cli("group", *b, "list").stdout == b"", "the typo made no group"
+    with Consumer(cluster.brokers, "done", ["events"], start="earliest") as member:
+        got = []
+        while len(got) < sum(map(len, written.values())):
+            got += member.poll(timeout=1.0)
+        member.commit()
+        with pytest.raises(
+            QuorumLogError, match="'done' is a stream-mode group: join it in stream"
+        ):
+            join(cluster, "done", "queue")
+        refused = cli("group", *b, "delete", "done")
+        assert refused.returncode == 1 and b"active member" in refused.stderr
+    with pytest.raises(QuorumLogError, match="stream-mode group"):  # positions kept, no member
+        join(cluster, "done", "queue")
+    deleted = cli("group", *b, "delete", "done")
+    assert deleted.returncode == 0, deleted.stderr
+    assert cli("group", *b, "list").stdout == b""
+    gone = cli("group", *b, "describe", "done")
+    assert gone.returncode == 1 and b"unknown group 'done'" in gone.stderr
+    # The name is free again, in either mode, with no position kept from before.
+    with Consumer(cluster.brokers, "done", ["events"], mode="queue", start="earliest") as again:
+        first = []
+        while not first:
+            first = again.poll(timeout=1.0)
+        for p in {r.partition for r in first}:  # each from its first record again
+            got_here = [r.offset for r in first if r.partition == p]
+            assert min(got_here) == min(written[("events", p)])
