@@ -70,6 +70,7 @@ TOPIC_OPS = frozenset(
         "alter_topic",
         "move_partition",
         "partition_moves",
+        "topic_configs",
     }
 )
 # A broker that answered within this many heartbeat intervals is live (for placement).
@@ -260,6 +261,8 @@ class ControllerActor:
                     return await topic_changes.move(self, args)
                 case "partition_moves":
                     return await topic_changes.moves(self)
+                case "topic_configs":
+                    return topic_changes.configs(self, list(args["names"]))
         except PassBack as answer:
             return answer.reply
         except (TopicError, PlacementError) as exc:

@@ -24,7 +24,7 @@ from quorumlog.controller.state import (
     Topic,
     TopicError,
 )
-from quorumlog.controller.topic_config import changed_settings
+from quorumlog.controller.topic_config import changed_settings, described, set_here
 from quorumlog.transport.messages import AdminReply, Message
 
 if TYPE_CHECKING:
@@ -59,6 +59,25 @@ async def alter(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     topic = ctl.state.topics[name]
     result.update(partitions=len(topic.partitions), replicas=topic.replication_factor)
     return AdminReply(result)
+
+
+def configs(ctl: ControllerActor, names: list[str]) -> Message:
+    """Each topic's settings in force, and the names it sets itself (Kafka's
+    DescribeConfigs asks here, where the latest change is applied); None if unknown."""
+    out: dict[str, dict | None] = {}
+    for name in names:
+        topic = ctl.state.topics.get(name)
+        out[name] = (
+            None
+            if topic is None
+            else {
+                "config": described(
+                    topic.settings, ctl.node.storage.log_config, ctl.node.settings.append_bytes_max
+                ),
+                "set": sorted(set_here(topic.settings)),
+            }
+        )
+    return AdminReply({"topics": out})
 
 
 async def _configure(ctl: ControllerActor, name: str, changes: dict, replace_all: bool) -> None:

@@ -4,6 +4,8 @@ The message types are kio's, generated from Kafka's own JSON schemas; this modul
 frames them. Only versions before Kafka's flexible encoding are offered (clients pick the
 highest version both sides know from ApiVersions), so every request header is v1 and every
 response header v0; an ApiVersions request of a newer version is answered as KIP-511 says.
+The two reassignment APIs exist only in flexible versions: theirs are read and answered
+with the flexible headers (v2 and v1).
 Handlers build responses from plain dicts (`make`): one handler serves every version of an
 API, and fields a version does not have are left out.
 """
@@ -51,7 +53,15 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     22: (0, 1),  # InitProducerId
+    32: (1, 3),  # DescribeConfigs (v0 is gone from current clients and kio)
+    33: (0, 1),  # AlterConfigs
     36: (0, 1),  # SaslAuthenticate
+    37: (0, 1),  # CreatePartitions
+    42: (0, 1),  # DeleteGroups
+    44: (0, 0),  # IncrementalAlterConfigs
+    # Flexible from their first version (tagged fields, header v2): the only way to serve them.
+    45: (0, 0),  # AlterPartitionReassignments
+    46: (0, 0),  # ListPartitionReassignments
 }
 
 
@@ -79,8 +89,12 @@ def parse_request(frame: bytes) -> Request:
     if not low <= version <= high:
         return Request(key, version, header.correlation_id, header.client_id, None)
     try:
-        body, _ = entity_reader(load_request_schema(key, version))(frame, size)
-    except (DecodeError, ValueError, IndexError, UnicodeDecodeError, TypeError) as exc:
+        schema = load_request_schema(key, version)
+        if schema.__header_schema__ is not RequestHeader:  # v2: tagged fields follow
+            _, size = entity_reader(schema.__header_schema__)(frame, 0)
+        body, _ = entity_reader(schema)(frame, size)
+    # KeyError: a tagged field kio does not know (flexible versions).
+    except (DecodeError, ValueError, IndexError, UnicodeDecodeError, TypeError, KeyError) as exc:
         raise FrameError(f"bad request body (api {key} v{version}): {exc}") from None
     return Request(key, version, header.correlation_id, header.client_id, body)
 

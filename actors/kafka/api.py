@@ -6,6 +6,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from quorumlog.actors.kafka.admin import KafkaAdmin
 from quorumlog.actors.kafka.cluster import Cluster, KafkaBrokers
 from quorumlog.actors.kafka.fetch import Fetch
 from quorumlog.actors.kafka.groups import KafkaGroups
@@ -30,6 +31,7 @@ class KafkaApi:
         self.produce = Produce(node, rng)
         self.groups = KafkaGroups(node, brokers, rng)
         groups = self.groups
+        admin = KafkaAdmin(node, groups)
         self.handlers = {
             1: fetch.fetch,
             2: fetch.list_offsets,
@@ -47,6 +49,13 @@ class KafkaApi:
             19: cluster.create_topics,
             20: cluster.delete_topics,
             22: self.produce.init_producer_id,
+            32: admin.describe_configs,
+            33: admin.alter_configs,
+            37: admin.create_partitions,
+            42: admin.delete_groups,
+            44: admin.incremental_alter_configs,
+            45: admin.alter_partition_reassignments,
+            46: admin.list_partition_reassignments,
         }
         assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 

@@ -122,7 +122,7 @@ class KafkaGroups:
         except PassBack:
             raise GroupFailure(K.not_coordinator) from None
 
-    async def _group(self, name: str) -> tuple[Coordination, KafkaGroup]:
+    async def group(self, name: str) -> tuple[Coordination, KafkaGroup]:
         c = await self._coordination(name)
         group = self.groups.get(name)
         if group is None or group.term != c.term:
@@ -133,7 +133,7 @@ class KafkaGroups:
 
     async def join_group(self, request, version: int) -> dict:
         try:
-            c, group = await self._group(request.group_id)
+            c, group = await self.group(request.group_id)
             native = c.state.groups.get(group.name)
             if native is not None and native.members:
                 raise GroupFailure(K.inconsistent_group_protocol)
@@ -223,7 +223,7 @@ class KafkaGroups:
     async def _seen(self, request) -> tuple[KafkaGroup, Member]:
         """The group and member a SyncGroup or Heartbeat names (GroupFailure if the member
         or its generation is not the group's), noted alive."""
-        _, group = await self._group(request.group_id)
+        _, group = await self.group(request.group_id)
         member = _member(group, request.member_id, request.generation_id)
         member.last_seen = trio.current_time()
         return group, member
@@ -259,7 +259,7 @@ class KafkaGroups:
     async def leave_group(self, request, version: int) -> dict:
         ids = [m.member_id for m in request.members] if version >= 3 else [request.member_id]
         try:
-            _, group = await self._group(request.group_id)
+            _, group = await self.group(request.group_id)
         except GroupFailure as failure:
             return {"error_code": failure.error}
         results = []
@@ -309,7 +309,7 @@ class KafkaGroups:
             for p in t.partitions
         ]
         try:
-            c, group = await self._group(request.group_id)
+            c, group = await self.group(request.group_id)
             if generation >= 0 or request.member_id or group.members:
                 _member(group, request.member_id, generation)
                 if group.state == COMPLETING:
@@ -382,7 +382,7 @@ class KafkaGroups:
         out = []
         for name in request.groups:
             try:
-                _, group = await self._group(name)
+                _, group = await self.group(name)
             except GroupFailure as failure:
                 out.append({"group_id": name, "error_code": failure.error})
                 continue

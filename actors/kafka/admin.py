@@ -1,0 +1,300 @@
+"""The Kafka admin calls an operator's tools make: topic and broker configuration, more
+partitions, partition reassignments, and deleting consumer groups. Each is the native call
+of the same name (actors/topic_changes.py, actors/group_calls.py), so a change made
+through Kafka is the one `quorumlog topic describe` shows, and the other way round."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import trio
+from kio.schema.errors import ErrorCode as K
+
+from quorumlog.actors.admin import forward_to_leader
+from quorumlog.actors.kafka.cluster import kafka_error
+from quorumlog.actors.kafka.groups import GroupFailure, KafkaGroups
+from quorumlog.consumers.state import DeleteGroup
+from quorumlog.controller.topic_config import (
+    KAFKA_TIMESTAMP_TYPES,
+    NAMES,
+    ConfigError,
+    changed_settings,
+)
+from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
+
+if TYPE_CHECKING:
+    from quorumlog.actors.node import Node
+
+TOPIC, BROKER = 2, 4  # Kafka's resource types
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
+STRING, INT, LONG = 2, 3, 5  # config types
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
+CALL_S_DEFAULT = 30.0
+
+_TYPES = {
+    "retention.ms": LONG,
+    "retention.bytes": LONG,
+    "segment.bytes": INT,
+    "max.message.bytes": INT,
+    "message.timestamp.type": STRING,
+}
+
+
+class KafkaAdmin:
+    def __init__(self, node: Node, groups: KafkaGroups):
+        self.node = node
+        self.groups = groups
+
+    # ------------------------------------------------------------------- configuration
+
+    async def describe_configs(self, request, version: int) -> dict:
+        names = [r.resource_name for r in request.resources if r.resource_type == TOPIC]
+        topics: dict = {}
+        error = K.none
+        if names:  # from the controller's leader: the latest change is applied there
+            error, reply = await self._call("topic_configs", {"names": names}, None)
+            topics = reply.result["topics"] if isinstance(reply, AdminReply) else {}
+        results = []
+        for resource in request.resources:
+            out = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+            if resource.resource_type == TOPIC:
+                if not isinstance(topics.get(resource.resource_name), dict):
+                    missing = K.unknown_topic_or_partition if error is K.none else error
+                    results.append({**out, "error_code": missing})
+                    continue
+                found = topics[resource.resource_name]
+                configs = [
+                    _config(name, value, name not in found["set"], False)
+                    for name, value in found["config"].items()
+                ]
+            elif resource.resource_type == BROKER:
+                configs = [
+                    _config(name, value, True, True)
+                    for name, value in self._broker_config().items()
+                ]
+            else:
+                results.append({**out, "error_code": K.invalid_request})
+                continue
+            keys = resource.configuration_keys
+            if keys is not None:
+                configs = [c for c in configs if c["name"] in keys]
+            results.append({**out, "error_code": K.none, "configs": configs})
+        return {"results": results}
+
+    def _broker_config(self) -> dict[str, object]:
+        """This node's settings under Kafka's broker names (read-only: a node's settings
+        are its config file's)."""
+        log = self.node.storage.log_config
+        return {
+            "broker.id": self.node.id,
+            "log.segment.bytes": log.segment_bytes_max,
+            "log.retention.ms": -1 if log.retention_ms is None else log.retention_ms,
+            "log.retention.bytes": -1 if log.retention_bytes is None else log.retention_bytes,
+            "log.message.timestamp.type": KAFKA_TIMESTAMP_TYPES[log.timestamp_type],
+            "message.max.bytes": self.node.settings.append_bytes_max,
+        }
+
+    async def alter_configs(self, request, version: int) -> dict:
+        """AlterConfigs: every topic setting not given goes back to the node's."""
+        return await self._alter(request, replace_all=True)
+
+    async def incremental_alter_configs(self, request, version: int) -> dict:
+        return await self._alter(request, replace_all=False)
+
+    async def _alter(self, request, replace_all: bool) -> dict:
+        responses = []
+        for resource in request.resources:
+            out = {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+            error, message = await self._alter_one(resource, replace_all, request.validate_only)
+            responses.append({**out, "error_code": error, "error_message": message})
+        return {"responses": responses}
+
+    async def _alter_one(self, resource, replace_all: bool, validate_only: bool):
+        if resource.resource_type != TOPIC:
+            return (
+                K.invalid_request,
+                "only topics' settings change here (a node's are its config file's)",
+            )
+        changes: dict[str, object] = {}
+        for c in resource.configs:
+            operation = getattr(c, "config_operation", SET)
+            if operation not in (SET, DELETE):
+                return (
+                    K.invalid_request,
+                    f"{c.name}: only SET and DELETE apply to a topic's settings",
+                )
+            changes[c.name] = None if operation == DELETE else c.value
+        name = resource.resource_name
+        topic = self.node.controller_actor.state.topics.get(name)
+        if topic is None:
+            return K.unknown_topic_or_partition, f"unknown topic {name!r}"
+        try:
+            changed_settings(topic.settings, changes, replace_all)
+        except ConfigError as exc:
+            return K.invalid_config, str(exc)
+        if validate_only:
+            return K.none, None
+        args = {"name": name, "config": changes, "replace": replace_all}
+        return await self._topic_call("alter_topic", args)
+
+    # ------------------------------------------------------------------- partitions
+
+    async def create_partitions(self, request, version: int) -> dict:
+        results = []
+        for topic in request.topics:
+            if topic.assignments is not None:
+                error, message = (
+                    K.invalid_replica_assignment,
+                    "the controller places new partitions",
+                )
+            elif request.validate_only:
+                error, message = self._check_grow(topic.name, topic.count)
+            else:
+                args = {"name": topic.name, "partitions": topic.count}
+                error, message = await self._topic_call("alter_topic", args, request.timeout)
+            results.append({"name": topic.name, "error_code": error, "error_message": message})
+        return {"results": results}
+
+    def _check_grow(self, name: str, count: int) -> tuple[K, str | None]:
+        topic = self.node.controller_actor.state.topics.get(name)
+        if topic is None:
+            return K.unknown_topic_or_partition, f"unknown topic {name!r}"
+        if count < len(topic.partitions):
+            return K.invalid_partitions, f"topic {name!r} has {len(topic.partitions)} partitions"
+        return K.none, None
+
+    async def alter_partition_reassignments(self, request, version: int) -> dict:
+        responses = []
+        moving = None
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                if p.replicas is None:  # a cancel: the move goes on, as Raft's change must
+                    moving = moving if moving is not None else await self._moves(request.timeout)
+                    under_way = any(
+                        m["topic"] == topic.name and m["partition"] == p.partition_index
+                        for m in moving
+                    )
+                    error = K.invalid_request if under_way else K.no_reassignment_in_progress
+                    message = "a move under way cannot be cancelled" if under_way else None
+                else:
+                    args = {
+                        "topic": topic.name,
+                        "partition": p.partition_index,
+                        "to": list(p.replicas),
+                    }
+                    error, message = await self._topic_call("move_partition", args, request.timeout)
+                partitions.append(
+                    {
+                        "partition_index": p.partition_index,
+                        "error_code": error,
+                        "error_message": message,
+                    }
+                )
+            responses.append({"name": topic.name, "partitions": partitions})
+        return {"error_code": K.none, "responses": responses}
+
+    async def list_partition_reassignments(self, request, version: int) -> dict:
+        wanted = (
+            None
+            if request.topics is None
+            else {(t.name, p) for t in request.topics for p in t.partition_indexes}
+        )
+        by_topic: dict[str, list[dict]] = {}
+        for m in await self._moves(request.timeout):
+            if wanted is not None and (m["topic"], m["partition"]) not in wanted:
+                continue
+            adding = [n for n in m["to"] if n not in m["from"]]
+            removing = [n for n in m["from"] if n not in m["to"]]
+            by_topic.setdefault(m["topic"], []).append(
+                {
+                    "partition_index": m["partition"],
+                    "replicas": [*m["to"], *removing],
+                    "adding_replicas": adding,
+                    "removing_replicas": removing,
+                }
+            )
+        topics = [{"name": n, "partitions": ps} for n, ps in sorted(by_topic.items())]
+        return {"error_code": K.none, "topics": topics}
+
+    async def _moves(self, timeout) -> list[dict]:
+        _, reply = await self._call("partition_moves", {}, timeout)
+        return reply.result["moves"] if isinstance(reply, AdminReply) else []
+
+    # ------------------------------------------------------------------- groups
+
+    async def delete_groups(self, request, version: int) -> dict:
+        results = []
+        for name in request.groups_names:
+            results.append({"group_id": name, "error_code": await self._delete_group(name)})
+        return {"results": results}
+
+    async def _delete_group(self, name: str) -> K:
+        try:
+            c, group = await self.groups.group(name)
+        except GroupFailure as failure:
+            return failure.error
+        if group.members:
+            return K.non_empty_group
+        async with c.lock(name):
+            native = c.state.groups.get(name)
+            if native is None:
+                return K.group_id_not_found
+            if native.members:
+                return K.non_empty_group
+            why = await c.propose(DeleteGroup(name))
+        self.groups.groups.pop(name, None)
+        return K.none if why is None else K.group_id_not_found
+
+    # ------------------------------------------------------------------- calls
+
+    async def _topic_call(self, op: str, args: dict, timeout=None) -> tuple[K, str | None]:
+        error, reply = await self._call(op, args, timeout)
+        return error, None if isinstance(reply, AdminReply) else getattr(reply, "message", None)
+
+    async def _call(self, op: str, args: dict, timeout) -> tuple[K, AdminReply | ErrorReply | None]:
+        """`op` on the controller's leader, within the request's timeout."""
+        timeout_s = timeout.total_seconds() if timeout is not None else 0.0
+        timeout_s = timeout_s if timeout_s > 0 else CALL_S_DEFAULT
+        request = AdminRequest(op, {**args, "timeout_s": timeout_s})
+        reply = None
+        with trio.move_on_after(timeout_s):
+            reply = await forward_to_leader(self.node, self.node.controller, request)
+        if reply is None:
+            return K.request_timed_out, None
+        if isinstance(reply, AdminReply):
+            return K.none, reply
+        return _error_of(reply), reply
+
+
+def _error_of(reply: ErrorReply) -> K:
+    message = reply.message
+    if message.startswith("unknown topic"):
+        return K.unknown_topic_or_partition
+    if "config" in message:
+        return K.invalid_config
+    if "never shrinks" in message or "partitions" in message:
+        return K.invalid_partitions
+    if "replica" in message or "no node" in message:
+        return K.invalid_replica_assignment
+    if reply.code is ErrorCode.REFUSED:
+        return K.invalid_request
+    return kafka_error(reply)
+
+
+def _config(name: str, value: object, default: bool, read_only: bool) -> dict:
+    source = (
+        (STATIC_BROKER_CONFIG if read_only else DEFAULT_CONFIG) if default else DYNAMIC_TOPIC_CONFIG
+    )
+    known = NAMES.get(name)
+    return {
+        "name": name,
+        "value": str(value),
+        "read_only": read_only,
+        "is_default": default,
+        "config_source": source,
+        "is_sensitive": False,
+        "synonyms": [],
+        "config_type": _TYPES.get(name, LONG if isinstance(value, int) else STRING),
+        "documentation": known.doc if known else None,
+    }

@@ -1,0 +1,135 @@
+"""Real processes: kafka-python's admin client runs an operator's calls against the Kafka
+listener: topic configuration (described, altered whole and incrementally), more
+partitions, partition reassignments, and deleting consumer groups. Each change is the
+native one: `Client.describe_topic` sees what Kafka changed."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from quorumlog import Client
+from quorumlog.bench.partitions import groups_settled
+from tests.process.kafka_support import kafka_cluster
+from tests.process.test_topics import wait_until
+
+with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient
+    from kafka.admin._partitions import NewPartitions
+    from kafka.admin._topics import NewTopic
+    from kafka.errors import InvalidPartitionsError
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from kafka_cluster(str(tmp_path_factory.mktemp("kafka-admin")))
+
+
+@pytest.fixture
+def admin(cluster):
+    client = KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap, request_timeout_ms=30000)
+    yield client
+    client.close()
+
+
+def topic_config(admin: KafkaAdminClient, name: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResourceType.TOPIC, name)
+    found = admin.describe_configs([resource], config_filter="all")
+    entries = found.get("topic", {}).get(name)
+    assert entries is not None, found
+    return {k: (v["value"] if isinstance(v, dict) else v) for k, v in entries.items()}
+
+
+def test_topic_configuration_through_kafka_is_the_native_one(cluster, admin):
+    admin.create_topics([NewTopic("conf", num_partitions=2, replication_factor=3)])
+    wait_until(lambda: "conf" in Client(cluster.brokers).topics(), 20, "created")
+    config = topic_config(admin, "conf")
+    assert config["retention.ms"] == "-1"
+    assert config["message.timestamp.type"] == "CreateTime"
+    admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"retention.ms": "3600000"})],
+        incremental=True,
+    )
+    assert topic_config(admin, "conf")["retention.ms"] == "3600000"
+    with Client(cluster.brokers) as c:
+        assert c.describe_topic("conf")[0]["config"]["retention.ms"] == 3600000
+        c.alter_topic("conf", config={"retention.bytes": 1 << 30})
+    assert topic_config(admin, "conf")["retention.bytes"] == str(1 << 30)
+    # DELETE goes back to the node's setting.
+    admin.alter_configs(
+        [
+            ConfigResource(
+                ConfigResourceType.TOPIC,
+                "conf",
+                configs={"retention.ms": (AlterConfigOp.DELETE, None)},
+            )
+        ],
+        incremental=True,
+    )
+    assert topic_config(admin, "conf")["retention.ms"] == "-1"
+    bad = admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, "conf", configs={"segment.bytes": "12"})],
+        incremental=True,
+        raise_on_unknown=False,
+    )
+    assert "InvalidConfigurationError: segment.bytes is at least" in bad["topic"]["conf"], bad
+    # The brokers' own settings are shown, read-only.
+    broker = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all"
+    )
+    assert broker["broker"]["1"]["broker.id"]["value"] == "1", broker
+    assert broker["broker"]["1"]["log.segment.bytes"]["read_only"] is True
+
+
+def test_create_partitions_through_kafka_grows_the_topic(cluster, admin):
+    admin.create_topics([NewTopic("wide", num_partitions=2, replication_factor=3)])
+    wait_until(lambda: "wide" in Client(cluster.brokers).topics(), 20, "created")
+    admin.create_partitions({"wide": NewPartitions(total_count=4)})
+    with Client(cluster.brokers) as c:
+        assert c.topics()["wide"] == 4
+        assert all(r["leader_id"] is not None for r in c.describe_topic("wide"))
+    with pytest.raises(InvalidPartitionsError):
+        admin.create_partitions({"wide": NewPartitions(total_count=3)})
+
+
+def test_reassignments_through_kafka_move_a_partition(cluster, admin):
+    with Client(cluster.brokers, timeout=30) as c:
+        c.create_topic("moved", partitions=1, replicas=3)
+        c.append([b"kept"], topic="moved", partition=0)
+        admin.alter_partition_reassignments({TopicPartition("moved", 0): [2, 3]})
+        assert c.describe_topic("moved")[0]["replicas"] == [2, 3]
+        wait_until(lambda: groups_settled(cluster, "moved", {0: [2, 3]}), 60, "on 2 and 3")
+        wait_until(lambda: not admin.list_partition_reassignments(), 30, "listed as done")
+        assert [r.value for r in c.read(0, 10, topic="moved", partition=0)] == [b"kept"]
+
+
+def test_delete_groups_through_kafka(cluster, admin):
+    with Client(cluster.brokers, timeout=30) as c:
+        c.create_topic("eaten", partitions=1, replicas=3)
+        c.append([b"one"], topic="eaten", partition=0)
+    consumer = KafkaConsumer(
+        "eaten",
+        bootstrap_servers=cluster.kafka_bootstrap,
+        group_id="eaters",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    try:
+        while not consumer.poll(timeout_ms=1000):
+            pass
+        consumer.commit()
+        assert _delete(admin, "eaters") == "NonEmptyGroupError"
+    finally:
+        consumer.close()
+    assert _delete(admin, "eaters") == "OK"
+    assert _delete(admin, "eaters") == "GroupIdNotFoundError"
+    with Client(cluster.brokers) as c:
+        assert all(g["group"] != "eaters" for g in c.groups())
+
+
+def _delete(admin: KafkaAdminClient, group: str) -> str:
+    """kafka-python's answer for the group: "OK" or the error's name."""
+    return dict(admin.delete_groups([group]))[group]
