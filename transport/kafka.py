@@ -53,6 +53,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     22: (0, 1),  # InitProducerId
+    23: (2, 3),  # OffsetForLeaderEpoch
     32: (1, 3),  # DescribeConfigs (v0 is gone from current clients and kio)
     33: (0, 1),  # AlterConfigs
     36: (0, 1),  # SaslAuthenticate

@@ -49,6 +49,7 @@ class KafkaApi:
             19: cluster.create_topics,
             20: cluster.delete_topics,
             22: self.produce.init_producer_id,
+            23: fetch.offset_for_leader_epoch,
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,

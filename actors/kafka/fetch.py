@@ -113,6 +113,36 @@ class Fetch:
             topics.append({"name": topic.name, "partitions": parts})
         return {"topics": topics}
 
+    async def offset_for_leader_epoch(self, request, version: int) -> dict:
+        """Where each asked leader epoch (a term) ended: the offset after its last committed
+        record, and the largest term up to it; a client compares it with its position to
+        see a truncation after a leader change (KIP-101; a Raft log never drops committed
+        records, so a reader of committed records never finds one)."""
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for p in topic.partitions:
+                group, error = self._leader(topic.topic, p.partition)
+                answer = {"partition": p.partition, "error_code": error}
+                if group is not None:
+                    answer["leader_epoch"], answer["end_offset"] = _epoch_end(group, p.leader_epoch)
+                parts.append(answer)
+            topics.append({"topic": topic.topic, "partitions": parts})
+        return {"topics": topics}
+
+
+def _epoch_end(group: GroupActor, epoch: int) -> tuple[int, int]:
+    """(the largest term <= `epoch`, the offset after its last committed record); -1s when
+    the log holds no record of a term that old (Kafka's UNDEFINED_EPOCH)."""
+    view, log = group.view, group.log
+    if epoch >= view.term:
+        return view.term, view.commit_offset + 1
+    last = log.last_offset_of_term(epoch)
+    if last is None or last < log.log_start_offset:
+        return -1, -1
+    last = min(last, view.commit_offset)
+    return (log.term_at(last) if last >= log.log_start_offset else -1), last + 1
+
 
 async def _any_changed(groups: list[GroupActor]) -> None:
     """Until one of `groups` has published a new view (its commit may have moved)."""

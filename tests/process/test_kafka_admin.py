@@ -12,6 +12,7 @@ import pytest
 from quorumlog import Client
 from quorumlog.bench.partitions import groups_settled
 from tests.process.kafka_support import kafka_cluster
+from tests.process.test_kafka import call, connect
 from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
@@ -21,6 +22,13 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
     from kafka.admin._partitions import NewPartitions
     from kafka.admin._topics import NewTopic
     from kafka.errors import InvalidPartitionsError
+    from kafka.protocol.consumer.offsets import (
+        OffsetForLeaderEpochRequest,
+        OffsetForLeaderEpochResponse,
+    )
+
+
+NOT_LEADER_OR_FOLLOWER = 6
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +141,41 @@ def test_delete_groups_through_kafka(cluster, admin):
 def _delete(admin: KafkaAdminClient, group: str) -> str:
     """kafka-python's answer for the group: "OK" or the error's name."""
     return dict(admin.delete_groups([group]))[group]
+
+
+def test_offset_for_leader_epoch_says_where_each_term_ended(cluster):
+    """KIP-101's question, asked as a Kafka consumer does after a leader change: the end of
+    the current term is the committed end; an older term ends where the next began."""
+    with Client(cluster.brokers, timeout=30) as c:
+        c.create_topic("epochs", partitions=1, replicas=3)
+        c.append([b"a", b"b"], topic="epochs", partition=0)
+        row = c.describe_topic("epochs")[0]
+        end = c.end_offset(topic="epochs", partition=0)
+    leader, term = row["leader_id"], row["term"]
+    now = ask_epoch(cluster, leader, term)
+    assert (now.error_code, now.leader_epoch, now.end_offset) == (0, term, end + 1)
+    assert ask_epoch(cluster, leader, 0).leader_epoch == -1, "no record is of term 0"
+    cluster.kill(leader)
+    try:
+        with Client(cluster.brokers, timeout=30) as c:
+            c.append([b"c"], topic="epochs", partition=0)  # under a new leader, a new term
+            row = c.describe_topic("epochs")[0]
+        assert row["term"] > term
+        then = ask_epoch(cluster, row["leader_id"], term)
+        assert (then.error_code, then.leader_epoch, then.end_offset) == (0, term, end + 1)
+        other = next(n for n in cluster.procs if n != row["leader_id"])
+        assert ask_epoch(cluster, other, term).error_code == NOT_LEADER_OR_FOLLOWER
+    finally:
+        cluster.start(leader)
+
+
+def ask_epoch(cluster, node_id: int, epoch: int):
+    topic = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    partition = topic.OffsetForLeaderPartition(
+        partition=0, current_leader_epoch=-1, leader_epoch=epoch
+    )
+    request = OffsetForLeaderEpochRequest[3](
+        replica_id=-1, topics=[topic(topic="epochs", partitions=[partition])]
+    )
+    with connect(cluster, node_id) as sock:
+        return call(sock, request, OffsetForLeaderEpochResponse, 7).topics[0].partitions[0]
