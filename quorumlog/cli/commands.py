@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
@@ -337,7 +338,7 @@ def consume(
     """
     if from_time is not None:
         ctx = click.get_current_context()
-        if ctx.get_parameter_source("start") is not click.core.ParameterSource.DEFAULT:
+        if ctx.get_parameter_source("start") is not ParameterSource.DEFAULT:
             raise click.UsageError("--from and --from-time: give one")
         if group_name is not None:
             raise click.UsageError(
