@@ -14,7 +14,7 @@ import warnings
 
 import pytest
 
-from quorumlog import Client, Record
+from quorumlog import Client, Consumer, Record
 from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.test_cli import ql
 from tests.process.test_topics import wait_until
@@ -181,6 +181,8 @@ def test_group_reset_offsets_to_a_time_sets_each_partitions_first_record_after_i
     """Each partition's first record stamped at or after the time; past the end, its end."""
     everything = sorted([*stamped[0].values(), *stamped[1].values()])
     t = everything[-1] + 1 if past_the_end else everything[len(everything) // 2]
+    with Consumer(cluster.brokers, "timed", ["times"]) as member:  # the group, left at once
+        member.poll(max_records=1, timeout=1.0)
     b = ["-b", cluster.brokers]
     out = ql("group", *b, "reset-offsets", "timed", "--topic", "times", "--to-time", iso(t))
     assert out.returncode == 0, out.stderr
