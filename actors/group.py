@@ -43,7 +43,7 @@ from quorumlog.actors.mailbox import (
     WakeUp,
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
-from quorumlog.actors.read_index import end_offset, read_committed, unsettled
+from quorumlog.actors.read_index import end_offset, offset_for_time, read_committed, unsettled
 from quorumlog.actors.retention import keep_retention
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
@@ -63,6 +63,8 @@ from quorumlog.transport.messages import (
     ErrorCode,
     ErrorReply,
     Message,
+    OffsetForTimeRequest,
+    PartitionCall,
     ReadRequest,
 )
 from quorumlog.transport.network import NodeTransport
@@ -424,7 +426,7 @@ class GroupActor(GroupHandle, AppendIntake):
             await self._inbox.send(item)
         return None
 
-    async def answer(self, message: AppendRequest | ReadRequest | EndOffsetRequest) -> Message:
+    async def answer(self, message: PartitionCall) -> Message:
         """A client's call on this partition, as the node's handler and the coordinator's
         calls on a leader (actors/leader_calls.py) both answer it."""
         match message:
@@ -436,6 +438,9 @@ class GroupActor(GroupHandle, AppendIntake):
             case EndOffsetRequest(linearizable, leader_only=leader_only):
                 refusal = await unsettled(self) if leader_only else None
                 return refusal or await end_offset(self, linearizable)
+            case OffsetForTimeRequest(timestamp_ms, leader_only=leader_only):
+                refusal = await unsettled(self) if leader_only else None
+                return refusal or offset_for_time(self, timestamp_ms)
 
     def campaign_soon(self) -> None:
         """Before the group runs (a partition just placed with this node first): campaign

@@ -4,7 +4,9 @@ name and the call's arguments, and returns the reply's result."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import trio
 
@@ -18,7 +20,7 @@ from quorumlog.actors.coordination import (
     membership,
 )
 from quorumlog.actors.coordinator import Calls, Coordinator
-from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic
+from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic, ask_partition_leader
 from quorumlog.actors.read_index import end_offset
 from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.assignment import TopicPartition
@@ -31,9 +33,17 @@ from quorumlog.consumers.state import (
     ResetOffsets,
     check_member_settings,
 )
-from quorumlog.transport.messages import EndOffsetReply, ErrorCode, ErrorReply, GroupRequest
+from quorumlog.transport.messages import (
+    EndOffsetReply,
+    ErrorCode,
+    ErrorReply,
+    GroupRequest,
+    OffsetForTimeReply,
+    OffsetForTimeRequest,
+)
 
 Result = dict[str, Any]
+T = TypeVar("T")
 
 
 async def join(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
@@ -118,7 +128,7 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
         raise GroupError(f"unknown group {name!r}")
     rows = []
     tps = sorted(set(co.partitions_of(group.topics)) | set(group.committed))
-    offsets = await _offsets_of_all(co, tps)
+    offsets = await _for_each(tps, co.offsets_of)
     sessions = c.sessions.get(name, {})
     for tp in tps:
         committed = group.committed.get(tp)
@@ -149,17 +159,26 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
 
 async def reset_offsets(co: Coordinator, c: Coordination, name: str, args: dict) -> Result:
     """An operator's positions for every partition of a topic: refused while the group has
-    members (they would consume from positions they no longer hold)."""
+    members (they would consume from positions they no longer hold). `to` is "earliest",
+    "latest", an offset, or {"time_ms": T}: each partition's first record stamped at or
+    after T (its end where none is)."""
     topic, to = str(args["topic"]), args["to"]
     async with c.lock(name):
         _inactive(c, name)
-        offsets = await _offsets_of_all(co, co.partitions_of((topic,)))
+        tps = co.partitions_of((topic,))
+        offsets = await _for_each(tps, co.offsets_of)
+        if isinstance(to, dict):
+            if not isinstance(to.get("time_ms"), int):
+                raise GroupError(f"a time to reset to is milliseconds, not {to!r}")
+            times = await _for_each(tps, functools.partial(_offset_for_time, co, to["time_ms"]))
         chosen = []
         for (_, partition), (start, end) in sorted(offsets.items()):
             if to == "earliest":
                 offset = start
             elif to == "latest":
                 offset = end
+            elif isinstance(to, dict):
+                offset = times[(topic, partition)]
             elif isinstance(to, int) and start <= to <= end:
                 offset = to
             else:
@@ -298,15 +317,24 @@ def _assignment(c: Coordination, group: Group, member: str) -> Result:
     }
 
 
-async def _offsets_of_all(
-    co: Coordinator, tps: list[TopicPartition]
-) -> dict[TopicPartition, tuple[int, int]]:
-    found: dict[TopicPartition, tuple[int, int]] = {}
+async def _offset_for_time(co: Coordinator, timestamp_ms: int, tp: TopicPartition) -> int:
+    """The first offset of `tp` stamped at or after the time, or its end, as its leader
+    says once its commit offset covers every acknowledged append (leader_only)."""
+    ask = OffsetForTimeRequest(timestamp_ms, *tp, leader_only=True)
+    reply = await ask_partition_leader(co.node, tp, ask, OffsetForTimeReply)
+    return reply.commit_offset + 1 if reply.offset is None else reply.offset
+
+
+async def _for_each(
+    tps: list[TopicPartition], ask: Callable[[TopicPartition], Awaitable[T]]
+) -> dict[TopicPartition, T]:
+    """`ask` about every partition at once."""
+    found: dict[TopicPartition, T] = {}
     errors: list[Exception] = []
 
     async def one(tp: TopicPartition) -> None:
         try:
-            found[tp] = await co.offsets_of(tp)
+            found[tp] = await ask(tp)
         except (UnknownTopic, PassBack) as exc:
             errors.append(exc)
 

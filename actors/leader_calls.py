@@ -20,12 +20,10 @@ from quorumlog.actors.replicated import PassBack
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
-    AppendRequest,
-    EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     Message,
-    ReadRequest,
+    PartitionCall,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +35,6 @@ logger = structlog.get_logger("quorumlog.coordinator")
 ASK_S = 5.0  # how long a call on a partition's leader is tried
 ASK_RETRY_S = 0.05
 
-PartitionCall = ReadRequest | EndOffsetRequest | AppendRequest
 M = TypeVar("M", bound=Message)
 
 

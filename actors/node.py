@@ -62,6 +62,7 @@ from quorumlog.transport.messages import (
     LeaderRequest,
     LeaderUpdates,
     Message,
+    OffsetForTimeRequest,
     PartitionsRequest,
     ReadRequest,
     StatusReply,
@@ -378,6 +379,7 @@ class Node:
                 AppendRequest(topic=topic, partition=partition)
                 | ReadRequest(topic=topic, partition=partition)
                 | EndOffsetRequest(topic=topic, partition=partition)
+                | OffsetForTimeRequest(topic=topic, partition=partition)
             ):
                 group = self.replica(topic, partition)
                 return await group.answer(message) if group else no_replica(self, message)

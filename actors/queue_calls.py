@@ -229,7 +229,7 @@ async def _dead_letters(
             ]
             letters.append(RawRecord(key, value, timestamp_ms, [*(headers or []), *why]))
     if letters:
-        batch = make_data_batch(letters, timestamp_ms=letters[0].timestamp_ms)
+        batch = make_data_batch(letters)
         append = AppendRequest(batch, Acks.QUORUM, -1, -1, *dlq)
         await ask_partition_leader(co.node, dlq, append, AppendReply)
     why = await c.propose(Settle(group.name, *tp, None, tuple(exhausted), "dead"))

@@ -1,5 +1,5 @@
 """A group's reads: committed records from any replica (`read_committed`), its end
-(`end_offset`), and what a leader may answer only once sure it still leads: its term's
+(`end_offset`), the first committed record at or after a time (`offset_for_time`), and what a leader may answer only once sure it still leads: its term's
 barrier committed (`term_committed`, `unsettled`), then ReadIndex (`read_index`: the core
 confirms leadership with a quorum, raft/read_index.py)."""
 
@@ -16,6 +16,7 @@ from quorumlog.transport.messages import (
     ErrorCode,
     ErrorReply,
     Message,
+    OffsetForTimeReply,
     ReadReply,
 )
 
@@ -77,6 +78,15 @@ def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
     except OffsetOutOfRangeError as exc:
         return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
     return ReadReply(chunk.data, commit, log.log_start_offset)
+
+
+def offset_for_time(group: GroupActor, timestamp_ms: int) -> OffsetForTimeReply:
+    """The first committed record (I5) stamped at or after `timestamp_ms`, by the log's
+    time index, from any replica up to the commit offset it knows."""
+    log, commit = group.log, group.view.commit_offset
+    found = log.offset_for_time(timestamp_ms, upto_offset=commit)
+    offset, stamp = (None, None) if found is None else found
+    return OffsetForTimeReply(offset, stamp, commit, log.log_start_offset)
 
 
 async def end_offset(group: GroupActor, linearizable: bool) -> Message:

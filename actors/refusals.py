@@ -7,13 +7,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from quorumlog.transport.messages import (
-    AppendRequest,
-    EndOffsetRequest,
-    ErrorCode,
-    ErrorReply,
-    ReadRequest,
-)
+from quorumlog.transport.messages import ErrorCode, ErrorReply, PartitionCall
 
 if TYPE_CHECKING:
     from quorumlog.actors.node import Node
@@ -21,7 +15,7 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("quorumlog.node")
 
 
-def no_replica(node: Node, message: AppendRequest | ReadRequest | EndOffsetRequest) -> ErrorReply:
+def no_replica(node: Node, message: PartitionCall) -> ErrorReply:
     """A call for a partition this node holds no (current) replica of: the leader it believes in,
     or, for a partition it does not know, the controller's leader to ask (or, from that
     leader, the answer: no such partition)."""

@@ -42,7 +42,6 @@ async def submit_command(group: GroupActor, value: bytes, snapshot: bool = False
     (`committed` waits for it), so a caller may decide the next before this one commits."""
     batch = make_data_batch(
         [(None, value, 0, None)],
-        timestamp_ms=0,
         compress=snapshot,
         flags=SNAPSHOT if snapshot else 0,
     )

@@ -227,9 +227,7 @@ class Cluster:
     ) -> int | None:
         """One idempotent append, retried (same producer sequence) until the deadline."""
         producer_id, seq = producer
-        batch = make_data_batch(
-            [(None, value, 0, None)], timestamp_ms=0, producer_id=producer_id, producer_seq=seq
-        )
+        batch = make_data_batch([(None, value, 0, None)], producer_id=producer_id, producer_seq=seq)
         request = AppendRequest(batch, acks, producer_id, seq, *route)
         with trio.move_on_after(timeout_s):
             while True:

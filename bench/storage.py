@@ -43,7 +43,7 @@ MIB = 1024 * 1024
 def _batch() -> bytes:
     rng = random.Random(1)
     records = [(None, rng.randbytes(RECORD_BYTES), 0, None) for _ in range(BATCH_RECORDS)]
-    return make_data_batch(records, timestamp_ms=0, compress=False)
+    return make_data_batch(records, compress=False)
 
 
 async def _log_append(
@@ -155,7 +155,7 @@ def _flush_passes(logs: list[Log], batches_per_log: int, batch: bytes, passes: i
 def _partition_flush_rows(work_dir: str, passes: int) -> list[dict]:
     rng = random.Random(2)
     records = [(None, rng.randbytes(RECORD_BYTES), 0, None) for _ in range(PARTITION_BATCH_RECORDS)]
-    batch = make_data_batch(records, timestamp_ms=0, compress=False)
+    batch = make_data_batch(records, compress=False)
     rows = []
     for partitions in PARTITION_COUNTS:
         results = {}

@@ -58,7 +58,6 @@ def make_batches(
     return [
         make_data_batch(
             [(None, rng.randbytes(record_bytes), now_ms, None) for _ in range(records_per_batch)],
-            timestamp_ms=now_ms,
             compress=False,
         )
         for _ in range(count)

@@ -92,7 +92,7 @@ class Backfill:
             if active is None or full:
                 active = self._new_segment(header.base_offset)
             active.file.append(batch)
-            active.note_batch(header, active.size_bytes)
+            active.note_batch(header, active.size_bytes, batch)
             self.next_offset = header.last_offset + 1
 
     def _new_segment(self, base_offset: int) -> Segment:

@@ -14,13 +14,16 @@ Layout (little-endian):
     24  8    producer_id    idempotent producer id, -1 when none
     32  4    producer_seq   sequence of this batch for its producer, -1 when none
     36  4    record_count   records at offsets [base_offset, base_offset + record_count - 1]
-    40  8    timestamp_ms   producer's wall clock when the batch was made (retention by age),
-                           or the leader's when it appended it (flag LOG_APPEND_TIME)
+    40  8    timestamp_ms   the largest of its records' timestamps (flag MAX_TIMESTAMP;
+                           without it, when the producer made the batch), or the leader's
+                           clock when it appended it (flag LOG_APPEND_TIME); retention by
+                           age and the time index (log/timeindex.py) go by it
     48  1    batch_type     data | config | barrier
     49  1    compression    none | zstd | kafka (a Kafka record batch, log/kafka_batch.py)
     50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`;
                            TYPES_CHECKED: the maker checked every field is bytes;
-                           SNAPSHOT: a state machine's whole state (a compaction point)
+                           SNAPSHOT: a state machine's whole state (a compaction point);
+                           MAX_TIMESTAMP: `timestamp_ms` is the records' largest timestamp
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -59,6 +62,11 @@ TYPES_CHECKED = 0x2
 # compacted to its snapshots (LogConfig.compact_to_snapshots), everything before the last
 # committed one may go.
 SNAPSHOT = 0x4
+# flags: `timestamp_ms` is the largest of the records' own timestamps, which a time index
+# can trust (every maker sets it since there is one: a Kafka batch's is what its records
+# hold, found on append). A data batch made before, with neither this nor LOG_APPEND_TIME,
+# holds when it was made: its records are read for their times.
+MAX_TIMESTAMP = 0x8
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24

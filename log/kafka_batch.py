@@ -220,17 +220,21 @@ def records_of(batch: bytes | memoryview, header: KafkaHeader) -> list[KafkaReco
     return out
 
 
-def check_records(batch: bytes | memoryview, header: KafkaHeader) -> None:
+def check_records(batch: bytes | memoryview, header: KafkaHeader) -> int:
     """That the records of a checked batch decode (what `records_of` would read), without
-    making them: a leader checks every batch a producer sends with this."""
+    making them: a leader checks every batch a producer sends with this. Returns the
+    largest timestamp they hold, which the time index goes by (the header's max_timestamp
+    is what the producer says; Kafka's broker does not trust it either)."""
     body = memoryview(batch)[HEADER_BYTES : header.total_bytes]
     buf = _decompress(body, header.compression)
     pos = 0
+    ts_delta_max = 0
     try:
-        for _ in range(header.records_count):
+        for i in range(header.records_count):
             length, pos = _varint(buf, pos)
             end = pos + length
-            pos = _varint(buf, pos + 1)[1]  # after the attributes: the timestamp delta
+            ts_delta, pos = _varint(buf, pos + 1)  # after the attributes
+            ts_delta_max = ts_delta if i == 0 else max(ts_delta_max, ts_delta)
             pos = _varint(buf, pos)[1]  # the offset delta
             for _ in range(2):  # key, value
                 size, pos = _varint(buf, pos)
@@ -249,6 +253,7 @@ def check_records(batch: bytes | memoryview, header: KafkaHeader) -> None:
         raise BatchError("records run past their batch") from None
     if pos != len(buf):
         raise BatchError("bytes left over after the batch's records")
+    return header.base_timestamp + ts_delta_max
 
 
 def _decompress(body: memoryview, compression: int) -> bytes:

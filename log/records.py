@@ -1,4 +1,5 @@
-"""The record codec used by clients inside a batch payload; the log itself never calls it.
+"""The record codec used by clients inside a batch payload; the log calls it only for the
+times of batches made before their headers held them (log/timeindex.py).
 
 A payload is a msgpack array of records, each `[key, value, timestamp_ms, headers]` with
 `key` bytes or nil and `headers` a list of `[name, value]` pairs or nil, compressed with
@@ -18,6 +19,7 @@ from quorumlog.log import kafka_batch
 from quorumlog.log.batch import (
     HEADER_BYTES,
     LOG_APPEND_TIME,
+    MAX_TIMESTAMP,
     TYPES_CHECKED,
     BatchError,
     BatchHeader,
@@ -158,7 +160,6 @@ def _kafka_records(payload: bytes | memoryview) -> list[RawRecord]:
 def make_data_batch(
     records: Sequence[RawRecord | tuple],
     *,
-    timestamp_ms: int,
     producer_id: int = -1,
     producer_seq: int = -1,
     compress: bool = True,
@@ -167,7 +168,8 @@ def make_data_batch(
     """Encode records into one data batch, ready to append. Every value, key and header
     value must be bytes (or None): the client checks them at the call (quorumlog/
     protocol.py) and the node's own records are bytes, so the batch says so
-    (TYPES_CHECKED) and the leader need not decode it to check again."""
+    (TYPES_CHECKED) and the leader need not decode it to check again. Its header holds
+    the records' largest timestamp (MAX_TIMESTAMP), what the time index goes by."""
     payload, compression = encode_records(records, compress)
     return build_batch(
         payload,
@@ -176,8 +178,8 @@ def make_data_batch(
         compression=compression,
         producer_id=producer_id,
         producer_seq=producer_seq,
-        timestamp_ms=timestamp_ms,
-        flags=TYPES_CHECKED | flags,
+        timestamp_ms=max(r[2] for r in records),
+        flags=TYPES_CHECKED | MAX_TIMESTAMP | flags,
     )
 
 

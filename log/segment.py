@@ -1,10 +1,11 @@
-"""One segment file of the log, its sparse offset index and its term starts.
+"""One segment file of the log, its sparse offset and time indexes and its term starts.
 
 A segment holds whole batches at consecutive offsets from `base_offset`, in a file named by
 that offset. In memory it keeps a sparse index (the position of one batch every
-`index_interval_bytes`) and the first offset of every term inside it, both small. Once
-sealed and fsynced, both are written next to it in an index file, so that a later open can
-skip scanning it; a missing or damaged index file is rebuilt by a scan.
+`index_interval_bytes`), beside each entry one of the time index (log/timeindex.py), and
+the first offset of every term inside it, all small. Once sealed and fsynced, they are
+written next to it in an index file, so that a later open can skip scanning it; a missing
+or damaged index file is rebuilt by a scan (it is derived: it never stops a log opening).
 """
 
 from __future__ import annotations
@@ -25,14 +26,23 @@ from quorumlog.log.batch import (
     parse_header,
 )
 from quorumlog.log.files import CorruptionError, File, FileSystem
+from quorumlog.log.timeindex import (
+    NO_TIMESTAMP,
+    TimedOffset,
+    TimeIndex,
+    batch_max_timestamp,
+    first_at_or_after,
+)
 
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 SCAN_CHUNK_BYTES = 1024 * 1024
 READ_ENDS_MAX = 64
+TIME_SCAN_BYTES = 64 * 1024  # a time lookup reads about an index interval, in reads this big
 
-_INDEX_MAGIC = b"QLI1"
-_INDEX_HEAD = struct.Struct("<4sIIqqq")
+# QLI2 added the time index: an index file of before is rebuilt by the scan on open.
+_INDEX_MAGIC = b"QLI2"
+_INDEX_HEAD = struct.Struct("<4sIIIqqq")
 _CRC = struct.Struct("<I")
 
 
@@ -71,10 +81,14 @@ class Segment:
         # The file's bytes below this are out of the page cache (LogConfig.page_cache_window_bytes).
         self.uncached_to = 0
         self.last_offset = base_offset - 1
-        self.max_timestamp_ms = -1
-        # Sparse index: base offset and file position of one batch every index_interval_bytes.
+        # The largest timestamp of its data records (retention by age, time lookups). A
+        # truncation leaves it as it was: too large is safe, a time lookup reads more.
+        self.max_timestamp_ms = NO_TIMESTAMP
+        # Sparse index: base offset and file position of one batch every index_interval_bytes,
+        # and the largest timestamp up to that batch (the time index).
         self.index_offsets = array("q")
         self.index_positions = array("q")
+        self.time_index = TimeIndex()
         # (term, first offset of that term in this segment), ascending in both.
         self.term_starts: list[tuple[int, int]] = []
         # Where recent reads ended (offset -> position of the batch starting there), so that
@@ -95,20 +109,20 @@ class Segment:
     def last_term(self) -> int | None:
         return self.term_starts[-1][0] if self.term_starts else None
 
-    def note_batch(self, header: BatchHeader, position: int) -> None:
-        """Account for a batch written (or found) at `position`."""
+    def note_batch(self, header: BatchHeader, position: int, batch: bytes | memoryview) -> None:
+        """Account for `batch`, written (or found) at `position`."""
+        self.max_timestamp_ms = max(self.max_timestamp_ms, batch_max_timestamp(header, batch))
         if (
             not self.index_positions
             or position - self.index_positions[-1] >= self.index_interval_bytes
         ):
             self.index_offsets.append(header.base_offset)
             self.index_positions.append(position)
+            self.time_index.add(self.max_timestamp_ms, header.base_offset)
         if not self.term_starts or self.term_starts[-1][0] != header.term:
             self.term_starts.append((header.term, header.base_offset))
         self.last_offset = header.last_offset
         self.size_bytes = position + header.total_bytes
-        if header.timestamp_ms > self.max_timestamp_ms:
-            self.max_timestamp_ms = header.timestamp_ms
 
     # Scanning
 
@@ -158,7 +172,7 @@ class Segment:
                         expected_offset,
                         f"term {header.term} after term {expected_term}",
                     )
-                self.note_batch(header, position + at)
+                self.note_batch(header, position + at, view[at : at + header.total_bytes])
                 expected_offset = header.last_offset + 1
                 expected_term = header.term
                 at += header.total_bytes
@@ -245,6 +259,24 @@ class Segment:
         self._read_ends[last_offset + 1] = start + end
         return (data[:end] if end < len(data) else data), last_offset
 
+    def offset_for_time(self, timestamp_ms: int, upto_offset: int) -> TimedOffset | None:
+        """The first data record stamped at or after `timestamp_ms`, none past `upto_offset`:
+        read from the time index's batch on, about an index interval."""
+        if self.is_empty or self.max_timestamp_ms < timestamp_ms:
+            return None
+        offset = self.time_index.scan_from(timestamp_ms)
+        offset = self.base_offset if offset is None else offset
+        upto_offset = min(upto_offset, self.last_offset)
+        while offset <= upto_offset:
+            data, last_offset = self.read(offset, TIME_SCAN_BYTES, upto_offset)
+            if not data:
+                return None  # the batch holding `offset` ends past `upto_offset`
+            found = first_at_or_after(data, timestamp_ms, offset)
+            if found is not None:
+                return found
+            offset = last_offset + 1
+        return None
+
     def term_at(self, offset: int) -> int:
         i = bisect.bisect_right(self.term_starts, offset, key=lambda ts: ts[1]) - 1
         return self.term_starts[i][0]
@@ -267,6 +299,7 @@ class Segment:
         keep = bisect.bisect_left(self.index_offsets, offset)
         del self.index_offsets[keep:]
         del self.index_positions[keep:]
+        self.time_index.truncate(offset)
         self.term_starts = [ts for ts in self.term_starts if ts[1] < offset]
 
     # The index file
@@ -277,6 +310,7 @@ class Segment:
                 _INDEX_MAGIC,
                 len(self.index_offsets),
                 len(self.term_starts),
+                len(self.time_index),
                 self.size_bytes,
                 self.last_offset,
                 self.max_timestamp_ms,
@@ -285,6 +319,7 @@ class Segment:
         body += self.index_offsets.tobytes()
         body += self.index_positions.tobytes()
         body += array("q", [v for ts in self.term_starts for v in ts]).tobytes()
+        body += self.time_index.to_bytes()
         body += _CRC.pack(crc32c(body))
         return bytes(body)
 
@@ -294,8 +329,10 @@ class Segment:
             return False
         if crc32c(data[: -_CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
             return False
-        magic, n_index, n_terms, size_bytes, last_offset, max_ts = _INDEX_HEAD.unpack_from(data)
-        expected_len = _INDEX_HEAD.size + 16 * n_index + 16 * n_terms + _CRC.size
+        magic, n_index, n_terms, n_times, size_bytes, last_offset, max_ts = _INDEX_HEAD.unpack_from(
+            data
+        )
+        expected_len = _INDEX_HEAD.size + 16 * (n_index + n_terms + n_times) + _CRC.size
         if magic != _INDEX_MAGIC or len(data) != expected_len or size_bytes != self.file.size():
             return False
         if n_index == 0 or n_terms == 0 or last_offset < self.base_offset:
@@ -305,8 +342,13 @@ class Segment:
         positions = array("q", data[at + 8 * n_index : at + 16 * n_index])
         flat = array("q", data[at + 16 * n_index : at + 16 * n_index + 16 * n_terms])
         terms = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+        at += 16 * (n_index + n_terms)
+        times = TimeIndex.from_bytes(data[at : at + 16 * n_times])
         if offsets[0] != self.base_offset or positions[0] != 0 or terms[0][1] != self.base_offset:
             return False
+        if times is None or times.offsets != offsets or max(times.timestamps) > max_ts:
+            return False
         self.index_offsets, self.index_positions, self.term_starts = offsets, positions, terms
+        self.time_index = times
         self.size_bytes, self.last_offset, self.max_timestamp_ms = size_bytes, last_offset, max_ts
         return True

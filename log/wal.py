@@ -29,6 +29,7 @@ from quorumlog.log.flushjob import FlushJob, uncache_ranges
 from quorumlog.log.loading import load_segments
 from quorumlog.log.segment import Segment, segment_file_name
 from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
+from quorumlog.log.timeindex import TimedOffset
 
 logger = structlog.get_logger("quorumlog.log")
 
@@ -164,6 +165,21 @@ class Log:
                 return segment.base_offset
         return self.log_start_offset
 
+    def offset_for_time(
+        self, timestamp_ms: int, upto_offset: int | None = None
+    ) -> TimedOffset | None:
+        """The first data record stamped at or after `timestamp_ms`, none past `upto_offset`
+        (default: the dirty offset): in the first segment whose records reach that time, by
+        its time index. None when no record up to there does."""
+        upto = self.dirty_offset if upto_offset is None else min(upto_offset, self.dirty_offset)
+        for segment in self._segments:
+            if segment.base_offset > upto:
+                break
+            found = segment.offset_for_time(timestamp_ms, upto)
+            if found is not None:
+                return found
+        return None
+
     def batch_start(self, offset: int) -> int:
         """Base offset of the batch holding `offset`."""
         return self._segment_holding(offset).position_of(offset)[1].base_offset
@@ -243,7 +259,7 @@ class Log:
                 active = self._roll(header.base_offset)
                 pending, position = [], 0
             pending.append(batch)
-            active.note_batch(header, position)
+            active.note_batch(header, position, batch)
             position += header.total_bytes
         self._append_to(active, pending)
 

@@ -23,9 +23,7 @@ CLIENT = ConnectionInfo(role=Role.CLIENT, node_id=None, remote="test:client")
 
 def batch(value: bytes, producer: tuple[int, int] | None = None) -> bytes:
     producer_id, seq = producer if producer is not None else (-1, -1)
-    return make_data_batch(
-        [(None, value, 0, None)], timestamp_ms=0, producer_id=producer_id, producer_seq=seq
-    )
+    return make_data_batch([(None, value, 0, None)], producer_id=producer_id, producer_seq=seq)
 
 
 async def one_node(nursery: trio.Nursery) -> tuple[MemoryNetwork, Node]:

@@ -11,7 +11,7 @@ from quorumlog.raft.producers import APPENDS_PER_PRODUCER_MAX, ProducerTable, St
 
 def header(producer_id: int, seq: int, base_offset: int, records: int = 1):
     batch = make_data_batch(
-        [(None, b"v", 0, None)] * records, timestamp_ms=0, producer_id=producer_id, producer_seq=seq
+        [(None, b"v", 0, None)] * records, producer_id=producer_id, producer_seq=seq
     )
     from quorumlog.log.batch import with_offset_and_term
 
@@ -56,6 +56,6 @@ def test_truncation_forgets_what_it_removed():
 
 def test_batches_without_a_producer_are_ignored():
     table = ProducerTable()
-    batch = make_data_batch([(None, b"v", 0, None)], timestamp_ms=0)
+    batch = make_data_batch([(None, b"v", 0, None)])
     table.note_batch(parse_header(batch))
     assert table.find(-1, -1) is None

@@ -13,7 +13,7 @@ from quorumlog.transport.messages import ReadReply
 def _batches(count: int, per_batch: int) -> bytes:
     out, offset = [], 0
     for _ in range(count):
-        batch = make_data_batch([(None, b"r", 0, None)] * per_batch, timestamp_ms=0)
+        batch = make_data_batch([(None, b"r", 0, None)] * per_batch)
         out.append(with_offset_and_term(batch, offset, 1))
         offset += per_batch
     return b"".join(out)

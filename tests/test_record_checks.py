@@ -72,4 +72,4 @@ def test_the_leader_refuses_a_field_that_is_not_bytes_from_an_unchecked_client(
 def test_batches_of_bytes_pass_whoever_made_them():
     records = [(b"k", b"v", 0, [["h", b"v"]]), (None, b"w", 0, None)]
     assert not isinstance(_leader_checks(_old_client_batch(records)), ErrorReply)
-    assert not isinstance(_leader_checks(make_data_batch(records, timestamp_ms=0)), ErrorReply)
+    assert not isinstance(_leader_checks(make_data_batch(records)), ErrorReply)

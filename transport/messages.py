@@ -159,6 +159,27 @@ class EndOffsetReply:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetForTimeRequest:
+    """The first committed offset whose record is stamped at or after `timestamp_ms`
+    (log/timeindex.py), answered as a read is."""
+
+    TAG = 49
+    timestamp_ms: int
+    topic: str = "default"
+    partition: int = 0
+    leader_only: bool = False  # as ReadRequest's
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetForTimeReply:
+    TAG = 50
+    offset: int | None  # None: no committed record is stamped that late
+    timestamp_ms: int | None  # that record's
+    commit_offset: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderRequest:
     """Who leads a partition, as the node asked believes: a client whose leader went
     silent asks the other nodes whether they elected another (quorumlog/client/leader_watch.py)."""
@@ -299,6 +320,8 @@ Message = (
     | ReadReply
     | EndOffsetRequest
     | EndOffsetReply
+    | OffsetForTimeRequest
+    | OffsetForTimeReply
     | LeaderRequest
     | LeaderReply
     | StatusRequest
@@ -314,6 +337,9 @@ Message = (
     | GroupRequest
 )
 
+# A call on one partition, answered by its replica (actors/group.py, `answer`).
+PartitionCall = AppendRequest | ReadRequest | EndOffsetRequest | OffsetForTimeRequest
+
 # The types the codec knows before the node registers its own.
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__
 
@@ -327,6 +353,7 @@ REPLY_TYPES = frozenset(
         AppendReply,
         ReadReply,
         EndOffsetReply,
+        OffsetForTimeReply,
         LeaderReply,
         StatusReply,
         AdminReply,

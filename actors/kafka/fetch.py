@@ -16,9 +16,9 @@ import trio
 from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.kafka.cluster import kafka_error
-from quorumlog.actors.read_index import read_committed
+from quorumlog.actors.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import BatchHeader, BatchType, Compression, split_batches
+from quorumlog.log.batch import BatchType, Compression, split_batches
 from quorumlog.log.records import batch_records
 from quorumlog.transport.messages import ErrorReply
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from quorumlog.actors.node import Node
 
 LATEST, EARLIEST = -1, -2
-SCAN_BYTES = 1024 * 1024
 # The most one Fetch response carries, whatever the client asks (Kafka's broker default,
 # fetch.max.bytes, is 55 MiB): a fetch of a thousand partitions must not read a thousand
 # MiB into the node's memory.
@@ -107,8 +106,7 @@ class Fetch:
                 group, error = self._leader(topic.name, p.partition_index)
                 answer = {"partition_index": p.partition_index, "error_code": error}
                 if group is not None:
-                    answer["offset"] = await _offset_for(group, p.timestamp)
-                    answer["timestamp"] = -1
+                    answer["offset"], answer["timestamp"] = _offset_for(group, p.timestamp)
                 parts.append(answer)
             topics.append({"name": topic.name, "partitions": parts})
         return {"topics": topics}
@@ -156,42 +154,18 @@ async def _any_changed(groups: list[GroupActor]) -> None:
             nursery.start_soon(wait)
 
 
-async def _offset_for(group: GroupActor, timestamp: int) -> int:
-    """Kafka's ListOffsets: the high watermark (latest), the log start (earliest), or the
-    first committed record stamped at or after `timestamp` (-1 if none). A scan of the log:
-    a Kafka batch whose largest timestamp is earlier is skipped unread; a native batch's
-    header holds when it was made, not its records' stamps, so its records are read."""
-    log, commit = group.log, group.view.commit_offset
+def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
+    """Kafka's ListOffsets: (offset, timestamp) of the high watermark (latest), the log
+    start (earliest), or the first committed record stamped at or after `timestamp`, by
+    the log's time index (-1, -1 if none, as Kafka answers)."""
     if timestamp == LATEST:
-        return commit + 1
+        return group.view.commit_offset + 1, -1
     if timestamp == EARLIEST:
-        return log.log_start_offset
-    offset = log.log_start_offset
-    while offset <= commit:
-        chunk = log.read(offset, SCAN_BYTES, upto_offset=commit)
-        if not chunk.data:
-            break
-        for header, view in split_batches(chunk.data):
-            found = _first_at_or_after(header, view, timestamp, offset)
-            if found is not None:
-                return found
-            offset = header.last_offset + 1
-        await trio.lowlevel.checkpoint()
-    return -1
-
-
-def _first_at_or_after(
-    header: BatchHeader, batch: memoryview, timestamp: int, offset: int
-) -> int | None:
-    if header.batch_type is not BatchType.DATA:
-        return None
-    if header.compression is Compression.KAFKA and header.timestamp_ms < timestamp:
-        return None  # its header holds the batch's largest timestamp
-    for i, record in enumerate(batch_records(batch, header)):
-        at = header.base_offset + i
-        if at >= offset and record.timestamp_ms >= timestamp:
-            return at
-    return None
+        return group.log.log_start_offset, -1
+    reply = offset_for_time(group, timestamp)
+    if reply.offset is None:
+        return -1, -1
+    return reply.offset, reply.timestamp_ms
 
 
 def as_kafka(data: bytes) -> bytes:

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.actors.mailbox import Pending
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import BatchError, Compression, build_batch
+from quorumlog.log.batch import MAX_TIMESTAMP, BatchError, Compression, build_batch
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply
 
 if TYPE_CHECKING:
@@ -86,9 +86,11 @@ class Produce:
             return K.not_leader_or_follower if known else K.unknown_topic_or_partition
         try:
             batches = kafka_batch.split_batches(records or b"")
+            max_timestamps = []
             for header, view in batches:
                 kafka_batch.check_for_append(header)
-                kafka_batch.check_records(view, header)  # what native readers will decode
+                # What native readers will decode, and its largest time (the time index's).
+                max_timestamps.append(kafka_batch.check_records(view, header))
         except kafka_batch.UnsupportedCompressionError:
             return K.unsupported_compression_type
         except BatchError:
@@ -109,9 +111,10 @@ class Produce:
                     compression=Compression.KAFKA,
                     producer_id=pid,
                     producer_seq=seq,
-                    timestamp_ms=h.max_timestamp,
+                    timestamp_ms=max_ts,
+                    flags=MAX_TIMESTAMP,
                 )
-                for h, view in batches
+                for (h, view), max_ts in zip(batches, max_timestamps, strict=True)
             ),
             acks,
             pid,

@@ -16,9 +16,11 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
+from quorumlog.cli.times import TIME
 from quorumlog.client.client import Client
 from quorumlog.client.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.client.partitioner import partition_of_key
@@ -294,6 +296,12 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
     help="earliest, latest or an offset.",
 )
 @click.option(
+    "--from-time",
+    type=TIME,
+    default=None,
+    help="From the first record stamped at or after this time: 2026-11-28T09:00:00Z, -10m.",
+)
+@click.option(
     "--max", "max_records", type=click.IntRange(min=0), default=None, help="Stop after N records."
 )
 @click.option("--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
@@ -310,6 +318,7 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
 def consume(
     client: Client,
     start: str,
+    from_time: int | None,
     max_records: int | None,
     follow: bool,
     with_offsets: bool,
@@ -324,8 +333,18 @@ def consume(
     Examples:
       quorumlog consume -b 127.0.0.1:7001 --from earliest --max 10
       quorumlog consume -b 127.0.0.1:7001 --from latest --follow --with-offsets
+      quorumlog consume -b 127.0.0.1:7001 --from-time -10m --max 100
       quorumlog consume -b 127.0.0.1:7001 --topic events --group billing --follow
     """
+    if from_time is not None:
+        ctx = click.get_current_context()
+        if ctx.get_parameter_source("start") is not ParameterSource.DEFAULT:
+            raise click.UsageError("--from and --from-time: give one")
+        if group_name is not None:
+            raise click.UsageError(
+                "a group member starts where its group is: move it with "
+                "`group reset-offsets --to-time`, not --from-time"
+            )
     if group_name is not None:
         if partition is not None:
             raise click.UsageError("a group member is given its partitions: drop --partition")
@@ -334,7 +353,10 @@ def consume(
         consume_in_group(client, group_name, mode, start, max_records, follow, with_offsets, topic)
         return
     where = {"topic": topic, "partition": partition or 0}
-    offset = _start_offset(client, start, where)
+    if from_time is None:
+        offset = _start_offset(client, start, where)
+    else:
+        offset = _time_offset(client, from_time, where)
     out = sys.stdout.buffer
     printed = 0
     try:
@@ -384,6 +406,14 @@ def _say_if_past_the_end(client: Client, offset: int, where: dict) -> None:
             "yet (--follow waits for it)",
             err=True,
         )
+
+
+def _time_offset(client: Client, from_time: int, where: dict) -> int:
+    """The first offset stamped at or after `from_time`; past the end, the end (the end is
+    asked first: a record committed between the two calls is then not skipped)."""
+    end = client.end_offset(**where)
+    found = client.offset_for_time(from_time, **where)
+    return end + 1 if found is None else found
 
 
 def _start_offset(client: Client, start: str, where: dict) -> int:

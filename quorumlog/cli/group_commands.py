@@ -15,6 +15,7 @@ from quorumlog.cli.commands import (
     run_with_client,
     tls_options,
 )
+from quorumlog.cli.times import TIME
 from quorumlog.client.client import Client
 from quorumlog.client.consumer import Consumer
 
@@ -80,13 +81,23 @@ def _columns(row: dict) -> list:
 @group.command("reset-offsets")
 @click.argument("name")
 @click.option("--topic", required=True)
-@click.option("--to", "to", required=True, help="earliest, latest or an offset.")
+@click.option("--to", "to", default=None, help="earliest, latest or an offset.")
+@click.option(
+    "--to-time",
+    type=TIME,
+    default=None,
+    help="Each partition's first record stamped at or after it (2026-11-28T09:00:00Z, -2h).",
+)
 @member_options
-def group_reset_offsets(options: tuple, name: str, topic: str, to: str) -> None:
+def group_reset_offsets(
+    options: tuple, name: str, topic: str, to: str | None, to_time: int | None
+) -> None:
     """Set the group's positions in every partition of a topic (refused while the group
     has active members)."""
-    target: str | int = to
-    if to not in ("earliest", "latest"):
+    if (to is None) == (to_time is None):
+        raise click.UsageError("give --to or --to-time")
+    target: str | int | None = to
+    if to is not None and to not in ("earliest", "latest"):
         try:
             target = int(to)
         except ValueError:
@@ -95,7 +106,7 @@ def group_reset_offsets(options: tuple, name: str, topic: str, to: str) -> None:
             ) from None
 
     def body(client: Client) -> None:
-        for t, partition, offset in client.reset_offsets(name, topic, target):
+        for t, partition, offset in client.reset_offsets(name, topic, target, to_time_ms=to_time):
             click.echo(f"{t} {partition} {offset}")
 
     run_with_client(*options, body)

@@ -61,6 +61,8 @@ from quorumlog.transport.messages import (
     ErrorReply,
     GroupRequest,
     Message,
+    OffsetForTimeReply,
+    OffsetForTimeRequest,
     ReadReply,
     ReadRequest,
     StatusReply,
@@ -301,6 +303,19 @@ class AsyncClient(TopicCalls, ClientBase):
     async def start_offset(self, topic: str = DEFAULT_TOPIC, partition: int = 0) -> int:
         return (await self._end_offsets(False, topic, partition)).log_start_offset
 
+    async def offset_for_time(
+        self, timestamp_ms: int, topic: str = DEFAULT_TOPIC, partition: int = 0
+    ) -> int | None:
+        """The first committed offset whose record is stamped at or after `timestamp_ms`
+        (milliseconds since the epoch); None when none is, yet."""
+        if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
+            raise TypeError(f"timestamp_ms is an int, not {type(timestamp_ms).__name__}")
+        request = OffsetForTimeRequest(timestamp_ms, topic, partition, self._leader_only)
+        with self._deadline():
+            reply = await self._call(request, to_leader=True)
+        assert isinstance(reply, OffsetForTimeReply)
+        return reply.offset
+
     async def _end_offsets(self, linearizable: bool, topic: str, partition: int) -> EndOffsetReply:
         with self._deadline():
             reply = await self._call(
@@ -330,10 +345,16 @@ class AsyncClient(TopicCalls, ClientBase):
     async def describe_group(self, name: str) -> dict:
         return await self.group_call("describe", name)
 
-    async def reset_offsets(self, name: str, topic: str, to: str | int) -> list[tuple]:
+    async def reset_offsets(
+        self, name: str, topic: str, to: str | int | None = None, *, to_time_ms: int | None = None
+    ) -> list[tuple]:
         """Set the group's positions in every partition of `topic` to "earliest", "latest"
-        or an offset; refused while the group has members."""
-        reply = await self.group_call("reset_offsets", name, topic=topic, to=to)
+        or an offset, or (`to_time_ms`) each partition's first record stamped at or after
+        that time, its end where none is; refused while the group has members."""
+        if (to is None) == (to_time_ms is None):
+            raise TypeError("reset_offsets takes `to` or `to_time_ms`")
+        target = to if to_time_ms is None else {"time_ms": to_time_ms}
+        reply = await self.group_call("reset_offsets", name, topic=topic, to=target)
         return [tuple(o) for o in reply["offsets"]]
 
     async def delete_group(self, name: str) -> None:

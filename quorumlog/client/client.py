@@ -106,6 +106,13 @@ class Client:
         """Offset of the first retained record (the log start)."""
         return self._loop.run(self._client.start_offset, topic, partition)
 
+    def offset_for_time(
+        self, timestamp_ms: int, topic: str = DEFAULT_TOPIC, partition: int = 0
+    ) -> int | None:
+        """The first committed offset whose record is stamped at or after `timestamp_ms`
+        (milliseconds since the epoch); None when none is, yet."""
+        return self._loop.run(self._client.offset_for_time, timestamp_ms, topic, partition)
+
     def create_topic(
         self,
         name: str,
@@ -174,10 +181,13 @@ class Client:
     def describe_group(self, name: str) -> dict:
         return self._loop.run(self._client.describe_group, name)
 
-    def reset_offsets(self, name: str, topic: str, to: str | int) -> list[tuple]:
+    def reset_offsets(
+        self, name: str, topic: str, to: str | int | None = None, *, to_time_ms: int | None = None
+    ) -> list[tuple]:
         """Set the group's positions in every partition of `topic` to "earliest", "latest"
-        or an offset; refused while the group has members."""
-        return self._loop.run(self._client.reset_offsets, name, topic, to)
+        or an offset, or (`to_time_ms`) each partition's first record stamped at or after
+        that time, its end where none is; refused while the group has members."""
+        return self._loop.run(self._client.reset_offsets, name, topic, to, to_time_ms=to_time_ms)
 
     def delete_group(self, name: str) -> None:
         """Delete a consumer group and its positions; refused while it has members."""

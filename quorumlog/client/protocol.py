@@ -132,7 +132,6 @@ class Producer:
         self._seq += 1
         batch = make_data_batch(
             [r.fields for r in records],
-            timestamp_ms=int(time.time() * 1000),
             producer_id=self.producer_id,
             producer_seq=self._seq,
         )

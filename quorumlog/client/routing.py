@@ -22,13 +22,11 @@ from quorumlog.client.errors import (
 from quorumlog.transport.messages import (
     AdminReply,
     AppendReply,
-    AppendRequest,
-    EndOffsetRequest,
     ErrorCode,
     ErrorReply,
     GroupRequest,
     Message,
-    ReadRequest,
+    PartitionCall,
 )
 
 BACKOFF_S_MIN = 0.02
@@ -68,7 +66,7 @@ LEADER_REPLIES = (AppendReply, AdminReply)
 def route_of(message: Message) -> Hashable:
     """Which leader a call goes to: a partition's, a consumer group's coordinator, or
     (admin calls) the controller's."""
-    if isinstance(message, AppendRequest | ReadRequest | EndOffsetRequest):
+    if isinstance(message, PartitionCall):
         return (message.topic, message.partition)
     if isinstance(message, GroupRequest):
         return ("group", message.group)

@@ -75,7 +75,7 @@ def test_a_0_3_directory_moves_to_default_and_its_controller_takes_its_configura
         rng=random.Random(2),
         run_sync=run_inline,
     )  # the 0.3 layout: consensus.meta and log/ at the top
-    old.log.append([make_data_batch([(None, b"kept", 0, None)], timestamp_ms=0)], term=1)
+    old.log.append([make_data_batch([(None, b"kept", 0, None)])], term=1)
     old.log.close()
     node = open_node(fs, peers=None)
     default = node.partitions[("default", 0)]

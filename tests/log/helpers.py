@@ -11,9 +11,7 @@ SMALL = LogConfig(segment_bytes_max=2_000, index_interval_bytes=300)
 
 
 def batch_of(*values: bytes, timestamp_ms: int = 0) -> bytes:
-    return make_data_batch(
-        [(None, v, timestamp_ms, None) for v in values], timestamp_ms=timestamp_ms
-    )
+    return make_data_batch([(None, v, timestamp_ms, None) for v in values])
 
 
 def values_in(data: bytes) -> list[tuple[int, bytes]]:

@@ -23,7 +23,7 @@ def _records(values: list[bytes]) -> list[RawRecord]:
 
 
 def _round_trip(records: list[RawRecord]) -> list[RawRecord]:
-    batch = make_data_batch(records, timestamp_ms=1_000)
+    batch = make_data_batch(records)
     return batch_records(batch, parse_batch(batch))
 
 
@@ -85,7 +85,7 @@ def test_a_str_stored_by_an_older_client_reads_as_its_bytes():
     """Clients before 0.4 stored a str given as a value (or key, or header value) as it
     was; every reader of the partition, Kafka fetches included, then failed on it."""
     poisoned = [(None, "poison", 1, None), ("k", b"v", 2, [("h", "x")]), (b"k", b"ok", 3, None)]
-    batch = records_module.make_data_batch(poisoned, timestamp_ms=0)
+    batch = records_module.make_data_batch(poisoned)
     read = records_module.batch_records(batch, parse_batch(batch))
     assert read == [
         RawRecord(None, b"poison", 1, None),

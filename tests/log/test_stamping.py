@@ -12,7 +12,7 @@ STAMP = 1_800_000_000_123
 
 
 def test_a_stamped_native_batch_reads_with_the_leaders_time_and_checks():
-    batch = make_data_batch(RECORDS, timestamp_ms=5_000)
+    batch = make_data_batch(RECORDS)
     header, stamped = stamp(parse_batch(batch), batch, STAMP)
     assert parse_batch(stamped) == header  # both checksums hold
     assert header.flags & LOG_APPEND_TIME and header.timestamp_ms == STAMP
