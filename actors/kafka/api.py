@@ -25,8 +25,14 @@ Answer = Callable[[], Awaitable[dict | None]]
 
 
 class KafkaApi:
-    def __init__(self, node: Node, brokers: KafkaBrokers, rng: random.Random):
-        cluster = Cluster(node, brokers)
+    def __init__(
+        self,
+        node: Node,
+        brokers: KafkaBrokers,
+        rng: random.Random,
+        auto_create: tuple[int, int] | None = None,
+    ):
+        cluster = Cluster(node, brokers, auto_create)
         fetch = Fetch(node)
         self.produce = Produce(node, rng)
         self.groups = KafkaGroups(node, brokers, rng)

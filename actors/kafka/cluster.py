@@ -30,6 +30,7 @@ logger = structlog.get_logger("quorumlog.kafka")
 REFRESH_S = 2.0  # how often the other brokers' Kafka addresses are asked for
 ASK_S = 1.0
 RETRY_S = 0.2
+AUTO_CREATE_S = 5.0  # a client asks again if its topic has no leader yet
 CLUSTER_ID = "quorumlog"
 
 # quorumlog's answers, as Kafka's error codes (anything else: UNKNOWN_SERVER_ERROR).
@@ -97,9 +98,12 @@ class KafkaBrokers:
 
 
 class Cluster:
-    def __init__(self, node: Node, brokers: KafkaBrokers):
+    def __init__(
+        self, node: Node, brokers: KafkaBrokers, auto_create: tuple[int, int] | None = None
+    ):
         self.node = node
         self.brokers = brokers
+        self.auto_create = auto_create
 
     async def metadata(self, request, version: int) -> dict:
         known = await self.brokers.known()
@@ -108,6 +112,9 @@ class Cluster:
             names = sorted(state.topics)
         else:
             names = [t.name for t in request.topics]
+            # v4 on ask for it (Kafka's producers do, consumers do not); before, it was implied.
+            if self.auto_create is not None and getattr(request, "allow_auto_topic_creation", True):
+                await self._create_missing([n for n in names if n not in state.topics])
         topics = []
         for name in names:
             topic = state.topics.get(name)
@@ -136,6 +143,28 @@ class Cluster:
             "controller_id": controller if controller in known else -1,
             "topics": topics,
         }
+
+    async def _create_missing(self, names: list[str]) -> None:
+        """Each of `names` created as the node's auto_create says (a bad name, or one of
+        the cluster's own, stays unknown); answered once it has leaders, or AUTO_CREATE_S."""
+        assert self.auto_create is not None
+        partitions, replicas = self.auto_create
+        brokers = len(self.node.controller_actor.state.brokers)
+        with trio.move_on_after(AUTO_CREATE_S):
+            for name in names:
+                if name.startswith("__"):
+                    continue
+                args = {
+                    "name": name,
+                    "partitions": partitions,
+                    "replicas": max(1, min(replicas, brokers)),
+                    "retry": True,  # a racing create of the same topic is no error
+                    "timeout_s": AUTO_CREATE_S,
+                }
+                reply = await forward_to_leader(
+                    self.node, self.node.controller, AdminRequest("create_topic", args)
+                )
+                logger.info("kafka_topic_auto_created", topic=name, reply=str(reply))
 
     def _partition(
         self, topic: str, partition: int, replicas: tuple[int, ...], known: dict[int, str]

@@ -36,12 +36,14 @@ async def serve_kafka(
     address: str,
     rng: random.Random,
     secret: bytes | None = None,
+    auto_create: tuple[int, int] | None = None,
     *,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve Kafka clients on `address` until cancelled; with a secret, SASL/PLAIN first."""
+    """Serve Kafka clients on `address` until cancelled; with a secret, SASL/PLAIN first.
+    `auto_create`: (partitions, replicas) of a topic a client's Metadata names unknown."""
     brokers = KafkaBrokers(node, address)
-    api = KafkaApi(node, brokers, rng)
+    api = KafkaApi(node, brokers, rng, auto_create)
     host, port = host_port(address)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(brokers.run)

@@ -26,13 +26,15 @@ def run_dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> 
         size=nodes,
         ports=[base_port + i for i in range(nodes)],
         kafka_ports=[kafka_base_port + i for i in range(nodes)],
+        auto_create_topics=True,  # as a Kafka broker's default: trying things out
     )
     console = Console()
     cluster.start_all()
     console.print(
         f"[bold]quorumlog dev[/]: {nodes} nodes, data and logs in {os.path.abspath(data_dir)}\n"
         f"brokers: {cluster.brokers}\n"
-        f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap}\n"
+        f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap} "
+        "(topics they name are created)\n"
         f"try:  seq 10 | quorumlog produce -b {cluster.brokers}\n"
         f"      quorumlog consume -b {cluster.brokers} --follow\n"
         "Ctrl-C stops the cluster."

@@ -64,6 +64,7 @@ class ProcessCluster:
     listen_ports: list[int] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # extra environment of every node
     kafka_ports: list[int] = field(default_factory=list)  # each node's Kafka listener, if any
+    auto_create_topics: bool = False  # Kafka clients create the topics they name (`dev`)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -111,6 +112,8 @@ class ProcessCluster:
             args += ["--config", self.config_file]
         if self.kafka_ports:
             args += ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[node_id - 1]}"]
+        if self.auto_create_topics:
+            args.append("--auto-create-topics")
         log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
         env = {**os.environ, **self.env} if self.env else None
         proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log, env=env)

@@ -130,6 +130,28 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     help="HOST:PORT to serve Kafka clients on (Kafka's wire protocol).",
 )
 @click.option(
+    "--auto-create-topics",
+    is_flag=True,
+    envvar="QUORUMLOG_AUTO_CREATE_TOPICS",
+    help="A Kafka client naming an unknown topic creates it (Kafka's auto.create.topics.enable).",
+)
+@click.option(
+    "--auto-create-partitions",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    envvar="QUORUMLOG_AUTO_CREATE_PARTITIONS",
+    help="Partitions of a topic created so.",
+)
+@click.option(
+    "--auto-create-replicas",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    envvar="QUORUMLOG_AUTO_CREATE_REPLICAS",
+    help="Replicas of each (every node, in a smaller cluster).",
+)
+@click.option(
     "--tls-cert",
     envvar="QUORUMLOG_TLS_CERT",
     default=None,
@@ -163,6 +185,9 @@ def serve(
     secret_file,
     metrics,
     kafka_listen,
+    auto_create_topics,
+    auto_create_partitions,
+    auto_create_replicas,
     tls_cert,
     tls_key,
     tls_ca,
@@ -196,6 +221,9 @@ def serve(
             metrics=metrics,
             join=join,
             kafka_listen=kafka_listen,
+            auto_create=(auto_create_partitions, auto_create_replicas)
+            if auto_create_topics
+            else None,
             tls=tls_files if all(tls_files) else None,
         )
         code = server.serve(options)

@@ -70,6 +70,9 @@ class ServeOptions:
     metrics: str | None = None
     join: bool = False
     kafka_listen: str | None = None
+    # A Kafka client's Metadata for an unknown topic creates it with (partitions, replicas),
+    # as Kafka's auto.create.topics.enable; None: it stays unknown.
+    auto_create: tuple[int, int] | None = None
     # (certificate, key, CA) in PEM files: TLS with mutual authentication for peers and
     # clients (transport/tls.py); None: plain TCP.
     tls: tuple[str, str, str] | None = None
@@ -84,6 +87,9 @@ NODE_KEYS = {
     "secret_file": "secret_file",
     "metrics": "metrics",
     "kafka_listen": "kafka_listen",
+    "auto_create_topics": "auto_create_topics",
+    "auto_create_partitions": "auto_create_partitions",
+    "auto_create_replicas": "auto_create_replicas",
     "log_format": "log_format",
     "tls_cert": "tls_cert",
     "tls_key": "tls_key",
@@ -101,8 +107,8 @@ class ConfigFile:
 def settings_help() -> str:
     """Every setting of a --config file, with its default."""
     lines = [
-        "[node]  # id, data, listen, peers, secret_file, metrics, kafka_listen, log_format: "
-        "as the flags"
+        "[node]  # id, data, listen, peers, secret_file, metrics, kafka_listen, log_format, "
+        "auto_create_topics, auto_create_partitions, auto_create_replicas, tls_*: as the flags"
     ]
     for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
         lines.append(f"[{section}]")
@@ -347,7 +353,14 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
                 from quorumlog.actors.kafka.listener import serve_kafka
 
                 node.kafka_address = options.kafka_listen
-                await nursery.start(serve_kafka, node, options.kafka_listen, rng, options.secret)
+                await nursery.start(
+                    serve_kafka,
+                    node,
+                    options.kafka_listen,
+                    rng,
+                    options.secret,
+                    options.auto_create,
+                )
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)
