@@ -71,6 +71,7 @@ TOPIC_OPS = frozenset(
         "move_partition",
         "partition_moves",
         "topic_configs",
+        "trim_partition",
     }
 )
 # A broker that answered within this many heartbeat intervals is live (for placement).
@@ -220,8 +221,10 @@ class ControllerActor:
                 await node.add_partition(placed, config, self._settings(placed))
         for key in list(node.partitions):
             topic = state.topics.get(key[0])
-            if topic is not None and key in node.partitions:
-                await node.configure_partition(key, topic.settings)
+            if topic is not None and key in node.partitions and key[1] < len(topic.partitions):
+                await node.configure_partition(
+                    key, topic.settings, topic.partitions[key[1]].log_start
+                )
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
         addresses = {n: self.state.brokers[n].address for n in placed.replicas}
@@ -261,6 +264,8 @@ class ControllerActor:
                     return await topic_changes.move(self, args)
                 case "partition_moves":
                     return await topic_changes.moves(self)
+                case "trim_partition":
+                    return await topic_changes.trim(self, args)
                 case "topic_configs":
                     return topic_changes.configs(self, list(args["names"]))
         except PassBack as answer:

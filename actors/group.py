@@ -44,7 +44,7 @@ from quorumlog.actors.mailbox import (
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.read_index import end_offset, offset_for_time, read_committed, unsettled
-from quorumlog.actors.retention import keep_retention
+from quorumlog.actors.retention import keep_retention, retain
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
@@ -136,6 +136,9 @@ class GroupActor(GroupHandle, AppendIntake):
         self._stamper = self._stamper_for(storage.log.config)
         self._nursery: trio.Nursery | None = None
         self.retaining = False  # actors/retention.py runs for this group
+        # Where an operator's trim starts readers (the controller's state says; retention
+        # drops the segments wholly before it): reads see max(it, the log's start).
+        self.log_floor = 0
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -170,6 +173,17 @@ class GroupActor(GroupHandle, AppendIntake):
         self.log.reconfigure(config)
         self._stamper = self._stamper_for(config)
         self._keep_retention()
+
+    def trim(self, log_start: int) -> None:
+        """Readers start at `log_start` now; the segments wholly before it (and committed)
+        go soon, in the group's task (not awaited: the controller's work goes on)."""
+        self.log_floor = log_start
+        if self._nursery is not None:
+            self._nursery.start_soon(self.call, lambda core: retain(self, core, None))
+
+    def read_start(self) -> int:
+        """The first offset readers may read: the log's start or the trim's, the later."""
+        return max(self.log.log_start_offset, self.log_floor)
 
     def _stamper_for(self, config: LogConfig) -> Stamper | None:
         if config.timestamp_type != "log_append":
@@ -452,11 +466,12 @@ class GroupActor(GroupHandle, AppendIntake):
         the bytes its log holds (how far a replica being added got: actors/topic_changes.py)."""
         out = self.core.status()
         out["size_bytes"] = self.log.size_bytes
+        out["log_start_offset"] = self.read_start()
         return out
 
     def status(self) -> dict:
         """As `replica_status`, with the members' addresses (`status`'s command line)."""
-        out = self.core.status()
+        out = self.replica_status()
         config = self.core.config
         addresses = config.addresses if config is not None else {}
         out["members"] = {str(m): a for m, a in sorted(addresses.items())}

@@ -264,17 +264,20 @@ class Node:
             "replica_created", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
         )
 
-    async def configure_partition(self, key: tuple[str, int], settings: TopicSettings) -> bool:
-        """Give a replica its topic's settings, if it runs with others (a change through
-        the controller's log); recorded with the replica first, so a restart keeps them."""
+    async def configure_partition(
+        self, key: tuple[str, int], settings: TopicSettings, log_start: int
+    ) -> None:
+        """Give a replica its topic's settings and its partition's log start, where they
+        changed (through the controller's log). Settings are recorded with the replica
+        first, so a restart opens it with them."""
         config = self.storage.log_config_of(key[0], settings)
         group = self.partitions[key]
-        if group.log.config == config:
-            return False
-        await self._run_sync(self.storage.keep_settings, *key, settings)
-        group.reconfigure(config)
-        logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
-        return True
+        if group.log.config != config:
+            await self._run_sync(self.storage.keep_settings, *key, settings)
+            group.reconfigure(config)
+            logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
+        if log_start > group.log_floor:
+            group.trim(log_start)
 
     async def remove_partition(self, key: tuple[str, int]) -> None:
         """Stop a replica and delete its files (its topic was deleted)."""

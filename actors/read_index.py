@@ -73,27 +73,34 @@ def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
     """Committed records only (I5), from any replica, up to the commit offset it knows."""
     log = group.log
     commit = group.view.commit_offset
+    start = group.read_start()
+    if offset < start:  # the log's own check, or an operator's trim
+        return ErrorReply(
+            ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is before the log start {start}"
+        )
     try:
         chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
     except OffsetOutOfRangeError as exc:
         return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
-    return ReadReply(chunk.data, commit, log.log_start_offset)
+    return ReadReply(chunk.data, commit, start)
 
 
 def offset_for_time(group: GroupActor, timestamp_ms: int) -> OffsetForTimeReply:
     """The first committed record (I5) stamped at or after `timestamp_ms`, by the log's
     time index, from any replica up to the commit offset it knows."""
-    log, commit = group.log, group.view.commit_offset
+    log, commit, start = group.log, group.view.commit_offset, group.read_start()
     found = log.offset_for_time(timestamp_ms, upto_offset=commit)
     offset, stamp = (None, None) if found is None else found
-    return OffsetForTimeReply(offset, stamp, commit, log.log_start_offset)
+    if offset is not None and offset < start:  # trimmed: the first record readers have
+        offset, stamp = start, None
+    return OffsetForTimeReply(offset, stamp, commit, start)
 
 
 async def end_offset(group: GroupActor, linearizable: bool) -> Message:
     """The commit offset this replica knows, or, linearizable, its leader's confirmed one."""
     view = group.view
     if not linearizable:
-        return EndOffsetReply(view.commit_offset, group.log.log_start_offset)
+        return EndOffsetReply(view.commit_offset, group.read_start())
     if not view.is_leader:
         return group.not_leader(view.leader_id)
     commit = await read_index(group)
@@ -101,4 +108,4 @@ async def end_offset(group: GroupActor, linearizable: bool) -> Message:
         return group.not_leader(group.view.leader_id)  # the client asks the new leader
     if commit is None:
         return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
-    return EndOffsetReply(commit, group.log.log_start_offset)
+    return EndOffsetReply(commit, group.read_start())

@@ -29,11 +29,16 @@ async def keep_retention(group: GroupActor) -> None:
         group.retaining = False
 
 
-def retain(group: GroupActor, core: RaftCore, now_ms: int) -> None:
-    """In the group's task: drop what retention lets go, and in a log compacted to its
-    snapshots everything before the last committed one."""
+def retain(group: GroupActor, core: RaftCore, now_ms: int | None) -> None:
+    """In the group's task: drop what retention lets go (`now_ms` None: only what a trim
+    does), what an operator's trim put before the log start, and in a log compacted to its
+    snapshots everything before the last committed one. Committed records only."""
     log = group.log
+    committed_end = core.commit_offset + 1
     snapshot = core.committed_snapshot()
     if log.config.compact_to_snapshots and snapshot is not None:
         log.truncate_prefix(snapshot)
-    log.apply_retention(now_ms, keep_from_offset=core.commit_offset + 1)
+    if group.log_floor > log.log_start_offset:
+        log.truncate_prefix(min(group.log_floor, committed_end))
+    if now_ms is not None:
+        log.apply_retention(now_ms, keep_from_offset=committed_end)

@@ -1,6 +1,6 @@
 """The topic changes the controller's leader answers (actors/controller.py routes them here):
 a topic's settings, more partitions, another replication factor, a partition moved to
-named nodes, and the moves still under way.
+named nodes, the moves still under way, and a partition's log start moved (a trim).
 
 Each change is decided here, on a state that is up to date, and appended as one command
 (or one per partition moved) with acks=quorum: every node applies it alike, and a change
@@ -14,8 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from quorumlog.actors.leader_calls import ask_partition_leader
 from quorumlog.actors.topic_calls import ask_nodes, leaders_elected, wait_live_brokers
-from quorumlog.controller.commands import AddPartitions, AlterTopicConfig, SetReplicas
+from quorumlog.controller.commands import (
+    AddPartitions,
+    AlterTopicConfig,
+    SetReplicas,
+    TrimPartition,
+)
 from quorumlog.controller.placement import place, resize
 from quorumlog.controller.state import (
     DEFAULT_TOPIC,
@@ -25,7 +31,7 @@ from quorumlog.controller.state import (
     TopicError,
 )
 from quorumlog.controller.topic_config import changed_settings, described, set_here
-from quorumlog.transport.messages import AdminReply, Message
+from quorumlog.transport.messages import AdminReply, EndOffsetReply, EndOffsetRequest, Message
 
 if TYPE_CHECKING:
     from quorumlog.actors.controller import ControllerActor
@@ -152,6 +158,38 @@ async def move(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     if tuple(to) != topic.partitions[partition].replicas:
         await _set_replicas(ctl, name, partition, tuple(to))
     return AdminReply({"topic": name, "partition": partition, "replicas": to})
+
+
+async def trim(ctl: ControllerActor, args: dict[str, Any]) -> Message:
+    """A partition's readers start at `before` (-1: its committed end); the answer is its
+    log start after. At most the end: a trim never drops what is not yet committed."""
+    name, partition, before = args["topic"], args["partition"], args["before"]
+    topic = ctl.state.topics.get(name)
+    if topic is None or name.startswith("__"):
+        raise TopicError(
+            f"unknown topic {name!r}"
+            if topic is None
+            else f"the topic {name!r} is the cluster's own"
+        )
+    if type(partition) is not int or not 0 <= partition < len(topic.partitions):
+        raise TopicError(
+            f"topic {name!r} has no partition {partition} (it has {len(topic.partitions)})"
+        )
+    if type(before) is not int or before < -1:
+        raise TopicError(f"trim before an offset or -1 (the end), not {before!r}")
+    tp = (name, partition)
+    reply = await ask_partition_leader(ctl.node, tp, EndOffsetRequest(True, *tp), EndOffsetReply)
+    end = reply.commit_offset + 1
+    if before == -1:
+        before = end
+    if before > end:
+        raise TopicError(f"{name}/{partition} ends at {end}: it cannot be trimmed before {before}")
+    if before > topic.partitions[partition].log_start:
+        why = await ctl.propose(TrimPartition(name, partition, before))
+        if why is not None and ctl.state.partition(name, partition).log_start < before:
+            raise TopicError(why)
+    log_start = max(ctl.state.partition(name, partition).log_start, reply.log_start_offset)
+    return AdminReply({"topic": name, "partition": partition, "log_start_offset": log_start})
 
 
 async def _set_replicas(

@@ -68,6 +68,16 @@ class SetReplicas:
 
 
 @dataclass(frozen=True, slots=True)
+class TrimPartition:
+    """Readers of a partition start at `before` from now on (`topic trim`, Kafka's
+    DeleteRecords): its log start rises there, never back; segments wholly before it go."""
+
+    topic: str
+    partition: int
+    before: int
+
+
+@dataclass(frozen=True, slots=True)
 class NameCluster:
     """The cluster's id, made once by the first controller leader that finds none (a new
     cluster, or one from before ids): the first such command stands (transport/identity.py)."""
@@ -83,6 +93,7 @@ Command = (
     | NameCluster
     | AlterTopicConfig
     | AddPartitions
+    | TrimPartition
 )
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}

@@ -24,6 +24,7 @@ from quorumlog.controller.commands import (
     NameCluster,
     RegisterBroker,
     SetReplicas,
+    TrimPartition,
 )
 from quorumlog.log.config import TIMESTAMP_TYPES, TopicSettings
 
@@ -54,6 +55,7 @@ class Partition:
     replicas: tuple[int, ...]  # preferred leader first
     revision: int  # the controller offset that last set the replicas
     created_offset: int  # the controller offset that made the group (a create or a grow)
+    log_start: int = 0  # where an operator's trim starts its readers (TrimPartition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,16 +169,26 @@ class ClusterState:
                     old = self.partition(topic, index)
                 except TopicError as exc:
                     return str(exc)
-                moved = replace(old, replicas=tuple(replicas), revision=offset)
-                found = self.topics[topic]
-                partitions = list(found.partitions)
-                partitions[index] = moved
-                self.topics[topic] = replace(found, partitions=tuple(partitions))
+                self._put(replace(old, replicas=tuple(replicas), revision=offset))
+            case TrimPartition(topic, index, before):
+                try:
+                    old = self.partition(topic, index)
+                except TopicError as exc:
+                    return str(exc)
+                if before <= old.log_start:
+                    return f"{topic}/{index} starts at {old.log_start} already"
+                self._put(replace(old, log_start=before))
             case NameCluster(cluster_id):
                 if self.cluster_id is not None:
                     return f"the cluster is named {self.cluster_id} already"
                 self.cluster_id = cluster_id
         return None
+
+    def _put(self, partition: Partition) -> None:
+        found = self.topics[partition.topic]
+        partitions = list(found.partitions)
+        partitions[partition.partition] = partition
+        self.topics[partition.topic] = replace(found, partitions=tuple(partitions))
 
     def _add_partitions(
         self, name: str, replicas: tuple[tuple[int, ...], ...], offset: int

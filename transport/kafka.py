@@ -52,6 +52,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     18: (0, 2),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
+    21: (0, 1),  # DeleteRecords
     22: (0, 1),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
     32: (1, 3),  # DescribeConfigs (v0 is gone from current clients and kio)

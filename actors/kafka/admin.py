@@ -221,6 +221,23 @@ class KafkaAdmin:
         _, reply = await self._call("partition_moves", {}, timeout)
         return reply.result["moves"] if isinstance(reply, AdminReply) else []
 
+    async def delete_records(self, request, version: int) -> dict:
+        """Each partition's log start moved to the offset given (-1: its high watermark)."""
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for p in topic.partitions:
+                args = {"topic": topic.name, "partition": p.partition_index, "before": p.offset}
+                error, reply = await self._call("trim_partition", args, request.timeout)
+                answer = {"partition_index": p.partition_index, "error_code": error}
+                if isinstance(reply, AdminReply):
+                    answer["low_watermark"] = reply.result["log_start_offset"]
+                elif isinstance(reply, ErrorReply) and "cannot be trimmed" in reply.message:
+                    answer["error_code"] = K.offset_out_of_range
+                partitions.append({"low_watermark": -1, **answer})
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"topics": topics}
+
     # ------------------------------------------------------------------- groups
 
     async def delete_groups(self, request, version: int) -> dict:

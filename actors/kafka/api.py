@@ -54,6 +54,7 @@ class KafkaApi:
             18: self.api_versions,
             19: cluster.create_topics,
             20: cluster.delete_topics,
+            21: admin.delete_records,
             22: self.produce.init_producer_id,
             23: fetch.offset_for_leader_epoch,
             32: admin.describe_configs,

@@ -74,12 +74,12 @@ class Fetch:
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error}
-        commit, log = group.view.commit_offset, group.log
+        commit = group.view.commit_offset
         answer = {
             "partition_index": partition,
             "high_watermark": commit + 1,
             "last_stable_offset": commit + 1,
-            "log_start_offset": log.log_start_offset,
+            "log_start_offset": group.read_start(),
         }
         if max_bytes <= 0:
             return group, {**answer, "records": b"", "error_code": K.none}
@@ -161,7 +161,7 @@ def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return group.view.commit_offset + 1, -1
     if timestamp == EARLIEST:
-        return group.log.log_start_offset, -1
+        return group.read_start(), -1
     reply = offset_for_time(group, timestamp)
     if reply.offset is None:
         return -1, -1

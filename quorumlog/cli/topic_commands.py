@@ -161,6 +161,27 @@ def topic_alter(
     run_with_client(*options, body)
 
 
+@topic.command("trim")
+@click.argument("name")
+@click.option("--partition", type=click.IntRange(min=0), required=True)
+@click.option(
+    "--before",
+    type=click.IntRange(min=-1),
+    required=True,
+    help="The new log start; -1: the committed end (everything goes).",
+)
+@member_options
+def topic_trim(options: tuple, name: str, partition: int, before: int) -> None:
+    """Delete a partition's records before an offset: its log start moves there, and a
+    reader below it is told its offset is out of range (Kafka's DeleteRecords)."""
+
+    def body(client: Client) -> None:
+        start = client.trim_topic(name, partition, before)
+        click.echo(f"{name}/{partition} starts at {start}")
+
+    run_with_client(*options, body)
+
+
 @topic.command("delete")
 @click.argument("name")
 @member_options

@@ -170,6 +170,11 @@ class Client:
         """Give a partition exactly the replicas `to`, its preferred leader first."""
         self._loop.run(self._client.move_partition, topic, partition, list(to))
 
+    def trim_topic(self, name: str, partition: int, before: int) -> int:
+        """Readers of the partition start at `before` (-1: its committed end) from now on;
+        returns the log start after."""
+        return self._loop.run(self._client.trim_topic, name, partition, before)
+
     def partition_moves(self) -> list[dict]:
         """The partitions whose replicas are still moving (see `AsyncClient`)."""
         return self._loop.run(self._client.partition_moves)

@@ -99,3 +99,9 @@ class TopicCalls:
         (the group's members now), `to`, `leader_id`, `bytes_total` (the leader's log),
         `bytes_copied` (per joining node) and `progress` (0-1, the slowest joiner)."""
         return (await self._topic_call("partition_moves")).result["moves"]
+
+    async def trim_topic(self, name: str, partition: int, before: int) -> int:
+        """Readers of the partition start at `before` from now on (-1: its committed end;
+        Kafka's DeleteRecords); the records before it go. Returns the log start after."""
+        args = {"topic": name, "partition": partition, "before": before}
+        return (await self._topic_call("trim_partition", **args)).result["log_start_offset"]

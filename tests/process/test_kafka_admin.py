@@ -179,3 +179,16 @@ def ask_epoch(cluster, node_id: int, epoch: int):
     )
     with connect(cluster, node_id) as sock:
         return call(sock, request, OffsetForLeaderEpochResponse, 7).topics[0].partitions[0]
+
+
+def test_delete_records_through_kafka_moves_the_log_start(cluster, admin):
+    with Client(cluster.brokers, timeout=30) as c:
+        c.create_topic("deleted", partitions=1, replicas=3)
+        first = c.append([b"%d" % i for i in range(10)], topic="deleted", partition=0)
+        result = admin.delete_records({TopicPartition("deleted", 0): first + 4})
+        (meta,) = result.values()
+        assert meta["low_watermark"] == first + 4, result
+        assert c.start_offset(topic="deleted", partition=0) == first + 4
+        assert [r.value for r in c.read(first + 4, 100, topic="deleted")] == [
+            b"%d" % i for i in range(4, 10)
+        ]

@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 
-from quorumlog import Client
+import pytest
+
+from quorumlog import Client, OffsetOutOfRangeError, QuorumLogError
 from quorumlog.bench.partitions import groups_settled
 from quorumlog.cli.localcluster import QUORUMLOG
 from tests.process.test_replica_moves import (
@@ -167,3 +169,57 @@ def test_replication_factor_and_a_move_under_load_lose_nothing(cluster):
         producer.join(timeout=30)
     with Client(brokers, timeout=30) as c:
         check_no_loss(c, producer.acked)
+
+
+def segment_files(cluster, node_id: int, topic: str, partition: int) -> list[str]:
+    folder = os.path.join(cluster.data_dir(node_id), "topics", topic, str(partition), "log")
+    return sorted(f for f in os.listdir(folder) if f.endswith(".log"))
+
+
+def test_a_trimmed_partition_starts_later_for_every_reader_and_drops_its_old_segments(cluster):
+    cluster.wait_for_leader()
+    b = cluster.brokers
+    with Client(b, timeout=30) as c:
+        c.create_topic("trimmed", partitions=2, replicas=3)
+        c.alter_topic("trimmed", config={"segment.bytes": 64 * 1024})
+        value = base64.b64encode(os.urandom(3000))  # ~4 KB that do not compress away
+        offsets = [c.append([value], topic="trimmed", partition=0) for _ in range(80)]
+        before = offsets[50]
+        assert len(segment_files(cluster, 1, "trimmed", 0)) > 2
+        out = ql("topic", "-b", b, "trim", "trimmed", "--partition", "0", "--before", str(before))
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.decode().strip() == f"trimmed/0 starts at {before}"
+        assert c.start_offset(topic="trimmed", partition=0) == before
+        with pytest.raises(OffsetOutOfRangeError):
+            c.read(offsets[0], topic="trimmed", partition=0)
+        assert c.read(before, topic="trimmed", partition=0)[0].offset == before
+        row = next(r for r in c.describe_topic("trimmed") if r["partition"] == 0)
+        assert row["log_start_offset"] == before
+        assert c.start_offset(topic="trimmed", partition=1) == 0, "the other partition keeps all"
+        # Readers from the start get what is left, on any replica (a follower too).
+        got = ql("consume", "-b", b, "--topic", "trimmed", "--from", "earliest", "--with-offsets")
+        assert int(got.stdout.split(b"\t", 1)[0]) == before
+        for node_id in (1, 2, 3):
+            with (
+                Client(cluster.address(node_id), direct=True) as one,
+                pytest.raises(OffsetOutOfRangeError),
+            ):
+                one.read(offsets[0], topic="trimmed", partition=0)
+            wait_until(
+                lambda n=node_id: len(segment_files(cluster, n, "trimmed", 0)) <= 3,
+                20,
+                f"node {node_id} dropped the segments before the trim",
+            )
+    # A restart keeps the start; a trim never moves it back; past the end is refused.
+    cluster.kill(3, signal.SIGTERM)
+    cluster.start(3)
+    wait_until(lambda: cluster.node_status(3), 20, "node 3 is back")
+    with Client(cluster.address(3), direct=True) as one:
+        wait_until(lambda: one.start_offset(topic="trimmed", partition=0) == before, 20, "kept")
+    with Client(b, timeout=30) as c:
+        assert c.trim_topic("trimmed", 0, offsets[10]) == before
+        end = c.end_offset(topic="trimmed", partition=0)
+        with pytest.raises(QuorumLogError, match="cannot be trimmed"):
+            c.trim_topic("trimmed", 0, end + 5)
+        assert c.trim_topic("trimmed", 0, -1) == end + 1
+        assert c.read(end + 1, topic="trimmed", partition=0) == []
