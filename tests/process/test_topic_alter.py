@@ -223,3 +223,61 @@ def test_a_trimmed_partition_starts_later_for_every_reader_and_drops_its_old_seg
             c.trim_topic("trimmed", 0, end + 5)
         assert c.trim_topic("trimmed", 0, -1) == end + 1
         assert c.read(end + 1, topic="trimmed", partition=0) == []
+
+
+def controller_of(cluster) -> int:
+    def found() -> int | None:
+        for n in cluster.procs:
+            status = cluster.node_status(n)
+            if status and status.get("controller_id") in cluster.procs:
+                return status["controller_id"]
+        return None
+
+    return wait_until(found, 20, "a controller leader")
+
+
+def restart_at_once(cluster, node_id: int) -> None:
+    """SIGKILL, then start again: the controller fails over, and the groups of two replicas
+    that include the node can elect once it is back."""
+    cluster.kill(node_id)
+    cluster.start(node_id, join=node_id == 4)
+
+
+def test_changes_cut_short_by_the_controller_leaders_death_complete_or_are_refused(cluster):
+    """The controller's leader dies right after it committed new replica sets (its mover
+    had only begun), and again in the middle of a grow: the next leader drives every move
+    to its end, a grow is there whole or not at all, asking again finishes it, and a
+    steady producer loses nothing acknowledged."""
+    brokers, before = four_nodes_and_a_topic(cluster)
+    producer = TopicProducer(brokers)
+    producer.start()
+    try:
+        wait_until(lambda: len(producer.acked) >= 30, 30, "appends flow")
+        with Client(brokers, timeout=30) as c:
+            c.alter_topic(TOPIC, replicas=2)
+            restart_at_once(cluster, controller_of(cluster))
+            two = {r["partition"]: r["replicas"] for r in c.describe_topic(TOPIC)}
+            assert all(len(r) == 2 for r in two.values())
+            wait_until(lambda: groups_settled(cluster, TOPIC, two), 90, "moves finished")
+        grow = subprocess.Popen(
+            [*QUORUMLOG, "topic", "-b", brokers, "alter", TOPIC, "--partitions", "8"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        restart_at_once(cluster, controller_of(cluster))
+        grow.wait(timeout=60)
+        with Client(brokers, timeout=30) as c:
+            count = c.topics()[TOPIC]
+            assert count in (4, 8), "a grow is whole or not there"
+            c.alter_topic(TOPIC, partitions=8)  # asked again: done, or done now
+            rows = c.describe_topic(TOPIC)
+            assert len(rows) == 8 and all(r["leader_id"] is not None for r in rows)
+            for r in rows[4:]:
+                c.append([b"new"], topic=TOPIC, partition=r["partition"])
+        acked = len(producer.acked)
+        wait_until(lambda: len(producer.acked) > acked + 20, 30, "appends go on")
+    finally:
+        producer.stop.set()
+        producer.join(timeout=30)
+    with Client(brokers, timeout=30) as c:
+        check_no_loss(c, producer.acked)
