@@ -248,7 +248,7 @@ def test_changes_cut_short_by_the_controller_leaders_death_complete_or_are_refus
     had only begun), and again in the middle of a grow: the next leader drives every move
     to its end, a grow is there whole or not at all, asking again finishes it, and a
     steady producer loses nothing acknowledged."""
-    brokers, before = four_nodes_and_a_topic(cluster)
+    brokers, _ = four_nodes_and_a_topic(cluster)
     producer = TopicProducer(brokers)
     producer.start()
     try:
