@@ -15,6 +15,7 @@ SCENARIOS = {
     "membership": "quorumlog.bench.membership",
     "scale": "quorumlog.bench.scale",
     "partitions": "quorumlog.bench.partitions",
+    "moves": "quorumlog.bench.moves",
     "elections": "quorumlog.bench.elections",
     "sim": "quorumlog.bench.sim",
     "nemesis": "quorumlog.bench.nemesis",

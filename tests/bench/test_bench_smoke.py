@@ -118,6 +118,13 @@ def test_partitions_smallest(tmp_path):
     _positive(move, "s", "mb_s", "append_same_mb_s")
 
 
+def test_moves_smallest(tmp_path):
+    from quorumlog.bench import moves
+
+    (row,) = _written(tmp_path, "moves", moves.run(tiny=True))
+    _positive(row, "s", "mb_s", "append_p99_ms_before", "append_p99_ms_during")
+
+
 def test_elections_smallest(tmp_path):
     from quorumlog.bench import elections
 
