@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from quorumlog.actors.leader_calls import ask_partition_leader
 from quorumlog.actors.topic_calls import ask_nodes, leaders_elected, wait_live_brokers
 from quorumlog.controller.commands import (
@@ -35,6 +37,9 @@ from quorumlog.transport.messages import AdminReply, EndOffsetReply, EndOffsetRe
 
 if TYPE_CHECKING:
     from quorumlog.actors.controller import ControllerActor
+
+TRIM_APPLIED_WAIT_S = 5.0
+TRIM_APPLIED_POLL_S = 0.02
 
 
 def alterable(state: ClusterState, name: str, what: str) -> Topic:
@@ -188,6 +193,14 @@ async def trim(ctl: ControllerActor, args: dict[str, Any]) -> Message:
         why = await ctl.propose(TrimPartition(name, partition, before))
         if why is not None and ctl.state.partition(name, partition).log_start < before:
             raise TopicError(why)
+    # Answered once the partition's leader applied it too: a reader asking it after the
+    # answer is refused below the new start (the other replicas follow as they apply).
+    with trio.move_on_after(TRIM_APPLIED_WAIT_S):
+        while reply.log_start_offset < before:
+            await trio.sleep(TRIM_APPLIED_POLL_S)
+            reply = await ask_partition_leader(
+                ctl.node, tp, EndOffsetRequest(False, *tp), EndOffsetReply
+            )
     log_start = max(ctl.state.partition(name, partition).log_start, reply.log_start_offset)
     return AdminReply({"topic": name, "partition": partition, "log_start_offset": log_start})
 

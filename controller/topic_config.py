@@ -71,7 +71,7 @@ def changed_settings(
     for name, value in changes.items():
         known = NAMES.get(name)
         if known is None:
-            raise ConfigError(f"unknown topic config {name!r}; known: {', '.join(sorted(NAMES))}")
+            raise ConfigError(f"no topic setting {name!r}; a topic has {', '.join(sorted(NAMES))}")
         fields[known.field] = None if value is None else _checked(name, value)
     return TopicSettings.from_wire(fields)
 

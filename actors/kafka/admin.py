@@ -288,8 +288,6 @@ def _error_of(reply: ErrorReply) -> K:
     message = reply.message
     if message.startswith("unknown topic"):
         return K.unknown_topic_or_partition
-    if "config" in message:
-        return K.invalid_config
     if "never shrinks" in message or "partitions" in message:
         return K.invalid_partitions
     if "replica" in message or "no node" in message:

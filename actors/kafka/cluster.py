@@ -12,6 +12,8 @@ from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.controller.topic_config import ConfigError, changed_settings
+from quorumlog.log.config import TopicSettings
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
     AdminReply,
@@ -189,6 +191,19 @@ class Cluster:
                 args["partitions"] = topic.num_partitions
             if topic.replication_factor > 0:
                 args["replicas"] = topic.replication_factor
+            if topic.configs:  # by Kafka's names, as the native call takes them
+                args["config"] = {c.name: c.value for c in topic.configs}
+                try:
+                    changed_settings(TopicSettings(), args["config"])
+                except ConfigError as exc:
+                    results.append(
+                        {
+                            "name": topic.name,
+                            "error_code": K.invalid_config,
+                            "error_message": str(exc),
+                        }
+                    )
+                    continue
             error, message = await self._topic_call("create_topic", args, request.validate_only)
             results.append({"name": topic.name, "error_code": error, "error_message": message})
         return {"topics": results}

@@ -29,6 +29,7 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
 
 
 NOT_LEADER_OR_FOLLOWER = 6
+INVALID_CONFIG = 40
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +193,29 @@ def test_delete_records_through_kafka_moves_the_log_start(cluster, admin):
         assert [r.value for r in c.read(first + 4, 100, topic="deleted")] == [
             b"%d" % i for i in range(4, 10)
         ]
+
+
+def test_a_topic_created_through_kafka_keeps_the_settings_it_was_given(cluster, admin):
+    admin.create_topics(
+        [
+            NewTopic(
+                "configured",
+                num_partitions=1,
+                replication_factor=3,
+                topic_configs={
+                    "retention.ms": "7200000",
+                    "message.timestamp.type": "LogAppendTime",
+                },
+            )
+        ]
+    )
+    config = topic_config(admin, "configured")
+    assert config["retention.ms"] == "7200000"
+    assert config["message.timestamp.type"] == "LogAppendTime"
+    result = admin.create_topics(
+        [NewTopic("misconfigured", 1, 3, topic_configs={"retention.nope": "1"})],
+        raise_errors=False,
+    )
+    (answer,) = result["topics"] if isinstance(result, dict) else result.topics
+    assert answer["error_code"] == INVALID_CONFIG, result
+    assert "no topic setting 'retention.nope'" in answer["error_message"]
