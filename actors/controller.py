@@ -23,6 +23,7 @@ import structlog
 import trio
 
 from quorumlog.actors import topic_calls, topic_changes
+from quorumlog.actors.leader_calls import UnknownTopic
 from quorumlog.actors.leader_sync import LeaderTableSync
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.controller.commands import (
@@ -270,6 +271,8 @@ class ControllerActor:
                     return topic_changes.configs(self, list(args["names"]))
         except PassBack as answer:
             return answer.reply
+        except UnknownTopic as exc:  # deleted while a call asked its partition's leader
+            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, str(exc))
         except (TopicError, PlacementError) as exc:
             code = (
                 ErrorCode.UNKNOWN_TOPIC

@@ -44,7 +44,7 @@ from quorumlog.actors.mailbox import (
 )
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.read_index import end_offset, offset_for_time, read_committed, unsettled
-from quorumlog.actors.retention import keep_retention, retain
+from quorumlog.actors.retention import keep_retention
 from quorumlog.actors.stamper import Stamper
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage
@@ -136,9 +136,9 @@ class GroupActor(GroupHandle, AppendIntake):
         self._stamper = self._stamper_for(storage.log.config)
         self._nursery: trio.Nursery | None = None
         self.retaining = False  # actors/retention.py runs for this group
-        # Where an operator's trim starts readers (the controller's state says; retention
-        # drops the segments wholly before it): reads see max(it, the log's start).
-        self.log_floor = 0
+        # Where an operator's trim starts readers (the controller's state says, and the
+        # replica's group file keeps): reads see max(it, the log's start).
+        self.log_floor = storage.log_start
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -175,11 +175,10 @@ class GroupActor(GroupHandle, AppendIntake):
         self._keep_retention()
 
     def trim(self, log_start: int) -> None:
-        """Readers start at `log_start` now; the segments wholly before it (and committed)
-        go soon, in the group's task (not awaited: the controller's work goes on)."""
+        """Readers start at `log_start` now; the segments wholly before it go as they are
+        committed here (the retention task: not awaited, the controller's work goes on)."""
         self.log_floor = log_start
-        if self._nursery is not None:
-            self._nursery.start_soon(self.call, lambda core: retain(self, core, None))
+        self._keep_retention()
 
     def read_start(self) -> int:
         """The first offset readers may read: the log's start or the trim's, the later."""
@@ -191,10 +190,15 @@ class GroupActor(GroupHandle, AppendIntake):
         return Stamper(self._wall_clock_ms, config.timestamp_wait_max_ms, self.group_id)
 
     def _keep_retention(self) -> None:
-        """A task that applies retention while the log has any (it ends when it has none)."""
-        if not self.log.retains_all and not self.retaining and self._nursery is not None:
+        """A task that applies retention and trims while the log has anything to drop (it
+        ends when it has none)."""
+        if self.prunes() and not self.retaining and self._nursery is not None:
             self.retaining = True
             self._nursery.start_soon(keep_retention, self)
+
+    def prunes(self) -> bool:
+        """Whether the log has retention settings, or segments wholly before a trim."""
+        return not self.log.retains_all or self.log.can_drop_before(self.log_floor)
 
     async def _main_loop(self) -> None:
         core = self.core

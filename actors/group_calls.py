@@ -197,6 +197,11 @@ async def delete(co: Coordinator, c: Coordination, name: str, args: dict) -> Res
     """An operator removes a group and its positions: refused while it has members."""
     async with c.lock(name):
         _inactive(c, name)
+        kafka_members = co.node.kafka_members(name)
+        if kafka_members:
+            raise GroupError(
+                f"group {name!r} has {kafka_members} active Kafka member(s): stop them first"
+            )
         why = await c.propose(DeleteGroup(name))
         if why is not None:
             raise GroupError(why)

@@ -139,6 +139,8 @@ class Node:
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
+        # Members of Kafka's consumer groups this node coordinates: kept by its listener.
+        self.kafka_members: Callable[[str], int] = lambda group: 0
         self.stopping = False  # told to stop: hands leadership over, takes none (shutdown.py)
 
     def _group(self, storage: GroupStorage) -> GroupActor:
@@ -272,11 +274,12 @@ class Node:
         first, so a restart opens it with them."""
         config = self.storage.log_config_of(key[0], settings)
         group = self.partitions[key]
-        if group.log.config != config:
-            await self._run_sync(self.storage.keep_settings, *key, settings)
+        trimmed = log_start > group.log_floor
+        if group.log.config != config or trimmed:
+            await self._run_sync(self.storage.record_topic, *key, settings, log_start)
             group.reconfigure(config)
             logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
-        if log_start > group.log_floor:
+        if trimmed:
             group.trim(log_start)
 
     async def remove_partition(self, key: tuple[str, int]) -> None:

@@ -85,14 +85,15 @@ def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
     return ReadReply(chunk.data, commit, start)
 
 
-def offset_for_time(group: GroupActor, timestamp_ms: int) -> OffsetForTimeReply:
-    """The first committed record (I5) stamped at or after `timestamp_ms`, by the log's
-    time index, from any replica up to the commit offset it knows."""
+def offset_for_time(group: GroupActor, timestamp_ms: int) -> Message:
+    """The first committed record (I5) from the readers' start on stamped at or after
+    `timestamp_ms`, by the log's time index, from any replica up to the commit offset it
+    knows. A time before the epoch is refused (no record has one)."""
+    if timestamp_ms < 0:
+        return ErrorReply(ErrorCode.REFUSED, f"a time is at or after the epoch, not {timestamp_ms}")
     log, commit, start = group.log, group.view.commit_offset, group.read_start()
-    found = log.offset_for_time(timestamp_ms, upto_offset=commit)
+    found = log.offset_for_time(timestamp_ms, upto_offset=commit, from_offset=start)
     offset, stamp = (None, None) if found is None else found
-    if offset is not None and offset < start:  # trimmed: the first record readers have
-        offset, stamp = start, None
     return OffsetForTimeReply(offset, stamp, commit, start)
 
 

@@ -18,9 +18,10 @@ RETENTION_CHECK_S = 5.0
 
 
 async def keep_retention(group: GroupActor) -> None:
-    """While the log has retention settings (a topic's change can lift them)."""
+    """While the log has retention settings (a topic's change can lift them) or segments
+    wholly before a trim (a lagging replica drops them once it has committed them)."""
     try:
-        while not group.log.retains_all:
+        while group.prunes():
             await trio.sleep(RETENTION_CHECK_S)
             # Wall-clock time: retention by age compares with the records' timestamps.
             now_ms = int(time.time() * 1000)
@@ -29,10 +30,10 @@ async def keep_retention(group: GroupActor) -> None:
         group.retaining = False
 
 
-def retain(group: GroupActor, core: RaftCore, now_ms: int | None) -> None:
-    """In the group's task: drop what retention lets go (`now_ms` None: only what a trim
-    does), what an operator's trim put before the log start, and in a log compacted to its
-    snapshots everything before the last committed one. Committed records only."""
+def retain(group: GroupActor, core: RaftCore, now_ms: int) -> None:
+    """In the group's task: drop what retention lets go, what an operator's trim put
+    before the log start, and in a log compacted to its snapshots everything before the
+    last committed one. Committed records only."""
     log = group.log
     committed_end = core.commit_offset + 1
     snapshot = core.committed_snapshot()
@@ -40,5 +41,4 @@ def retain(group: GroupActor, core: RaftCore, now_ms: int | None) -> None:
         log.truncate_prefix(snapshot)
     if group.log_floor > log.log_start_offset:
         log.truncate_prefix(min(group.log_floor, committed_end))
-    if now_ms is not None:
-        log.apply_retention(now_ms, keep_from_offset=committed_end)
+    log.apply_retention(now_ms, keep_from_offset=committed_end)

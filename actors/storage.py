@@ -69,6 +69,7 @@ class GroupStorage:
     log: Log
     store: MetadataStore
     meta: ConsensusMetadata
+    log_start: int = 0  # an operator's trim, as this replica last recorded it (group file)
 
 
 # The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
@@ -162,11 +163,15 @@ class NodeStorage:
         """The log settings a replica of `topic` with `settings` runs with here."""
         return topic_log_config(topic, settings, self.log_config)
 
-    def keep_settings(self, topic: str, partition: int, settings: TopicSettings) -> None:
-        """Record a topic's changed settings with this replica (blocking: a file written
-        atomically), so that a restart opens it with them before it hears the controller."""
+    def record_topic(
+        self, topic: str, partition: int, settings: TopicSettings, log_start: int
+    ) -> None:
+        """Record a topic's changed settings and the partition's log start with this replica
+        (blocking: a file written atomically), so that a restart opens it with them before
+        it hears the controller."""
         storage = self.partitions[(topic, partition)]
-        _write_group_file(self.fs, storage.directory, storage.group_id, settings)
+        _write_group_file(self.fs, storage.directory, storage.group_id, settings, log_start)
+        storage.log_start = log_start
 
     def add(self, topic: str, partition: int, storage: GroupStorage) -> None:
         self.partitions[(topic, partition)] = storage
@@ -175,8 +180,9 @@ class NodeStorage:
         """The same replica, read again from disk (after its task crashed)."""
         storage.log.close()
         log_config = CONTROLLER_SETTINGS.applied_to(self.log_config)
+        log_start = 0
         if storage.group_id != CONTROLLER_GROUP:
-            _, settings = _read_group_file(self.fs, storage.directory)
+            _, settings, log_start = _read_group_file(self.fs, storage.directory)
             topic = os.path.basename(os.path.dirname(storage.directory))
             log_config = topic_log_config(topic, settings, self.log_config)
         fresh = open_group_storage(
@@ -189,6 +195,7 @@ class NodeStorage:
             log_config=log_config,
             run_sync=self.run_sync,
         )
+        fresh.log_start = log_start
         if storage is self.controller:
             self.controller = fresh
         else:
@@ -283,25 +290,29 @@ def new_metadata(config: Configuration | None, rng: random.Random) -> ConsensusM
 
 
 def _write_group_file(
-    fs: FileSystem, directory: str, group_id: int, settings: TopicSettings
+    fs: FileSystem, directory: str, group_id: int, settings: TopicSettings, log_start: int = 0
 ) -> None:
-    document = {"group_id": group_id, **settings.to_wire()}
+    document = {"group_id": group_id, "log_start": log_start, **settings.to_wire()}
     write_file_atomically(fs, os.path.join(directory, GROUP_FILE), json.dumps(document).encode())
 
 
-def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, TopicSettings]:
+def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, TopicSettings, int]:
+    """(group id, the topic's settings, the partition's log start) of a replica."""
     path = os.path.join(directory, GROUP_FILE)
     if not fs.exists(path):
         raise CorruptionError(path, 0, "the group file of a partition folder is missing")
     try:
         document = json.loads(read_whole_file(fs, path))
         group_id = document.pop("group_id")
+        log_start = document.pop("log_start", 0)  # not in files from before trims
         settings = TopicSettings.from_wire(document)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable group file: {exc}") from None
     if type(group_id) is not int or group_id <= CONTROLLER_GROUP:
         raise CorruptionError(path, 0, f"bad group id {group_id!r}")
-    return group_id, settings
+    if type(log_start) is not int or log_start < 0:
+        raise CorruptionError(path, 0, f"bad log start {log_start!r}")
+    return group_id, settings, log_start
 
 
 def open_storage(
@@ -372,10 +383,12 @@ def open_storage(
                 buried = tombstones.buried_group(fs, directory)
                 node.tombstones[(topic, partition)] = -1 if buried is None else buried
                 continue
-            group_id, settings = _read_group_file(fs, directory)
-            node.partitions[(topic, partition)] = open_group(
+            group_id, settings, log_start = _read_group_file(fs, directory)
+            opened_group = open_group(
                 directory, group_id, topic_log_config(topic, settings, log_config)
             )
+            opened_group.log_start = log_start
+            node.partitions[(topic, partition)] = opened_group
     except BaseException:
         for storage in opened:
             storage.log.close()

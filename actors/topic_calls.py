@@ -51,7 +51,10 @@ async def create(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     retention_ms = args.get("retention_ms")
     timestamp_type = args.get("timestamp_type", "create")
     given = TopicSettings(retention_bytes, retention_ms, timestamp_type)
-    settings = changed_settings(given, args.get("config") or {})  # Kafka's names win
+    config = args.get("config") or {}
+    if not isinstance(config, dict):
+        raise TopicError("config is a map of setting names to values")
+    settings = changed_settings(given, config)  # Kafka's names win
     if _made_already(ctl, args, name, partitions):
         return await leaders_elected(ctl, name, partitions, replicas)  # the first try made it
     internal = args.get("internal") is True and name == GROUPS_TOPIC

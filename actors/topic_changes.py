@@ -136,7 +136,7 @@ async def _resize(ctl: ControllerActor, name: str, factor: int) -> int:
     live = await wait_live_brokers(ctl, factor)
     sets = {p.partition: p.replicas for p in topic.partitions}
     leaders = {i: ctl.leader_hint(name, i) for i in sets}
-    moves = resize(sets, factor, live, leaders)
+    moves = resize(sets, factor, live, leaders, ctl.state.replica_sets())
     for partition, replicas in sorted(moves.items()):
         await _set_replicas(ctl, name, partition, replicas)
     return len(moves)
@@ -167,7 +167,9 @@ async def move(ctl: ControllerActor, args: dict[str, Any]) -> Message:
 
 async def trim(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     """A partition's readers start at `before` (-1: its committed end); the answer is its
-    log start after. At most the end: a trim never drops what is not yet committed."""
+    log start after, once the partition's leader applied it (or after
+    TRIM_APPLIED_WAIT_S: the trim is committed, and every replica applies it). At most the
+    end: a trim never drops what is not yet committed."""
     name, partition, before = args["topic"], args["partition"], args["before"]
     topic = ctl.state.topics.get(name)
     if topic is None or name.startswith("__"):
@@ -223,8 +225,7 @@ async def moves(ctl: ControllerActor) -> Message:
         moved = [p for p in topic.partitions if state.was_moved(p)]
         if topic.name == DEFAULT_TOPIC or not moved:
             continue
-        nodes = sorted({n for p in moved for n in p.replicas} | set(state.brokers))
-        answers = await ask_nodes(ctl, nodes, topic.name)
+        answers = await ask_nodes(ctl, sorted(state.brokers), topic.name)
         for p in moved:
             row = _move_row(topic.name, p.partition, p.replicas, answers)
             if row is not None:

@@ -7,8 +7,10 @@ one, so that applying a command is deterministic on every node.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
+
+from quorumlog.log.config import TIMESTAMP_TYPES, UNLIMITED, TopicSettings
 
 
 class CommandError(ValueError):
@@ -100,7 +102,32 @@ _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
 
 def to_wire(command: Command) -> dict[str, Any]:
-    return {"type": type(command).__name__, **asdict(command)}
+    """Fields still at their default are left out: a node of an earlier version reads a
+    command that uses none of the fields added since."""
+    defaults = {f.name: f.default for f in fields(command) if f.default is not MISSING}
+    values = asdict(command)
+    kept = {k: v for k, v in values.items() if k not in defaults or v != defaults[k]}
+    return {"type": type(command).__name__, **kept}
+
+
+def _check_settings(settings: Any) -> None:
+    """An AlterTopicConfig's settings as applying them needs them (every node skips a bad
+    one alike, instead of failing on it at every replay)."""
+    if not isinstance(settings, dict):
+        raise CommandError("bad AlterTopicConfig: settings is a map")
+    known = {f.name for f in fields(TopicSettings)}
+    if not known >= settings.keys():
+        raise CommandError(
+            f"bad AlterTopicConfig: unknown settings {sorted(settings.keys() - known)}"
+        )
+    for name, value in settings.items():
+        ok = (
+            value in TIMESTAMP_TYPES
+            if name == "timestamp_type"
+            else type(value) is int and (value > 0 or value == UNLIMITED)
+        )
+        if value is not None and not ok:
+            raise CommandError(f"bad AlterTopicConfig: {name} = {value!r}")
 
 
 def from_wire(wire: Any) -> Command:
@@ -119,8 +146,8 @@ def from_wire(wire: Any) -> Command:
             args["replicas"] = tuple(tuple(r) for r in replicas)
         else:
             args["replicas"] = tuple(replicas)
-    if cls is AlterTopicConfig and not isinstance(args.get("settings"), dict):
-        raise CommandError("bad AlterTopicConfig: settings is a map")
+    if cls is AlterTopicConfig:
+        _check_settings(args.get("settings"))
     try:
         return cls(**args)
     except TypeError as exc:

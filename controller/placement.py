@@ -104,20 +104,22 @@ def resize(
     factor: int,
     live: Iterable[int],
     leaders: Mapping[K, int | None] | None = None,
+    existing: Iterable[Sequence[int]] = (),
 ) -> dict[K, tuple[int, ...]]:
     """New replica sets of `factor` replicas for the sets that have another number. A set
     grows by the live nodes with the fewest replicas (ties: the lower id), added after its
-    own; it shrinks by dropping, among the replicas that are neither its preferred leader
-    (the first) nor its current leader, those on the nodes with the most replicas (ties:
-    the higher id). Each set changes the load the next one sees, so the result is spread.
-    Only the sets that change are returned."""
+    own; it shrinks by dropping, among the replicas that are neither its current leader
+    nor its preferred one (the first), those on nodes that are not live, then those on the
+    nodes with the most replicas (ties: the higher id). `existing` are every replica set of
+    the cluster (this topic's included), whose load the choices balance; each choice
+    changes the load the next one sees. Only the sets that change are returned."""
     candidates = sorted(set(live))
     if factor > len(candidates):
         raise PlacementError(
             f"{factor} replicas asked for but only {len(candidates)} nodes are live"
         )
     load: Counter[int] = Counter({n: 0 for n in candidates})
-    for replica_set in replica_sets.values():
+    for replica_set in existing or replica_sets.values():
         load.update(replica_set)
     changed: dict[K, tuple[int, ...]] = {}
     for key, replica_set in replica_sets.items():
@@ -126,9 +128,14 @@ def resize(
             taker = min((c for c in candidates if c not in new_set), key=lambda c: (load[c], c))
             new_set.append(taker)
             load[taker] += 1
-        keep = {new_set[0], (leaders or {}).get(key)}
+        # Kept first: the current leader (no election needed), then the preferred one.
+        leader = (leaders or {}).get(key)
+        keep = [n for n in (leader, new_set[0]) if n in new_set][:factor]
         while len(new_set) > factor:
-            dropped = max((n for n in new_set if n not in keep), key=lambda n: (load[n], n))
+            dropped = max(
+                (n for n in new_set if n not in keep),
+                key=lambda n: (n not in candidates, load[n], n),
+            )
             new_set.remove(dropped)
             load[dropped] -= 1
         if tuple(new_set) != tuple(replica_set):

@@ -239,8 +239,8 @@ def check_create(
             f"{replicas} replicas asked for but the cluster has {len(state.brokers)} nodes"
         )
     for label, value in (("retention bytes", retention_bytes), ("retention ms", retention_ms)):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise TopicError(f"{label} must be a positive integer, not {value}")
+        if value is not None and (not isinstance(value, int) or (value < 1 and value != -1)):
+            raise TopicError(f"{label} must be a positive integer (or -1: no limit), not {value}")
     if timestamp_type not in TIMESTAMP_TYPES:
         raise TopicError(
             f"timestamps are one of {', '.join(TIMESTAMP_TYPES)}, not {timestamp_type!r}"

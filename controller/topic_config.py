@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from quorumlog.controller.state import TopicError
 from quorumlog.log.batch import PAYLOAD_BYTES_MAX
-from quorumlog.log.config import TIMESTAMP_TYPES, LogConfig, TopicSettings
+from quorumlog.log.config import TIMESTAMP_TYPES, UNLIMITED, LogConfig, TopicSettings
 
 SEGMENT_BYTES_MIN = 64 * 1024  # smaller would mean a file per few appends
 
@@ -49,6 +49,54 @@ NAMES = {
         ConfigName("max.message.bytes", "max_message_bytes", "largest batch an append carries"),
     )
 }
+
+
+# Kafka topic settings that tools and frameworks send with every create (or alter) and
+# that mean nothing here, or only what quorumlog always does: accepted through the Kafka
+# listener and ignored, as long as they ask for nothing it cannot do.
+KAFKA_IGNORED = frozenset(
+    {
+        "min.insync.replicas",  # every append with acks=all waits for a majority
+        "unclean.leader.election.enable",  # never: Raft elects only a complete log
+        "compression.type",
+        "flush.messages",
+        "flush.ms",
+        "index.interval.bytes",
+        "segment.ms",
+        "segment.jitter.ms",
+        "segment.index.bytes",
+        "preallocate",
+        "file.delete.delay.ms",
+        "delete.retention.ms",
+        "min.compaction.lag.ms",
+        "max.compaction.lag.ms",
+        "min.cleanable.dirty.ratio",
+        "message.downconversion.enable",
+        "message.format.version",
+        "message.timestamp.difference.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.after.max.ms",
+        "local.retention.ms",
+        "local.retention.bytes",
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    }
+)
+
+
+def kafka_settings(configs: Mapping[str, object]) -> dict[str, object]:
+    """The settings a Kafka client gave that mean something here: those of `NAMES`, with
+    `KAFKA_IGNORED` left out and `cleanup.policy` accepted only as "delete" (records go by
+    retention; compaction is not done). Unknown names are kept, for `changed_settings` to
+    refuse as Kafka would."""
+    out: dict[str, object] = {}
+    for name, value in configs.items():
+        if name == "cleanup.policy":
+            if value not in (None, "delete"):
+                raise ConfigError(f"cleanup.policy={value} is not supported: only delete")
+        elif name not in KAFKA_IGNORED:
+            out[name] = value
+    return out
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str | None]:
@@ -105,8 +153,8 @@ def _checked(name: str, value: object) -> int | str | None:
         return native
     number = _integer(name, value)
     if name in ("retention.ms", "retention.bytes"):
-        if number == -1:
-            return None
+        if number == UNLIMITED:
+            return UNLIMITED  # kept as the topic's own: the node's limit does not apply
         if number < 1:
             raise ConfigError(f"{name} is -1 (no limit) or a positive integer, not {value!r}")
     elif name == "segment.bytes":

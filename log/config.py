@@ -43,6 +43,10 @@ class LogConfig:
             raise ValueError("page_cache_window_bytes is at least 0")
 
 
+UNLIMITED = -1  # a topic's retention that keeps everything (None: the node's setting)
+_RETENTION = ("retention_bytes", "retention_ms")
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSettings:
     """A topic's own settings, kept with each of its replicas (None: the node's setting).
@@ -56,7 +60,13 @@ class TopicSettings:
     max_message_bytes: int | None = None
 
     def applied_to(self, config: LogConfig) -> LogConfig:
-        changed = {k: getattr(self, k) for k in self.__slots__ if getattr(self, k) is not None}
+        """The node's `config` with this topic's settings; a retention of UNLIMITED (-1,
+        Kafka's "no limit") is the log's None, whatever the node's own setting."""
+        changed = {
+            k: None if k in _RETENTION and v == UNLIMITED else v
+            for k in self.__slots__
+            if (v := getattr(self, k)) is not None
+        }
         return replace(config, **changed)
 
     def to_wire(self) -> dict[str, int | str | None]:

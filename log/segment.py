@@ -259,13 +259,16 @@ class Segment:
         self._read_ends[last_offset + 1] = start + end
         return (data[:end] if end < len(data) else data), last_offset
 
-    def offset_for_time(self, timestamp_ms: int, upto_offset: int) -> TimedOffset | None:
-        """The first data record stamped at or after `timestamp_ms`, none past `upto_offset`:
-        read from the time index's batch on, about an index interval."""
+    def offset_for_time(
+        self, timestamp_ms: int, upto_offset: int, from_offset: int = 0
+    ) -> TimedOffset | None:
+        """The first data record stamped at or after `timestamp_ms`, none before
+        `from_offset` nor past `upto_offset`: read from the time index's batch on (or
+        `from_offset`'s, if later), about an index interval."""
         if self.is_empty or self.max_timestamp_ms < timestamp_ms:
             return None
         offset = self.time_index.scan_from(timestamp_ms)
-        offset = self.base_offset if offset is None else offset
+        offset = max(self.base_offset if offset is None else offset, from_offset)
         upto_offset = min(upto_offset, self.last_offset)
         while offset <= upto_offset:
             data, last_offset = self.read(offset, TIME_SCAN_BYTES, upto_offset)

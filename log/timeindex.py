@@ -108,6 +108,8 @@ def first_at_or_after(data: bytes, timestamp_ms: int, from_offset: int) -> Timed
     """The first data record at or after `from_offset` stamped at or after `timestamp_ms`
     in whole batches `data`; batches whose largest timestamp is earlier are not decoded."""
     for header, batch in split_batches(data):
+        if header.batch_type is not BatchType.DATA:
+            continue  # a barrier or a configuration: no record, and not indexed as one
         if header.last_offset < from_offset or batch_max_timestamp(header, batch) < timestamp_ms:
             continue
         for i, record in enumerate(batch_records(batch, header)):

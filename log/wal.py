@@ -102,6 +102,10 @@ class Log:
     def config(self) -> LogConfig:
         return self._config
 
+    def can_drop_before(self, offset: int) -> bool:
+        """Whether a whole segment (not the last) lies before `offset`."""
+        return len(self._segments) > 1 and self._segments[0].last_offset < offset
+
     def reconfigure(self, config: LogConfig) -> None:
         """A topic's settings changed (retention, segment size, ...): they hold from the
         next append and the next retention pass; what is written stays as it is."""
@@ -166,16 +170,19 @@ class Log:
         return self.log_start_offset
 
     def offset_for_time(
-        self, timestamp_ms: int, upto_offset: int | None = None
+        self, timestamp_ms: int, upto_offset: int | None = None, from_offset: int = 0
     ) -> TimedOffset | None:
-        """The first data record stamped at or after `timestamp_ms`, none past `upto_offset`
-        (default: the dirty offset): in the first segment whose records reach that time, by
-        its time index. None when no record up to there does."""
+        """The first data record stamped at or after `timestamp_ms`, none before
+        `from_offset` (a reader's start) nor past `upto_offset` (default: the dirty offset):
+        in the first segment whose records reach that time, by its time index. None when
+        no record there does."""
         upto = self.dirty_offset if upto_offset is None else min(upto_offset, self.dirty_offset)
         for segment in self._segments:
             if segment.base_offset > upto:
                 break
-            found = segment.offset_for_time(timestamp_ms, upto)
+            if segment.last_offset < from_offset:
+                continue
+            found = segment.offset_for_time(timestamp_ms, upto, from_offset)
             if found is not None:
                 return found
         return None

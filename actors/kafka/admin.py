@@ -12,15 +12,21 @@ from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.actors.kafka.cluster import kafka_error
-from quorumlog.actors.kafka.groups import GroupFailure, KafkaGroups
-from quorumlog.consumers.state import DeleteGroup
+from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.controller.topic_config import (
     KAFKA_TIMESTAMP_TYPES,
     NAMES,
     ConfigError,
     changed_settings,
+    kafka_settings,
 )
-from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
+from quorumlog.transport.messages import (
+    AdminReply,
+    AdminRequest,
+    ErrorCode,
+    ErrorReply,
+    GroupRequest,
+)
 
 if TYPE_CHECKING:
     from quorumlog.actors.node import Node
@@ -129,6 +135,7 @@ class KafkaAdmin:
         if topic is None:
             return K.unknown_topic_or_partition, f"unknown topic {name!r}"
         try:
+            changes = kafka_settings(changes)
             changed_settings(topic.settings, changes, replace_all)
         except ConfigError as exc:
             return K.invalid_config, str(exc)
@@ -247,21 +254,19 @@ class KafkaAdmin:
         return {"results": results}
 
     async def _delete_group(self, name: str) -> K:
-        try:
-            c, group = await self.groups.group(name)
-        except GroupFailure as failure:
-            return failure.error
-        if group.members:
+        """The native `group delete` (refused while native or Kafka members are active)."""
+        reply = await self.node.coordinator.handle(GroupRequest("delete", name, {}))
+        if isinstance(reply, AdminReply):
+            self.groups.groups.pop(name, None)
+            return K.none
+        message = getattr(reply, "message", "")
+        if "unknown group" in message:
+            return K.group_id_not_found
+        if "active" in message:
             return K.non_empty_group
-        async with c.lock(name):
-            native = c.state.groups.get(name)
-            if native is None:
-                return K.group_id_not_found
-            if native.members:
-                return K.non_empty_group
-            why = await c.propose(DeleteGroup(name))
-        self.groups.groups.pop(name, None)
-        return K.none if why is None else K.group_id_not_found
+        if "a group name" in message:
+            return K.invalid_group_id
+        return K.not_coordinator
 
     # ------------------------------------------------------------------- calls
 
@@ -286,7 +291,7 @@ class KafkaAdmin:
 
 def _error_of(reply: ErrorReply) -> K:
     message = reply.message
-    if message.startswith("unknown topic"):
+    if message.startswith("unknown topic") or "has no partition" in message:
         return K.unknown_topic_or_partition
     if "never shrinks" in message or "partitions" in message:
         return K.invalid_partitions

@@ -37,6 +37,7 @@ class KafkaApi:
         self.produce = Produce(node, rng)
         self.groups = KafkaGroups(node, brokers, rng)
         groups = self.groups
+        node.kafka_members = groups.members_of
         admin = KafkaAdmin(node, groups)
         self.handlers = {
             1: fetch.fetch,

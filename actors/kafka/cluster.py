@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.consumers.state import GROUPS_TOPIC
-from quorumlog.controller.topic_config import ConfigError, changed_settings
+from quorumlog.controller.topic_config import ConfigError, changed_settings, kafka_settings
 from quorumlog.log.config import TopicSettings
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import (
@@ -166,7 +166,10 @@ class Cluster:
                 reply = await forward_to_leader(
                     self.node, self.node.controller, AdminRequest("create_topic", args)
                 )
-                logger.info("kafka_topic_auto_created", topic=name, reply=str(reply))
+                created = isinstance(reply, AdminReply)
+                logger.info(
+                    "kafka_topic_auto_create", topic=name, created=created, reply=str(reply)
+                )
 
     def _partition(
         self, topic: str, partition: int, replicas: tuple[int, ...], known: dict[int, str]
@@ -192,8 +195,8 @@ class Cluster:
             if topic.replication_factor > 0:
                 args["replicas"] = topic.replication_factor
             if topic.configs:  # by Kafka's names, as the native call takes them
-                args["config"] = {c.name: c.value for c in topic.configs}
                 try:
+                    args["config"] = kafka_settings({c.name: c.value for c in topic.configs})
                     changed_settings(TopicSettings(), args["config"])
                 except ConfigError as exc:
                     results.append(

@@ -20,7 +20,7 @@ from quorumlog.actors.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import BatchType, Compression, split_batches
 from quorumlog.log.records import batch_records
-from quorumlog.transport.messages import ErrorReply
+from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.group import GroupActor
@@ -163,8 +163,8 @@ def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
     if timestamp == EARLIEST:
         return group.read_start(), -1
     reply = offset_for_time(group, timestamp)
-    if reply.offset is None:
-        return -1, -1
+    if not isinstance(reply, OffsetForTimeReply) or reply.offset is None:
+        return -1, -1  # none that late, or a special time this node does not know (-3: max)
     return reply.offset, reply.timestamp_ms
 
 

@@ -91,6 +91,11 @@ class KafkaGroups:
         self.groups: dict[str, KafkaGroup] = {}
         self._nursery: trio.Nursery | None = None
 
+    def members_of(self, name: str) -> int:
+        """How many Kafka members the group has here (its coordinator keeps them)."""
+        group = self.groups.get(name)
+        return 0 if group is None else len(group.members)
+
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery

@@ -93,12 +93,12 @@ async def _serve_connection(api: KafkaApi, stream: trio.SocketStream, sasl: Sasl
 async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None:
     try:
         values = await answer()
+        slot.resolve(None if values is None else kafka.encode_response(request, values))
     except Exception:
-        # A bug in a handler: the client gets an error and the connection stays up.
+        # A bug in a handler (or in what it answered): the client gets an error and the
+        # connection stays up.
         logger.exception("kafka_handler_failed", api_key=request.api_key, version=request.version)
         slot.resolve(kafka.error_response(request))
-        return
-    slot.resolve(None if values is None else kafka.encode_response(request, values))
 
 
 async def _write_answers(

@@ -21,7 +21,7 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
     ago = _AGO.fullmatch(text.strip())
     if ago is not None:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return now_ms - int(ago[1]) * _UNIT_S[ago[2]] * 1000
+        return max(0, now_ms - int(ago[1]) * _UNIT_S[ago[2]] * 1000)  # before 1970: all
     try:
         instant = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
@@ -31,7 +31,10 @@ def parse_time_ms(text: str, now_ms: int | None = None) -> int:
         ) from None
     if instant.tzinfo is None:
         raise ValueError(f"{text!r} has no time zone: end it with Z or an offset such as +01:00")
-    return (instant - _EPOCH) // _MS  # exact, where a float's seconds may round down
+    ms = (instant - _EPOCH) // _MS  # exact, where a float's seconds may round down
+    if ms < 0:
+        raise ValueError(f"{text!r} is before 1970-01-01T00:00:00Z: no record is that old")
+    return ms
 
 
 class TimeParam(click.ParamType):

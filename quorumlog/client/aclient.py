@@ -310,6 +310,8 @@ class AsyncClient(TopicCalls, ClientBase):
         (milliseconds since the epoch); None when none is, yet."""
         if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int):
             raise TypeError(f"timestamp_ms is an int, not {type(timestamp_ms).__name__}")
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp_ms is at or after the epoch (0), not {timestamp_ms}")
         request = OffsetForTimeRequest(timestamp_ms, topic, partition, self._leader_only)
         with self._deadline():
             reply = await self._call(request, to_leader=True)

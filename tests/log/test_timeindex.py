@@ -194,3 +194,25 @@ def test_a_kafka_batch_is_indexed_by_what_its_records_hold():
     batch = kafka_batch.encode_batch(0, -1, [(None, b"v", t, []) for t in stamps])
     header = kafka_batch.parse_header(batch)
     assert kafka_batch.check_records(batch, header) == BASE_MS + 900
+
+
+async def test_any_time_before_every_record_finds_the_first_data_record_past_control_batches(
+    disk,
+):
+    """A barrier is indexed with no time (-1): a lookup of a time that early must still
+    skip it, not decode it as records (it raised, and the node answering stopped)."""
+    log = open_log(*disk)
+    log.append([build_batch(b"", record_count=1, batch_type=BatchType.BARRIER)], 1)
+    stamps = fill(log, random.Random(4), 60)
+    for t in (-5, -1, 0):
+        assert log.offset_for_time(t) == oracle(stamps, t, log.dirty_offset)
+
+
+async def test_a_lookup_from_a_readers_start_finds_nothing_before_it(disk):
+    log = open_log(*disk)
+    stamps = fill(log, random.Random(5), 200)
+    for start in (1, log.dirty_offset // 3, log.dirty_offset // 2 + 1, log.dirty_offset):
+        later = {o: t for o, t in stamps.items() if o >= start}
+        for t in targets(stamps):
+            found = log.offset_for_time(t, log.dirty_offset, from_offset=start)
+            assert found == oracle(later, t, log.dirty_offset), (start, t)

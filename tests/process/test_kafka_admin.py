@@ -5,12 +5,14 @@ native one: `Client.describe_topic` sees what Kafka changed."""
 
 from __future__ import annotations
 
+import subprocess
 import warnings
 
 import pytest
 
 from quorumlog import Client
 from quorumlog.bench.partitions import groups_settled
+from quorumlog.cli.localcluster import QUORUMLOG
 from tests.process.kafka_support import kafka_cluster
 from tests.process.test_kafka import call, connect
 from tests.process.test_topics import wait_until
@@ -131,6 +133,10 @@ def test_delete_groups_through_kafka(cluster, admin):
             pass
         consumer.commit()
         assert _delete(admin, "eaters") == "NonEmptyGroupError"
+        native = subprocess.run(
+            [*QUORUMLOG, "group", "-b", cluster.brokers, "delete", "eaters"], capture_output=True
+        )
+        assert native.returncode == 1 and b"active Kafka member" in native.stderr
     finally:
         consumer.close()
     assert _delete(admin, "eaters") == "OK"
@@ -205,6 +211,8 @@ def test_a_topic_created_through_kafka_keeps_the_settings_it_was_given(cluster, 
                 topic_configs={
                     "retention.ms": "7200000",
                     "message.timestamp.type": "LogAppendTime",
+                    "cleanup.policy": "delete",  # what frameworks send: accepted
+                    "min.insync.replicas": "2",
                 },
             )
         ]
@@ -219,3 +227,9 @@ def test_a_topic_created_through_kafka_keeps_the_settings_it_was_given(cluster, 
     (answer,) = result["topics"] if isinstance(result, dict) else result.topics
     assert answer["error_code"] == INVALID_CONFIG, result
     assert "no topic setting 'retention.nope'" in answer["error_message"]
+    compacted = admin.create_topics(
+        [NewTopic("compacted", 1, 3, topic_configs={"cleanup.policy": "compact"})],
+        raise_errors=False,
+    )
+    (answer,) = compacted["topics"] if isinstance(compacted, dict) else compacted.topics
+    assert answer["error_code"] == INVALID_CONFIG and "only delete" in answer["error_message"]
