@@ -22,7 +22,7 @@ import msgpack
 import structlog
 import trio
 
-from quorumlog.actors import topic_calls, topic_changes
+from quorumlog.actors import rebalancer, topic_calls, topic_changes
 from quorumlog.actors.leader_sync import LeaderTableSync
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.controller.commands import (
@@ -71,6 +71,7 @@ TOPIC_OPS = frozenset(
         "move_partition",
         "partition_moves",
         "topic_configs",
+        "rebalance",
     }
 )
 # A broker that answered within this many heartbeat intervals is live (for placement).
@@ -263,6 +264,8 @@ class ControllerActor:
                     return await topic_changes.moves(self)
                 case "topic_configs":
                     return topic_changes.configs(self, list(args["names"]))
+                case "rebalance":
+                    return await rebalancer.ask(self, args)
         except PassBack as answer:
             return answer.reply
         except (TopicError, PlacementError) as exc:

@@ -209,3 +209,24 @@ def _walk_back(came_from: dict[int, tuple[int, Key] | None], end: int) -> list[t
         path.append((key, node))
         node = previous
     return path[::-1]
+
+
+def moves_left(replica_sets: Mapping[Key, Sequence[int]], brokers: Iterable[int]) -> int:
+    """About how many changes a rebalance still makes (the fewest possible: what the nodes
+    below the fewest allowed count need, replicas then preferred leaders), in one pass
+    over the sets, cheap enough for every `status`."""
+    nodes = sorted(set(brokers))
+    if not nodes:
+        return 0
+    load: Counter[int] = Counter()
+    leads: Counter[int] = Counter()
+    for replica_set in replica_sets.values():
+        load.update(replica_set)
+        if replica_set:
+            leads[replica_set[0]] += 1
+    return sum(_short_of_floor(counts, nodes) for counts in (load, leads))
+
+
+def _short_of_floor(counts: Counter[int], nodes: list[int]) -> int:
+    floor = sum(counts[n] for n in nodes) // len(nodes)
+    return sum(max(0, floor - counts[n]) for n in nodes)
