@@ -18,7 +18,8 @@ new controller leader continues where the old one stopped. It moves nothing whil
 broker is not live (never onto a node that is down; and an uneven count against a node
 that is down is not an imbalance to fix) or while a partition still has a replica on a
 departed node (`replace_departed` moves those first), and never touches a partition with a
-move under way (an explicit `partition move`, say).
+move under way. An operator's own placement (`partition move`, `topic alter --replicas`)
+stops a rebalance under way: it would otherwise move those replicas again.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ class Rebalancer:
         window = self.node.settings.rebalance_moves_max - len(busy)
         step = rebalance_step(sets, brokers, ctl.live_brokers(), window, busy)
         for key, replicas in sorted(step.items()):
-            if balanced_sets(state).get(key) != sets[key]:
-                return True  # changed meanwhile (moved, deleted): the next pass plans again
+            if not state.rebalance.under_way or balanced_sets(state).get(key) != sets[key]:
+                return True  # stopped, or changed meanwhile: the next pass looks again
             logger.info(
                 "rebalance_move" if is_replica_move(sets[key], replicas) else "rebalance_leader",
                 topic=key[0],
@@ -199,6 +200,15 @@ async def ask(ctl: ControllerActor, args: dict[str, Any]) -> Message:
             for key, old, new in plan
         ]
     return AdminReply(result)
+
+
+async def give_way(ctl: ControllerActor, why: str) -> None:
+    """An operator placed replicas by hand (`partition move`, `topic alter --replicas`):
+    a rebalance under way stops, rather than move them again once they are there (the
+    operator asks again with `cluster rebalance`)."""
+    if ctl.state.rebalance.under_way:
+        logger.info("rebalance_stopped", why=why)
+        await ctl.propose(EndRebalance(tuple(sorted(ctl.state.brokers))))
 
 
 async def _wait_either(first: trio.Event, second: trio.Event, timeout_s: float) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from quorumlog.actors import rebalancer
 from quorumlog.actors.topic_calls import ask_nodes, leaders_elected, wait_live_brokers
 from quorumlog.controller.commands import AddPartitions, AlterTopicConfig, SetReplicas
 from quorumlog.controller.placement import place, resize
@@ -160,6 +161,7 @@ async def _set_replicas(
     why = await ctl.propose(SetReplicas(name, partition, replicas))
     if why is not None:
         raise TopicError(why)
+    await rebalancer.give_way(ctl, f"{name}/{partition} placed by hand")
 
 
 async def moves(ctl: ControllerActor) -> Message:
