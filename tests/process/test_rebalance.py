@@ -89,3 +89,18 @@ def test_a_joining_node_gets_replicas_and_leaders_under_load_across_a_controller
     out = ql("cluster", "-b", brokers, "rebalance", "--wait", "--timeout", "5")
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().startswith("balanced already"), out.stdout
+
+    # A partition moved off node 4 by hand unbalances it again; asked, a rebalance waits
+    # for that move, then gives node 4 a replica back.
+    off_4 = next(p for p, r in replicas.items() if 4 in r)
+    out = ql("partition", "-b", brokers, "move", TOPIC, str(off_4), "--to", "1,2,3")
+    assert out.returncode == 0, out.stderr
+    out = ql("cluster", "-b", brokers, "rebalance", "--wait", "--timeout", "60")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.decode().splitlines()
+    moves = [line.split(" -> ") for line in lines if line.startswith("move ")]
+    assert any("4" in to.split(",") for _, to in moves), lines
+    assert lines[-1].startswith("balanced: "), lines
+    with Client(brokers, timeout=30) as c:
+        after = {r["partition"]: r["replicas"] for r in c.describe_topic(TOPIC)}
+    assert abs(sum(4 in r for r in after.values()) - PARTITIONS * 3 / 4) <= 1, after
