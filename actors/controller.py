@@ -22,7 +22,7 @@ import msgpack
 import structlog
 import trio
 
-from quorumlog.actors import topic_calls, topic_changes
+from quorumlog.actors import rebalancer, topic_calls, topic_changes
 from quorumlog.actors.leader_calls import UnknownTopic
 from quorumlog.actors.leader_sync import LeaderTableSync
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
@@ -73,6 +73,7 @@ TOPIC_OPS = frozenset(
         "partition_moves",
         "topic_configs",
         "trim_partition",
+        "rebalance",
     }
 )
 # A broker that answered within this many heartbeat intervals is live (for placement).
@@ -269,6 +270,8 @@ class ControllerActor:
                     return await topic_changes.trim(self, args)
                 case "topic_configs":
                     return topic_changes.configs(self, list(args["names"]))
+                case "rebalance":
+                    return await rebalancer.ask(self, args)
         except PassBack as answer:
             return answer.reply
         except UnknownTopic as exc:  # deleted while a call asked its partition's leader

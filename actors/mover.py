@@ -64,6 +64,7 @@ class ReplicaMover:
         self._default_drive = False
         self._term = -1  # the controller term this node last led in, and since when
         self._leading_since = 0.0
+        self.progressed = trio.Event()  # set (and replaced) when a group reaches its set
 
     @property
     def controller(self) -> ControllerActor:
@@ -73,7 +74,7 @@ class ReplicaMover:
         async with trio.open_nursery() as nursery:
             while True:
                 if self.controller.is_current():
-                    if self._settled_in(self.controller.group.view.term):
+                    if self.settled_in(self.controller.group.view.term):
                         with contextlib.suppress(PassBack):  # leadership moved: the next goes on
                             await self._replace_departed()
                         self._follow_membership(nursery)
@@ -144,7 +145,7 @@ class ReplicaMover:
         finally:
             self._default_drive = False
 
-    def _settled_in(self, term: int) -> bool:
+    def settled_in(self, term: int) -> bool:
         """Whether this controller leader has led long enough to know who is live: every
         live broker answers its heartbeats within LIVE_BEATS intervals, but only once it
         heard of the new leader. Before that, a departed replica would go to the leader
@@ -196,6 +197,15 @@ class ReplicaMover:
                     self._moving[key] = (p.revision, trio.CancelScope())
                     nursery.start_soon(self._drive, p)
 
+    def settled(self, p: Partition) -> bool:
+        """Whether `p`'s group is known to be on its replica set: never moved, or found
+        there at this revision (by this node, since it leads the controller: a new leader
+        asks every moved group again at once)."""
+        settled = self._settled.get((p.topic, p.partition))
+        return not self.controller.state.was_moved(p) or (
+            settled is not None and settled[0] == p.revision
+        )
+
     def _settled_lately(self, key: tuple[str, int], revision: int) -> bool:
         """Whether the group was found at this revision's set within MOVE_RECHECK_S: a
         change made by an earlier controller leader can land after a later one's, so
@@ -240,6 +250,8 @@ class ReplicaMover:
                 )
             self._settled[key] = (p.revision, trio.current_time())
             self._backoff_s.pop(key, None)
+            self.progressed.set()
+            self.progressed = trio.Event()
             return
         backoff_s = self._backoff_s.get(key, RETRY_AFTER_S[0])
         self._backoff_s[key] = min(2 * backoff_s, RETRY_AFTER_S[1])

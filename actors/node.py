@@ -35,6 +35,7 @@ from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.manager import GroupManager
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.rebalancer import Rebalancer
 from quorumlog.actors.refusals import no_replica
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
@@ -135,6 +136,8 @@ class Node:
         self._keys = {g.group_id: key for key, g in self.partitions.items()}
         self.controller_actor = ControllerActor(self, random.Random(self._rng.getrandbits(64)))
         self.cluster = ClusterGuard(storage, self._controller_voters)
+        self.mover = ReplicaMover(self)
+        self.rebalancer = Rebalancer(self)
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
@@ -196,7 +199,8 @@ class Node:
             nursery.start_soon(balance_leaders, self)
             nursery.start_soon(hand_over_from_slow_disk, self)
             nursery.start_soon(watch_stalls, self)
-            nursery.start_soon(ReplicaMover(self).run)
+            nursery.start_soon(self.mover.run)
+            nursery.start_soon(self.rebalancer.run)
             nursery.start_soon(bury_moved_replicas, self)
             nursery.start_soon(self.coordinator.run)
             task_status.started(self)
@@ -367,6 +371,8 @@ class Node:
         # Fsync latencies of this node and the peers it heard from, and which are slow
         # (actors/disk_health.py).
         out["disks"] = self.disk_health.to_json(trio.current_time())
+        if self.controller_actor.is_current():  # the controller's leader: it rebalances
+            out["rebalance"] = self.rebalancer.progress()
         return out
 
     # ------------------------------------------------------------------- the handler

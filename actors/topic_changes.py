@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from quorumlog.actors import rebalancer
 from quorumlog.actors.leader_calls import ask_partition_leader
 from quorumlog.actors.topic_calls import ask_nodes, leaders_elected, wait_live_brokers
 from quorumlog.controller.commands import (
@@ -213,6 +214,7 @@ async def _set_replicas(
     why = await ctl.propose(SetReplicas(name, partition, replicas))
     if why is not None:
         raise TopicError(why)
+    await rebalancer.give_way(ctl, f"{name}/{partition} placed by hand")
 
 
 async def moves(ctl: ControllerActor) -> Message:

@@ -27,6 +27,7 @@ SCENARIOS = {
     "timestamps": "quorumlog.bench.timestamps",
     "witness": "quorumlog.bench.witness",
     "groups-log": "quorumlog.bench.groups_log",
+    "rebalance": "quorumlog.bench.rebalance",
 }
 
 

@@ -87,6 +87,21 @@ class NameCluster:
     cluster_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class StartRebalance:
+    """A rebalance begins (actors/rebalancer.py): asked for, or a node joined."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndRebalance:
+    """The rebalance under way is done, balanced over these brokers (without one under
+    way: the brokers a new cluster starts balanced over, what joins are seen against)."""
+
+    brokers: tuple[int, ...]
+
+
 Command = (
     RegisterBroker
     | CreateTopic
@@ -96,6 +111,8 @@ Command = (
     | AlterTopicConfig
     | AddPartitions
     | TrimPartition
+    | StartRebalance
+    | EndRebalance
 )
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
@@ -146,6 +163,8 @@ def from_wire(wire: Any) -> Command:
             args["replicas"] = tuple(tuple(r) for r in replicas)
         else:
             args["replicas"] = tuple(replicas)
+    if cls is EndRebalance and isinstance(args.get("brokers"), list):
+        args["brokers"] = tuple(args["brokers"])
     if cls is AlterTopicConfig:
         _check_settings(args.get("settings"))
     try:

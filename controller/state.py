@@ -21,9 +21,11 @@ from quorumlog.controller.commands import (
     Command,
     CreateTopic,
     DeleteTopic,
+    EndRebalance,
     NameCluster,
     RegisterBroker,
     SetReplicas,
+    StartRebalance,
     TrimPartition,
 )
 from quorumlog.log.config import TIMESTAMP_TYPES, TopicSettings
@@ -70,6 +72,22 @@ class Topic:
         return len(self.partitions[0].replicas)
 
 
+@dataclass(frozen=True, slots=True)
+class RebalanceMark:
+    """Where rebalancing stands. A rebalance is under way from `started_offset` (the
+    controller offset of its StartRebalance) until `ended_offset` passes it; `brokers` are
+    those the last one balanced over (None: not yet known), so a new leader sees a join."""
+
+    brokers: tuple[int, ...] | None = None
+    started_offset: int = -1
+    ended_offset: int = -1
+    reason: str = ""
+
+    @property
+    def under_way(self) -> bool:
+        return self.started_offset > self.ended_offset
+
+
 @dataclass(slots=True)
 class ClusterState:
     brokers: dict[int, Broker] = field(default_factory=dict)
@@ -77,6 +95,7 @@ class ClusterState:
     next_group_id: int = CONTROLLER_GROUP + 1
     applied_offset: int = -1
     cluster_id: str | None = None
+    rebalance: RebalanceMark = field(default_factory=RebalanceMark)
 
     @classmethod
     def genesis(cls) -> ClusterState:
@@ -178,6 +197,16 @@ class ClusterState:
                 if before <= old.log_start:
                     return f"{topic}/{index} starts at {old.log_start} already"
                 self._put(replace(old, log_start=before))
+            case StartRebalance(reason):
+                if self.rebalance.under_way:
+                    return "a rebalance is under way"
+                self.rebalance = replace(self.rebalance, started_offset=offset, reason=reason)
+            case EndRebalance(brokers):
+                if self.rebalance.brokers is not None and not self.rebalance.under_way:
+                    return "no rebalance is under way"
+                self.rebalance = replace(
+                    self.rebalance, brokers=tuple(brokers), ended_offset=offset
+                )
             case NameCluster(cluster_id):
                 if self.cluster_id is not None:
                     return f"the cluster is named {self.cluster_id} already"

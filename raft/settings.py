@@ -58,6 +58,9 @@ class RaftSettings:
     # A learner whose log has not advanced for this long while it is not caught up (its
     # node is gone, or an `add` was cut short) is removed by the leader.
     learner_abandon_s: float = 600.0
+    # Replica moves a rebalance (actors/rebalancer.py) has under way at once: each copies a
+    # partition's whole log to a new node, beside the clients' traffic.
+    rebalance_moves_max: int = 2
 
     def __post_init__(self) -> None:
         assert 0 < self.heartbeat_interval_s < self.election_timeout_min_s
@@ -69,3 +72,4 @@ class RaftSettings:
         )
         assert self.slow_fsync_factor > 1 and self.slow_fsync_min_s > 0
         assert self.learner_abandon_s > 0
+        assert self.rebalance_moves_max >= 1, "rebalance_moves_max is at least 1"

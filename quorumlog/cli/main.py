@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 import click
 
 from quorumlog.cli import (
+    cluster_commands,
     commands,
     group_commands,
     members_commands,
@@ -358,6 +359,7 @@ for command in (
     topic_commands.topic,
     partition_commands.partition,
     group_commands.group,
+    cluster_commands.cluster,
 ):
     main.add_command(command)
 

@@ -179,6 +179,10 @@ class Client:
         """The partitions whose replicas are still moving (see `AsyncClient`)."""
         return self._loop.run(self._client.partition_moves)
 
+    def rebalance(self, start: bool = True) -> dict:
+        """Spread replicas, then leaders, over every node (see `AsyncClient.rebalance`)."""
+        return self._loop.run(self._client.rebalance, start)
+
     def groups(self) -> list[dict]:
         """Every consumer group: [{"group", "mode", "members"}, ...]."""
         return self._loop.run(self._client.groups)

@@ -1,5 +1,5 @@
-"""The topic calls of `AsyncClient`: create, list, describe, delete and change topics, and
-move partitions. Each goes to the controller's leader (any node forwards it) and is sent
+"""The topic calls of `AsyncClient`: create, list, describe, delete and change topics,
+move partitions and rebalance the cluster. Each goes to the controller's leader (any node forwards it) and is sent
 again with `retry` after a try whose outcome is unknown: the controller answers a change
 already made as done."""
 
@@ -105,3 +105,13 @@ class TopicCalls:
         Kafka's DeleteRecords); the records before it go. Returns the log start after."""
         args = {"topic": name, "partition": partition, "before": before}
         return (await self._topic_call("trim_partition", **args)).result["log_start_offset"]
+
+    async def rebalance(self, start: bool = True) -> dict:
+        """Spread replicas, then preferred leaders, evenly over every node (the controller
+        moves at most `rebalance_moves_max` replicas at a time). Starts a rebalance unless
+        the cluster is balanced or one is under way (`start=False`: only asks), and returns
+        where it stands: `state` (idle, moving, balanced), `moves_done`, `moves_left`,
+        `moves_in_flight`, `waiting` (why it moves nothing now, or None), each node's
+        `replicas` and `leaders`, and with `start`, the `plan` from here
+        (`[{"topic", "partition", "from", "to"}, ...]`)."""
+        return (await self._topic_call("rebalance", start=start)).result

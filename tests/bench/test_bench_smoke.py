@@ -443,3 +443,13 @@ def test_groups_log_smallest(tmp_path):
         _positive(row, "commits", "commits_per_s", "groups_bytes", "takeover_s")
     _positive(compacted, "bytes_ratio_to_baseline", "takeover_ratio_to_baseline")
     _no_serve_left()
+
+
+def test_rebalance_smallest(tmp_path):
+    from quorumlog.bench import rebalance
+
+    assert scenario("rebalance") is rebalance.run
+    (row,) = _written(tmp_path, "rebalance", rebalance.run(tiny=True))
+    _positive(row, "balanced_s", "leads_s", "replicas_moved", "mb_s", "append_same_mb_s")
+    assert row["replicas_moved"] == 9, "node 4 ends with a quarter of the 36 replicas"
+    _no_serve_left()

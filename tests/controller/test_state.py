@@ -10,9 +10,11 @@ from quorumlog.controller.commands import (
     CommandError,
     CreateTopic,
     DeleteTopic,
+    EndRebalance,
     NameCluster,
     RegisterBroker,
     SetReplicas,
+    StartRebalance,
     from_wire,
     to_wire,
 )
@@ -31,6 +33,8 @@ COMMANDS = [
     DeleteTopic("events"),
     SetReplicas("events", 1, (3, 1, 4)),
     NameCluster("3f2a9c0d41e7b865"),
+    StartRebalance("node 4 joined"),
+    EndRebalance((1, 2, 3, 4)),
 ]
 
 
@@ -90,6 +94,20 @@ def test_the_first_name_of_the_cluster_stands():
     assert state.apply(NameCluster("aaaa"), 10) is None
     assert state.apply(NameCluster("bbbb"), 11) == "the cluster is named aaaa already"
     assert state.cluster_id == "aaaa"
+
+
+def test_a_rebalance_starts_once_and_ends_once_over_the_brokers_it_balanced():
+    state = cluster()
+    assert state.rebalance.brokers is None and not state.rebalance.under_way
+    assert state.apply(EndRebalance((1, 2, 3)), 10) is None, "the baseline of a new cluster"
+    assert state.rebalance.brokers == (1, 2, 3)
+    assert state.apply(EndRebalance((1, 2, 3)), 11) == "no rebalance is under way"
+    assert state.apply(StartRebalance("node 4 joined"), 12) is None
+    assert state.apply(StartRebalance("asked"), 13) == "a rebalance is under way"
+    assert state.rebalance.under_way and state.rebalance.started_offset == 12
+    assert state.apply(EndRebalance((1, 2, 3, 4)), 14) is None
+    assert not state.rebalance.under_way and state.rebalance.brokers == (1, 2, 3, 4)
+    assert state.rebalance.reason == "node 4 joined"
 
 
 def test_a_deleted_topic_created_again_gets_new_groups():

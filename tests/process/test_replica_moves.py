@@ -24,9 +24,11 @@ PARTITIONS = 4
 class TopicProducer(threading.Thread):
     """Appends one record at a time to each partition in turn, with acks=quorum."""
 
-    def __init__(self, brokers: str):
+    def __init__(self, brokers: str, topic: str = TOPIC, partitions: int = PARTITIONS):
         super().__init__(daemon=True)
         self.brokers = brokers
+        self.topic = topic
+        self.partitions = partitions
         self.acked: dict[tuple[int, int], bytes] = {}  # (partition, offset) -> value
         self.stop = threading.Event()
 
@@ -34,10 +36,10 @@ class TopicProducer(threading.Thread):
         i = 0
         with Client(self.brokers, timeout=20) as c:
             while not self.stop.is_set():
-                partition = i % PARTITIONS
+                partition = i % self.partitions
                 value = b"record-%d" % i
                 with contextlib.suppress(QuorumLogError):  # not acknowledged: not checked
-                    offset = c.append([value], topic=TOPIC, partition=partition)
+                    offset = c.append([value], topic=self.topic, partition=partition)
                     self.acked[(partition, offset)] = value
                 i += 1
 
@@ -46,10 +48,15 @@ def ql(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=90)
 
 
-def check_no_loss(client: Client, acked: dict[tuple[int, int], bytes]) -> None:
+def check_no_loss(
+    client: Client,
+    acked: dict[tuple[int, int], bytes],
+    topic: str = TOPIC,
+    partitions: int = PARTITIONS,
+) -> None:
     found = {}
-    for p in range(PARTITIONS):
-        for r in client.read(0, 100_000, topic=TOPIC, partition=p):
+    for p in range(partitions):
+        for r in client.read(0, 100_000, topic=topic, partition=p):
             found[(p, r.offset)] = r.value
     lost = [k for k, v in acked.items() if found.get(k) != v]
     assert not lost, f"{len(lost)} acknowledged records lost or moved, first at {lost[:3]}"
