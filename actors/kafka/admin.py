@@ -73,6 +73,12 @@ class KafkaAdmin:
                     _config(name, value, name not in found["set"], False)
                     for name, value in found["config"].items()
                 ]
+            elif resource.resource_type == BROKER and resource.resource_name not in (
+                "",
+                str(self.node.id),
+            ):
+                results.append({**out, "error_code": K.invalid_request})  # ask that broker
+                continue
             elif resource.resource_type == BROKER:
                 configs = [
                     _config(name, value, True, True)
@@ -149,24 +155,25 @@ class KafkaAdmin:
     async def create_partitions(self, request, version: int) -> dict:
         results = []
         for topic in request.topics:
+            error, message = self._check_grow(topic.name, topic.count)
             if topic.assignments is not None:
                 error, message = (
                     K.invalid_replica_assignment,
                     "the controller places new partitions",
                 )
-            elif request.validate_only:
-                error, message = self._check_grow(topic.name, topic.count)
-            else:
+            elif error is K.none and not request.validate_only:
                 args = {"name": topic.name, "partitions": topic.count}
                 error, message = await self._topic_call("alter_topic", args, request.timeout)
             results.append({"name": topic.name, "error_code": error, "error_message": message})
         return {"results": results}
 
     def _check_grow(self, name: str, count: int) -> tuple[K, str | None]:
+        """Kafka's checks: a topic it knows, and more partitions than it has (a count it
+        has already is an error there, where the native call takes it as done)."""
         topic = self.node.controller_actor.state.topics.get(name)
         if topic is None:
             return K.unknown_topic_or_partition, f"unknown topic {name!r}"
-        if count < len(topic.partitions):
+        if count <= len(topic.partitions):
             return K.invalid_partitions, f"topic {name!r} has {len(topic.partitions)} partitions"
         return K.none, None
 

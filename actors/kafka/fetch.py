@@ -133,7 +133,9 @@ def _epoch_end(group: GroupActor, epoch: int) -> tuple[int, int]:
     """(the largest term <= `epoch`, the offset after its last committed record); -1s when
     the log holds no record of a term that old (Kafka's UNDEFINED_EPOCH)."""
     view, log = group.view, group.log
-    if epoch >= view.term:
+    if epoch > view.term:
+        return -1, -1  # a term this leader has not reached: Kafka's UNDEFINED_EPOCH
+    if epoch == view.term:
         return view.term, view.commit_offset + 1
     last = log.last_offset_of_term(epoch)
     if last is None or last < log.log_start_offset:

