@@ -109,7 +109,7 @@ def resize(
     grows by the live nodes with the fewest replicas (ties: the lower id), added after its
     own; it shrinks by dropping, among the replicas that are neither its preferred leader
     (the first) nor its current leader, those on the nodes with the most replicas (ties:
-    the higher id). Each set changes the load the next one sees, so the result is spread.
+    the higher id); to a single replica, the current leader's. Each set changes the load the next one sees, so the result is spread.
     Only the sets that change are returned."""
     candidates = sorted(set(live))
     if factor > len(candidates):
@@ -126,9 +126,14 @@ def resize(
             taker = min((c for c in candidates if c not in new_set), key=lambda c: (load[c], c))
             new_set.append(taker)
             load[taker] += 1
-        keep = {new_set[0], (leaders or {}).get(key)}
+        leader = (leaders or {}).get(key)
+        keep = {new_set[0], leader}
         while len(new_set) > factor:
-            dropped = max((n for n in new_set if n not in keep), key=lambda n: (load[n], n))
+            # Down to one replica of a set led by another than its preferred leader: the
+            # current leader stays (it holds every record). The simulation's topic changes
+            # once had `--replicas 1` refused so ("max() arg is an empty sequence").
+            droppable = [n for n in new_set if n not in keep] or [n for n in new_set if n != leader]
+            dropped = max(droppable, key=lambda n: (load[n], n))
             new_set.remove(dropped)
             load[dropped] -= 1
         if tuple(new_set) != tuple(replica_set):
