@@ -138,7 +138,7 @@ class GroupActor(GroupHandle, AppendIntake):
         self.retaining = False  # actors/retention.py runs for this group
         # Where an operator's trim starts readers (the controller's state says; retention
         # drops the segments wholly before it): reads see max(it, the log's start).
-        self.log_floor = 0
+        self.log_floor = storage.log_floor
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -164,6 +164,8 @@ class GroupActor(GroupHandle, AppendIntake):
             self._nursery = nursery
             nursery.start_soon(self._timer.run)
             self._keep_retention()
+            if self.log_floor > self.log.log_start_offset:  # a trim kept, segments left
+                self.trim(self.log_floor)
             task_status.started(self)
             await self._main_loop()
 

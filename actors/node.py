@@ -272,8 +272,12 @@ class Node:
         first, so a restart opens it with them."""
         config = self.storage.log_config_of(key[0], settings)
         group = self.partitions[key]
+        log_floor = max(log_start, group.log_floor)
+        if group.log.config != config or log_floor != group.storage.log_floor:
+            # Kept before it holds: a crash then would let a restart serve again what a
+            # trim deleted, until the controller's log told it once more.
+            await self._run_sync(self.storage.keep_settings, *key, settings, log_floor)
         if group.log.config != config:
-            await self._run_sync(self.storage.keep_settings, *key, settings)
             group.reconfigure(config)
             logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
         if log_start > group.log_floor:
