@@ -183,6 +183,10 @@ class GroupActor(GroupHandle, AppendIntake):
         if self._nursery is not None:
             self._nursery.start_soon(self.call, lambda core: retain(self, core, None))
 
+    def wall_clock_ms(self) -> int:
+        """The node's wall clock (a simulation's is simulated)."""
+        return self._wall_clock_ms()
+
     def read_start(self) -> int:
         """The first offset readers may read: the log's start or the trim's, the later."""
         return max(self.log.log_start_offset, self.log_floor)
