@@ -937,3 +937,24 @@ def test_campaign_slots_are_taken_in_turn_and_passed_on_when_given_back():
     assert woken == [3, 5] and slots.holders == 2
     slots.give_back(9)  # never held one: nothing changes
     assert slots.holders == 2
+
+
+def test_a_replica_waiting_to_be_added_votes_for_no_one():
+    """A node's new replica of a group it was moved out of (its log deleted) would
+    otherwise count in a configuration from before the move that a replica left behind
+    still holds: two leaders (simulation seed 10006 of the topic changes)."""
+    core = make_core(config=None, term=3)
+    for pre_vote in (True, False):
+        request = VoteRequest(
+            group=0,
+            term=4,
+            candidate_id=3,
+            last_offset=7,
+            last_term=2,
+            pre_vote=pre_vote,
+            transfer=False,
+        )
+        core.step(3, request, now=100.0)
+        ((to, reply),) = core.take_outbox()
+        assert to == 3 and not reply.granted
+    assert core.meta.voted_for is None
