@@ -115,6 +115,7 @@ class GroupActor(GroupHandle, AppendIntake):
             node_stopping=node_stopping,
         )
         GroupHandle.__init__(self, self.core)
+        self.log_floor = storage.log_floor
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._timer = RoundTimer(self._timer_fired)  # the core's next deadline
         self._flusher = flusher
@@ -136,9 +137,6 @@ class GroupActor(GroupHandle, AppendIntake):
         self._stamper = self._stamper_for(storage.log.config)
         self._nursery: trio.Nursery | None = None
         self.retaining = False  # actors/retention.py runs for this group
-        # Where an operator's trim starts readers (the controller's state says; retention
-        # drops the segments wholly before it): reads see max(it, the log's start).
-        self.log_floor = storage.log_floor
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -182,6 +180,17 @@ class GroupActor(GroupHandle, AppendIntake):
         self.log_floor = log_start
         if self._nursery is not None:
             self._nursery.start_soon(self.call, lambda core: retain(self, core, None))
+
+    @property
+    def log_floor(self) -> int:
+        """Where an operator's trim starts readers (the controller's state says; retention
+        drops the segments wholly before it): reads see max(it, the log's start). The
+        core keeps it: a member need not hold what precedes it."""
+        return self.core.log_floor
+
+    @log_floor.setter
+    def log_floor(self, offset: int) -> None:
+        self.core.log_floor = offset
 
     def wall_clock_ms(self) -> int:
         """The node's wall clock (a simulation's is simulated)."""
