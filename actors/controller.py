@@ -229,7 +229,10 @@ class ControllerActor:
                 )
 
     def _bootstrap_config(self, placed: Partition) -> Configuration:
-        addresses = {n: self.state.brokers[n].address for n in placed.replicas}
+        """The set the partition was placed on, even with a node that has left since (a
+        topic created or grown as a node was removed; simulation seed 201 of the topic
+        changes once crashed every node that applied the two so): the mover replaces it."""
+        addresses = {n: self.state.addresses[n] for n in placed.replicas}
         return Configuration.bootstrap(addresses)
 
     def _settings(self, placed: Partition) -> TopicSettings:

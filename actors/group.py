@@ -115,6 +115,7 @@ class GroupActor(GroupHandle, AppendIntake):
             node_stopping=node_stopping,
         )
         GroupHandle.__init__(self, self.core)
+        self.log_floor = storage.log_floor
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._timer = RoundTimer(self._timer_fired)  # the core's next deadline
         self._flusher = flusher
@@ -136,9 +137,6 @@ class GroupActor(GroupHandle, AppendIntake):
         self._stamper = self._stamper_for(storage.log.config)
         self._nursery: trio.Nursery | None = None
         self.retaining = False  # actors/retention.py runs for this group
-        # Where an operator's trim starts readers (the controller's state says, and the
-        # replica's group file keeps): reads see max(it, the log's start).
-        self.log_floor = storage.log_start
         self._hold_until_s = -math.inf  # the end of a commit-wait (actors/stamper.py)
         self.transport: NodeTransport | None = None
         # What the node last heard of this group (its peer links and leader table follow).
@@ -163,7 +161,7 @@ class GroupActor(GroupHandle, AppendIntake):
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._timer.run)
-            self._keep_retention()
+            self._keep_retention()  # a trim kept may have left segments to drop
             task_status.started(self)
             await self._main_loop()
 
@@ -179,6 +177,21 @@ class GroupActor(GroupHandle, AppendIntake):
         committed here (the retention task: not awaited, the controller's work goes on)."""
         self.log_floor = log_start
         self._keep_retention()
+
+    @property
+    def log_floor(self) -> int:
+        """Where an operator's trim starts readers (the controller's state says; retention
+        drops the segments wholly before it): reads see max(it, the log's start). The
+        core keeps it: a member need not hold what precedes it."""
+        return self.core.log_floor
+
+    @log_floor.setter
+    def log_floor(self, offset: int) -> None:
+        self.core.log_floor = offset
+
+    def wall_clock_ms(self) -> int:
+        """The node's wall clock (a simulation's is simulated)."""
+        return self._wall_clock_ms()
 
     def read_start(self) -> int:
         """The first offset readers may read: the log's start or the trim's, the later."""

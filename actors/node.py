@@ -278,12 +278,15 @@ class Node:
         first, so a restart opens it with them."""
         config = self.storage.log_config_of(key[0], settings)
         group = self.partitions[key]
-        trimmed = log_start > group.log_floor
-        if group.log.config != config or trimmed:
-            await self._run_sync(self.storage.record_topic, *key, settings, log_start)
+        log_floor = max(log_start, group.log_floor)
+        if group.log.config != config or log_floor != group.storage.log_floor:
+            # Kept before it holds: a crash then would let a restart serve again what a
+            # trim deleted, until the controller's log told it once more.
+            await self._run_sync(self.storage.keep_settings, *key, settings, log_floor)
+        if group.log.config != config:
             group.reconfigure(config)
             logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
-        if trimmed:
+        if log_start > group.log_floor:
             group.trim(log_start)
 
     async def remove_partition(self, key: tuple[str, int]) -> None:

@@ -4,7 +4,6 @@ records only: a lagging follower then starts its log again at this one's start."
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -23,8 +22,9 @@ async def keep_retention(group: GroupActor) -> None:
     try:
         while group.prunes():
             await trio.sleep(RETENTION_CHECK_S)
-            # Wall-clock time: retention by age compares with the records' timestamps.
-            now_ms = int(time.time() * 1000)
+            # Wall-clock time, the node's (as its leaders stamp records with): retention by
+            # age compares with the records' timestamps.
+            now_ms = group.wall_clock_ms()
             await group.call(lambda core, now_ms=now_ms: retain(group, core, now_ms))
     finally:
         group.retaining = False

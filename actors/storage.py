@@ -69,7 +69,9 @@ class GroupStorage:
     log: Log
     store: MetadataStore
     meta: ConsensusMetadata
-    log_start: int = 0  # an operator's trim, as this replica last recorded it (group file)
+    # Where an operator's trim starts the replica's readers, as its group file keeps it: a
+    # restart serves nothing before it while the controller's log is applied again.
+    log_floor: int = 0
 
 
 # The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
@@ -163,15 +165,15 @@ class NodeStorage:
         """The log settings a replica of `topic` with `settings` runs with here."""
         return topic_log_config(topic, settings, self.log_config)
 
-    def record_topic(
-        self, topic: str, partition: int, settings: TopicSettings, log_start: int
+    def keep_settings(
+        self, topic: str, partition: int, settings: TopicSettings, log_floor: int
     ) -> None:
-        """Record a topic's changed settings and the partition's log start with this replica
-        (blocking: a file written atomically), so that a restart opens it with them before
-        it hears the controller."""
+        """Record a topic's changed settings and its partition's log start with this
+        replica (blocking: a file written atomically), so that a restart opens it with
+        them before it hears the controller."""
         storage = self.partitions[(topic, partition)]
-        _write_group_file(self.fs, storage.directory, storage.group_id, settings, log_start)
-        storage.log_start = log_start
+        _write_group_file(self.fs, storage.directory, storage.group_id, settings, log_floor)
+        storage.log_floor = log_floor
 
     def add(self, topic: str, partition: int, storage: GroupStorage) -> None:
         self.partitions[(topic, partition)] = storage
@@ -180,9 +182,8 @@ class NodeStorage:
         """The same replica, read again from disk (after its task crashed)."""
         storage.log.close()
         log_config = CONTROLLER_SETTINGS.applied_to(self.log_config)
-        log_start = 0
         if storage.group_id != CONTROLLER_GROUP:
-            _, settings, log_start = _read_group_file(self.fs, storage.directory)
+            _, settings, _ = _read_group_file(self.fs, storage.directory)
             topic = os.path.basename(os.path.dirname(storage.directory))
             log_config = topic_log_config(topic, settings, self.log_config)
         fresh = open_group_storage(
@@ -195,7 +196,7 @@ class NodeStorage:
             log_config=log_config,
             run_sync=self.run_sync,
         )
-        fresh.log_start = log_start
+        fresh.log_floor = storage.log_floor
         if storage is self.controller:
             self.controller = fresh
         else:
@@ -290,29 +291,32 @@ def new_metadata(config: Configuration | None, rng: random.Random) -> ConsensusM
 
 
 def _write_group_file(
-    fs: FileSystem, directory: str, group_id: int, settings: TopicSettings, log_start: int = 0
+    fs: FileSystem, directory: str, group_id: int, settings: TopicSettings, log_floor: int = 0
 ) -> None:
-    document = {"group_id": group_id, "log_start": log_start, **settings.to_wire()}
+    document = {"group_id": group_id, **settings.to_wire()}
+    if log_floor:
+        document["log_start"] = log_floor
     write_file_atomically(fs, os.path.join(directory, GROUP_FILE), json.dumps(document).encode())
 
 
 def _read_group_file(fs: FileSystem, directory: str) -> tuple[int, TopicSettings, int]:
-    """(group id, the topic's settings, the partition's log start) of a replica."""
+    """The group id, the topic's settings and the trimmed log start (0: none) kept with a
+    replica."""
     path = os.path.join(directory, GROUP_FILE)
     if not fs.exists(path):
         raise CorruptionError(path, 0, "the group file of a partition folder is missing")
     try:
         document = json.loads(read_whole_file(fs, path))
         group_id = document.pop("group_id")
-        log_start = document.pop("log_start", 0)  # not in files from before trims
+        log_floor = document.pop("log_start", 0)
         settings = TopicSettings.from_wire(document)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise CorruptionError(path, 0, f"unreadable group file: {exc}") from None
     if type(group_id) is not int or group_id <= CONTROLLER_GROUP:
         raise CorruptionError(path, 0, f"bad group id {group_id!r}")
-    if type(log_start) is not int or log_start < 0:
-        raise CorruptionError(path, 0, f"bad log start {log_start!r}")
-    return group_id, settings, log_start
+    if type(log_floor) is not int or log_floor < 0:
+        raise CorruptionError(path, 0, f"bad log start {log_floor!r}")
+    return group_id, settings, log_floor
 
 
 def open_storage(
@@ -383,11 +387,11 @@ def open_storage(
                 buried = tombstones.buried_group(fs, directory)
                 node.tombstones[(topic, partition)] = -1 if buried is None else buried
                 continue
-            group_id, settings, log_start = _read_group_file(fs, directory)
+            group_id, settings, log_floor = _read_group_file(fs, directory)
             opened_group = open_group(
                 directory, group_id, topic_log_config(topic, settings, log_config)
             )
-            opened_group.log_start = log_start
+            opened_group.log_floor = log_floor
             node.partitions[(topic, partition)] = opened_group
     except BaseException:
         for storage in opened:

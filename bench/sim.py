@@ -15,15 +15,18 @@ from quorumlog.bench.sim_elections import run_elections
 from quorumlog.bench.simulation import run_seed
 
 # (cluster size, with membership changes, with three topics of four partitions, the
-# followers' `[raft] follower_flush`)
+# followers' `[raft] follower_flush`, with an operator changing the topics meanwhile:
+# bench/sim_topics.py)
 KINDS = (
-    (3, False, False, "quorum"),
-    (5, False, False, "quorum"),
-    (3, True, False, "quorum"),
-    (5, True, False, "quorum"),
-    (3, False, True, "quorum"),
-    (5, True, True, "quorum"),
-    (3, False, False, "lazy"),
+    (3, False, False, "quorum", False),
+    (5, False, False, "quorum", False),
+    (3, True, False, "quorum", False),
+    (5, True, False, "quorum", False),
+    (3, False, True, "quorum", False),
+    (5, True, True, "quorum", False),
+    (3, False, False, "lazy", False),
+    (5, False, True, "quorum", True),
+    (5, True, True, "quorum", True),
 )
 
 
@@ -32,10 +35,14 @@ def run(
     seeds: int | None = None,
     first_seed: int = 10_000,
     election_partitions: int = 600,
+    topic_changes_only: bool = False,
 ) -> list[dict]:
+    """`topic_changes_only`: the kinds with topic changes alone (no election rows)."""
     per_kind = seeds or (25 if quick else 250)
     rows = []
-    for size, membership, topics, follower_flush in KINDS:
+    for size, membership, topics, follower_flush, topic_changes in KINDS:
+        if topic_changes_only and not topic_changes:
+            continue
         failed: list[str] = []
         start = time.perf_counter()
         for seed in range(first_seed, first_seed + per_kind):
@@ -45,6 +52,7 @@ def run(
                     "membership": membership,
                     "topics": topics,
                     "follower_flush": follower_flush,
+                    "topic_changes": topic_changes,
                 }
                 if run_seed(seed, **kind) != run_seed(seed, **kind):
                     failed.append(f"seed {seed}: did not replay")
@@ -57,20 +65,22 @@ def run(
             {
                 "figure": f"{size} nodes{' + membership changes' if membership else ''}"
                 f"{' + 3 topics x 4 partitions' if topics else ''}"
-                f"{f', follower_flush={follower_flush}' if follower_flush != 'quorum' else ''}",
+                f"{f', follower_flush={follower_flush}' if follower_flush != 'quorum' else ''}"
+                f"{' + topic changes' if topic_changes else ''}",
                 "seeds": per_kind,
                 "failed": len(failed),
                 "seeds_s": per_kind / elapsed,
                 "replay": (
                     f"python -c 'from quorumlog.bench.simulation import run_seed; "
                     f"run_seed(SEED, size={size}, membership={membership}, topics={topics}, "
-                    f"follower_flush={follower_flush!r})'"
+                    f"follower_flush={follower_flush!r}, topic_changes={topic_changes})'"
                 ),
             }
         )
         for line in failed:
             print(line, file=sys.stderr)
-    rows += _election_rows(max(1, per_kind // 25), first_seed, election_partitions)
+    if not topic_changes_only:
+        rows += _election_rows(max(1, per_kind // 25), first_seed, election_partitions)
     return rows
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog.bench.sim_cluster import Cluster, Outcome, Route
-from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP
+from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, ClusterState
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from quorumlog.log.records import batch_records
 from quorumlog.membership.quorum import has_quorum
@@ -76,9 +76,13 @@ def check_cluster(cluster: Cluster, converged: bool, placed: bool, tables_curren
         if len(who) > 1:
             problems.append(f"I6: group {gid} term {term} had leaders {sorted(who)}")
     routes = _routes_of_groups(cluster)
+    starts = trimmed_starts(cluster)
     for gid in sorted(cluster.group_ids()):
-        outcomes = [o for o in cluster.outcomes if o.route == routes.get(gid)]
-        _check_group(cluster, gid, outcomes, problems)
+        route = routes.get(gid)
+        outcomes = [o for o in cluster.outcomes if o.route == route]
+        trimmed = starts.get(route, 0)
+        dropped = max(trimmed, cluster.retained_from.get(route, 0))
+        _check_group(cluster, gid, outcomes, trimmed, dropped, problems)
     if problems:
         raise Violation(f"seed {cluster.seed}: " + "; ".join(problems[:10]))
 
@@ -92,7 +96,39 @@ def _routes_of_groups(cluster: Cluster) -> dict[int, Route]:
     }
 
 
-def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: list[str]) -> None:
+def trimmed_starts(cluster: Cluster) -> dict[Route, int]:
+    """Each partition's log start as its controller committed it (an operator's trim):
+    records before it were deleted on purpose."""
+    state = controller_state(cluster)
+    if state is None:
+        return {}
+    return {
+        (p.topic, p.partition): p.log_start for t in state.topics.values() for p in t.partitions
+    }
+
+
+def controller_state(cluster: Cluster) -> ClusterState | None:
+    """The cluster's metadata as the controller's leader applied it (None: no leader)."""
+    controller = cluster.leader_of(CONTROLLER_GROUP)
+    if controller is None or controller.core.config is None:
+        return None
+    node = next(
+        s.node for s in cluster.nodes.values() if s.node and controller in s.node.groups.values()
+    )
+    return node.controller_actor.state
+
+
+def _check_group(
+    cluster: Cluster,
+    gid: int,
+    outcomes: list[Outcome],
+    log_start: int,
+    dropped: int,
+    problems: list[str],
+) -> None:
+    """`log_start`: the partition's trimmed start (acknowledged records before it may be
+    gone); `dropped`: committed entries before it may be gone from every replica (a trim,
+    or retention: bench/sim_topics.py)."""
     # The replicas' committed logs, as one: where two hold a batch at the same offset it is
     # the same batch. (A witness's log starts at the commit offset of its join.)
     merged: dict[int, tuple[int, bytes]] = {}
@@ -104,6 +140,8 @@ def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: 
     longest = [(base, *merged[base]) for base in sorted(merged)]
     next_base = longest[0][0] if longest else 0
     for base, _term, batch in longest:
+        if next_base < base <= dropped:
+            next_base = base  # what no replica holds any more was dropped on purpose
         if base != next_base:
             problems.append(f"I2: group {gid}'s committed batches overlap or leave a gap at {base}")
             break
@@ -133,6 +171,8 @@ def _check_group(cluster: Cluster, gid: int, outcomes: list[Outcome], problems: 
             problems.append(f"I3: {value!r} at offsets {offsets}")
     for outcome in outcomes:
         acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
+        if acked and outcome.offset < log_start and outcome.value not in where:
+            continue  # trimmed: before the partition's log start, gone on purpose
         if acked and where.get(outcome.value) != [outcome.offset]:
             problems.append(
                 f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
@@ -212,15 +252,12 @@ def partitions_not_placed(cluster: Cluster) -> list[str]:
     for them, or that keep learners: a move that never finished, or `default` left
     behind the cluster's membership (its voters, when the controller's group is in no
     change and has no learners: see the mover)."""
-    controller = cluster.leader_of(CONTROLLER_GROUP)
-    if controller is None or controller.core.config is None:
+    state = controller_state(cluster)
+    if state is None:
         return ["the controller has no leader"]
-    membership = controller.core.config
-    node = next(
-        s.node for s in cluster.nodes.values() if s.node and controller in s.node.groups.values()
-    )
+    membership = cluster.leader_of(CONTROLLER_GROUP).core.config
     off = []
-    for topic in node.controller_actor.state.topics.values():
+    for topic in state.topics.values():
         for p in topic.partitions:
             if p.group_id != DEFAULT_GROUP:
                 wanted = set(p.replicas)

@@ -48,6 +48,8 @@ SKEW_SEED = 0x5EED
 WITNESS_LEAD_BOUND_S = 10.0
 
 
+# Appends that fail for good (a topic's max.message.bytes lowered refuses them: TOO_LARGE).
+REFUSALS = frozenset({ErrorCode.REFUSED, ErrorCode.TOO_LARGE})
 TOPICS = (("t0", 4), ("t1", 4), ("t2", 4))
 Route = tuple[str, int]  # (topic, partition)
 DEFAULT_ROUTE: Route = ("default", 0)
@@ -62,8 +64,15 @@ class Outcome:
 
 
 class Cluster:
-    def __init__(self, seed: int, size: int, settings: RaftSettings = SETTINGS):
+    def __init__(
+        self,
+        seed: int,
+        size: int,
+        settings: RaftSettings = SETTINGS,
+        log_config: LogConfig = LOG_CONFIG,
+    ):
         self.seed = seed
+        self.log_config = log_config
         self.routes: list[Route] = [DEFAULT_ROUTE]
         self.rng = random.Random(seed)
         self.settings = settings
@@ -84,6 +93,10 @@ class Cluster:
         # (group, configuration, the one that replaced it) as seen in some log
         self.successions: set[tuple[int, Configuration, Configuration]] = set()
         self.leader_hints: dict[Route, int] = {}
+        # Where retention started some replica's log (the topic changes set it): committed
+        # entries before it may be gone from every replica. Retention drops a sealed segment
+        # of control entries alone whatever its age: they carry no timestamp.
+        self.retained_from: dict[Route, int] = {}
 
     # ---------------------------------------------------------------- node lifecycle
 
@@ -101,7 +114,7 @@ class Cluster:
             peers=self.addresses,
             rng=node_rng,
             run_sync=sim.run_sync,
-            log_config=LOG_CONFIG,
+            log_config=self.log_config,
         )
         node = Node(
             node_id,
@@ -236,7 +249,7 @@ class Cluster:
                 if isinstance(reply, AppendReply):
                     self.leader_hints[route] = target
                     return reply.first_offset
-                if isinstance(reply, ErrorReply) and reply.code is ErrorCode.REFUSED:
+                if isinstance(reply, ErrorReply) and reply.code in REFUSALS:
                     return None
                 hint = reply.leader_id if isinstance(reply, ErrorReply) else None
                 if hint is None:
@@ -246,17 +259,20 @@ class Cluster:
                 await trio.sleep(0.02)
         return None
 
-    async def create_topics(self) -> None:
-        """Create TOPICS through the controller's leader."""
+    async def create_topics(self, config: dict | None = None) -> None:
+        """Create TOPICS through the controller's leader (`config`: their settings, by
+        Kafka's names)."""
         for name, partitions in TOPICS:
-            await self.create_topic(name, partitions, timeout_s=5.0)
+            await self.create_topic(name, partitions, timeout_s=5.0, config=config)
             self.routes += [(name, p) for p in range(partitions)]
             self.trace.append(f"created {name}")
 
-    async def create_topic(self, name: str, partitions: int, timeout_s: float) -> None:
+    async def create_topic(
+        self, name: str, partitions: int, timeout_s: float, config: dict | None = None
+    ) -> None:
         """Create a topic through the controller's leader, found by asking around."""
         replicas = min(3, len(self.nodes))
-        args = {"name": name, "partitions": partitions, "replicas": replicas}
+        args = {"name": name, "partitions": partitions, "replicas": replicas, "config": config}
         request = AdminRequest("create_topic", {**args, "timeout_s": timeout_s})
         target = min(self.nodes)
         while not isinstance(reply := await self.request(target, request), AdminReply):

@@ -5,8 +5,10 @@ network of transport/memory.py and one in-memory disk per node. A seeded schedul
 and restarts nodes (losing or tearing what was not flushed), partitions and heals links,
 and makes them lossy; clients append with all three acks levels, to `default` and, with
 `topics`, to the partitions of three topics of four partitions each (created through the
-controller at the start; the controller's leader crashes like any node). After the faults
-heal the checker verifies the invariants in every Raft group. Trio's scheduler is seeded too, so a seed replays exactly:
+controller at the start; the controller's leader crashes like any node), and with
+`topic_changes` an operator alters, grows, moves and trims those topics meanwhile
+(bench/sim_topics.py). After the faults heal the checker verifies the invariants in every
+Raft group. Trio's scheduler is seeded too, so a seed replays exactly:
 `run_seed(seed)` twice gives the same trace hash.
 """
 
@@ -29,8 +31,9 @@ from quorumlog.bench.sim_checks import (
     partitions_not_placed,
     stale_leader_tables,
 )
-from quorumlog.bench.sim_cluster import SETTINGS, Cluster, until
+from quorumlog.bench.sim_cluster import LOG_CONFIG, SETTINGS, Cluster, until
 from quorumlog.bench.sim_faults import chaos, lost_leader_tables, membership_chaos
+from quorumlog.bench.sim_topics import SMALL_SEGMENTS, TOPIC_CONFIG, TopicChaos
 
 TABLE_REPAIR_BOUND_S = 4 * DIGEST_INTERVAL_S
 
@@ -70,13 +73,17 @@ async def _scenario(
     membership: bool,
     topics: bool,
     follower_flush: str,
+    topic_changes: bool,
 ) -> str:
-    cluster = Cluster(seed, size, replace(SETTINGS, follower_flush=follower_flush))
+    settings = replace(SETTINGS, follower_flush=follower_flush)
+    log_config = SMALL_SEGMENTS if topic_changes else LOG_CONFIG
+    cluster = Cluster(seed, size, settings, log_config)
+    changes = TopicChaos(cluster) if topic_changes else None
     with commits_checked(cluster), trio.CancelScope() as scope:
         watchdog = StandStill(scope)
         trio.lowlevel.add_instrument(watchdog)
         try:
-            return await _run(cluster, membership, topics, clients, appends, chaos_s)
+            return await _run(cluster, membership, topics, changes, clients, appends, chaos_s)
         finally:
             trio.lowlevel.remove_instrument(watchdog)
     raise Violation(
@@ -86,19 +93,28 @@ async def _scenario(
 
 
 async def _run(
-    cluster: Cluster, membership: bool, topics: bool, clients: int, appends: int, chaos_s: float
+    cluster: Cluster,
+    membership: bool,
+    topics: bool,
+    changes: TopicChaos | None,
+    clients: int,
+    appends: int,
+    chaos_s: float,
 ) -> str:
     async with trio.open_nursery() as nursery:
         for i in cluster.nodes:
             await cluster.start(nursery, i)
         nursery.start_soon(cluster.observe)
-        if topics:
-            await cluster.create_topics()
+        if topics or changes:
+            await cluster.create_topics(TOPIC_CONFIG if changes else None)
         async with trio.open_nursery() as work:
             work.start_soon(chaos, cluster, nursery, chaos_s)
             work.start_soon(lost_leader_tables, cluster, chaos_s)
             if membership:
                 work.start_soon(membership_chaos, cluster, chaos_s)
+            if changes:
+                nursery.start_soon(changes.watch)
+                work.start_soon(changes.run, chaos_s)
             for c in range(clients):
                 work.start_soon(cluster.client, c, appends)
         await cluster.heal_all(nursery)
@@ -107,6 +123,8 @@ async def _run(
         placed = converged and await wait_placed(cluster, timeout_s=120.0)
         # Every loss of a table message repaired within a few digest rounds.
         tables = not placed or await wait_tables_current(cluster, TABLE_REPAIR_BOUND_S)
+        if changes and converged:
+            cluster.failures += changes.problems(await changes.wait_configured())
         check_cluster(cluster, converged, placed, tables)
         digest = trace_hash(cluster)
         nursery.cancel_scope.cancel()
@@ -137,9 +155,22 @@ def run_seed(
     membership: bool = False,
     topics: bool = False,
     follower_flush: str = "quorum",
+    topic_changes: bool = False,
 ) -> str:
     """Run one seed; returns its trace hash. Raises Violation with the seed in the message.
-    `follower_flush` is the `[raft]` setting of every node (raft/settings.py)."""
+    `follower_flush` is the `[raft]` setting of every node (raft/settings.py);
+    `topic_changes` adds an operator who changes the topics as the faults go on
+    (bench/sim_topics.py; the topics are created for it)."""
     return run_deterministic(
-        seed, _scenario, seed, size, clients, appends, chaos_s, membership, topics, follower_flush
+        seed,
+        _scenario,
+        seed,
+        size,
+        clients,
+        appends,
+        chaos_s,
+        membership,
+        topics,
+        follower_flush,
+        topic_changes,
     )

@@ -96,6 +96,10 @@ class ClusterState:
     applied_offset: int = -1
     cluster_id: str | None = None
     rebalance: RebalanceMark = field(default_factory=RebalanceMark)
+    # Every node's last address, brokers and those that left: a partition placed on a node
+    # that left before another of its replicas was made there still starts from the set
+    # it was placed on (actors/controller.py), the same on every replica.
+    addresses: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def genesis(cls) -> ClusterState:
@@ -109,6 +113,7 @@ class ClusterState:
         """The brokers are the voters of the controller's committed configuration (its
         config batches are in the controller's log); an address change bumps the epoch."""
         brokers = {}
+        self.addresses.update(addresses)
         for node_id, address in sorted(addresses.items()):
             known = self.brokers.get(node_id)
             epoch = 0 if known is None else known.epoch + (known.address != address)
@@ -152,6 +157,7 @@ class ClusterState:
         self.applied_offset = offset
         match command:
             case RegisterBroker(node_id, address):
+                self.addresses[node_id] = address
                 known = self.brokers.get(node_id)
                 if known is None:
                     self.brokers[node_id] = Broker(node_id, address, 0)

@@ -128,6 +128,9 @@ class RaftCore(
         # Whether a witness may join with the uncommitted tail only: not where every member
         # applies the whole log to a state machine it serves (the controller's group).
         self.witnesses_from_commit = witnesses_from_commit
+        # Where an operator's trim starts the readers (actors/group.py keeps it here):
+        # nobody needs the records before it, a member that would lead neither.
+        self.log_floor = 0
         # Whether a peer's node looks alive (its link is up): who comes first in an
         # election (raft/election.py).
         self.peer_alive = peer_alive

@@ -176,6 +176,11 @@ class ElectionRules:
         # and a learner promoted by a joint entry it has not received yet must be able to
         # vote, or C(old,new) can elect no one (etcd's rule; a simulation seed stalled).
         may_vote = self.log.dirty_offset >= self.meta.vote_after_offset
+        # A replica that waits to be added (no configuration yet) votes for no one: it may
+        # be a node's new replica of a group it was moved out of, its log deleted, and a
+        # replica left behind with a configuration from before the move would count it
+        # (simulation seed 10006 of the topic changes: two leaders, one of a stale set).
+        may_vote = may_vote and self.config is not None
         if req.pre_vote:
             granted = (
                 may_vote

@@ -78,10 +78,12 @@ class ReconfigurationRules:
 
     def holds_the_log(self, p: Progress) -> bool:
         """Whether a member holds every record this leader holds (a witness that joined
-        with the tail only does not, until retention passes its start)."""
-        return p.floor <= self.log.log_start_offset and (
-            p.log_start is not None and p.log_start <= self.log.log_start_offset
-        )
+        with the tail only does not, until retention passes its start), those before an
+        operator's trim aside: a member that joined from a leader that had dropped them
+        starts after them, and nobody reads them (simulation seed 10000 of the topic
+        changes: such a member was never promoted, its move never finished)."""
+        start = max(self.log.log_start_offset, min(self.log_floor, self.commit_offset + 1))
+        return p.floor <= start and p.log_start is not None and p.log_start <= start
 
     def _check_may_lead(self, config: Configuration) -> None:
         """A node that may lead in `config`, and could not before, must hold the records."""

@@ -43,6 +43,7 @@ from quorumlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
+from quorumlog.raft.progress import Progress
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
 from quorumlog.raft.roles import Role
@@ -937,3 +938,39 @@ def test_campaign_slots_are_taken_in_turn_and_passed_on_when_given_back():
     assert woken == [3, 5] and slots.holders == 2
     slots.give_back(9)  # never held one: nothing changes
     assert slots.holders == 2
+
+
+def test_a_replica_waiting_to_be_added_votes_for_no_one():
+    """A node's new replica of a group it was moved out of (its log deleted) would
+    otherwise count in a configuration from before the move that a replica left behind
+    still holds: two leaders (simulation seed 10006 of the topic changes)."""
+    core = make_core(config=None, term=3)
+    for pre_vote in (True, False):
+        request = VoteRequest(
+            group=0,
+            term=4,
+            candidate_id=3,
+            last_offset=7,
+            last_term=2,
+            pre_vote=pre_vote,
+            transfer=False,
+        )
+        core.step(3, request, now=100.0)
+        ((to, reply),) = core.take_outbox()
+        assert to == 3 and not reply.granted
+    assert core.meta.voted_for is None
+
+
+def test_a_member_need_not_hold_what_a_trim_put_before_the_log_start():
+    """A member that joined from a leader that had dropped the trimmed records may be
+    promoted by a leader that still holds some of them (simulation seed 10000)."""
+    core = make_core()
+    for value in (b"a", b"b", b"c"):
+        core.log.append([batch_of(value)], term=1)
+    core.commit_offset = 2
+    joined = Progress(2, 3, log_start=2)
+    assert not core.holds_the_log(joined)
+    core.log_floor = 2
+    assert core.holds_the_log(joined)
+    core.log_floor = 9  # past the commit offset: only what is committed can be trimmed
+    assert not core.holds_the_log(Progress(2, 3, log_start=4))

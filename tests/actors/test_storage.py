@@ -137,3 +137,25 @@ def test_a_directory_of_an_older_version_is_adopted_by_the_node_started_on_it():
     open_node(fs, node_id=2, peers=None).close()
     with pytest.raises(WrongNodeError):
         open_node(fs, node_id=1, peers=None)
+
+
+def test_a_trimmed_log_start_is_kept_with_its_replica_across_a_crash():
+    """A restart serves nothing before a trim while the controller's log is applied again
+    (the simulation's topic changes once read below it after a restart)."""
+    fs = MemoryFileSystem()
+    node = open_node(fs, peers=PEERS)
+    settings = TopicSettings(retention_ms=3_600_000)
+    storage = node.create_partition(
+        "events", 0, 7, config=None, settings=settings, rng=random.Random(2)
+    )
+    node.add("events", 0, storage)
+    assert storage.log_floor == 0
+    node.keep_settings("events", 0, settings, 12)
+    assert storage.log_floor == 12
+    fs.crash()
+    again = open_node(fs, peers=None)
+    kept = again.partitions[("events", 0)]
+    assert kept.log_floor == 12
+    assert kept.log.config.retention_ms == 3_600_000
+    assert again.reopen(kept, random.Random(3)).log_floor == 12
+    assert again.partitions[("default", 0)].log_floor == 0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorumlog.controller.placement import PlacementError, place, replace_departed
+from quorumlog.controller.placement import PlacementError, place, replace_departed, resize
 
 
 def spread(counts: Counter, nodes: list[int]) -> int:
@@ -101,3 +101,11 @@ def test_moves_keep_the_sets_on_brokers_and_in_place(nodes, partitions, gone, da
         if key not in moved:
             on_brokers = [n in left for n in old]
             assert all(on_brokers) or not any(on_brokers), "a set with a departed replica moves"
+
+
+def test_one_replica_left_is_the_current_leader_when_it_is_not_the_preferred_one():
+    """Found by the simulation's topic changes: `--replicas 1` was refused ("bad
+    arguments") whenever a partition was led by another than its preferred leader."""
+    sets = {0: (2, 1, 3), 1: (1, 2, 3)}
+    assert resize(sets, 1, [1, 2, 3], leaders={0: 1, 1: 1}) == {0: (1,), 1: (1,)}
+    assert resize(sets, 1, [1, 2, 3], leaders={0: None, 1: 3}) == {0: (2,), 1: (3,)}

@@ -126,6 +126,16 @@ def test_a_broker_at_a_new_address_gets_a_new_epoch():
     assert (state.brokers[1].address, state.brokers[1].epoch) == ("127.0.0.1:9001", 1)
 
 
+def test_a_departed_broker_keeps_its_address_for_the_partitions_placed_on_it():
+    """A topic grown onto node 3 just before node 3 left: the nodes that make its replicas
+    after both applied bootstrap it with node 3's address (they once crashed on it)."""
+    state = cluster(3)
+    state.apply(CreateTopic("a", ((3, 1, 2),)), 10)
+    state.set_brokers({1: "127.0.0.1:7001", 2: "127.0.0.1:7002"})
+    assert 3 not in state.brokers
+    assert state.addresses[3] == "127.0.0.1:7003"
+
+
 @pytest.mark.parametrize(
     ("args", "why"),
     [

@@ -1,7 +1,7 @@
 """Seeded simulations of whole clusters; a seed run twice must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T, follower_flush=F)"
+  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T, follower_flush=F, topic_changes=C)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -37,6 +37,10 @@ TOPIC_SEEDS_5 = range(5000, 5020)
 # Followers that answer before they flush (`lazy`) or flush every message (`always`): the
 # other `[raft] follower_flush` settings (every other kind runs the default, `quorum`).
 FOLLOWER_FLUSH_SEEDS_3 = range(6000, 6030)
+# An operator grows the topics, changes their replication factor and settings, moves and
+# trims their partitions while the faults go on (bench/sim_topics.py); one seed in three
+# with membership changes too.
+TOPIC_CHANGE_SEEDS_5 = range(7000, 7007)
 
 
 # Every seed's invariants are checked; one in REPLAY_EVERY also runs twice to show that
@@ -87,6 +91,11 @@ def test_three_nodes_other_follower_flush(seed):
     check_seed(seed, 3, follower_flush=("lazy", "always")[seed % 2])
 
 
+@pytest.mark.parametrize("seed", TOPIC_CHANGE_SEEDS_5)
+def test_five_nodes_with_topic_changes(seed):
+    check_seed(seed, 5, membership=seed % 3 == 0, topic_changes=True)
+
+
 # Seeds that `quorumlog bench sim` found failing, with their kind; each runs twice.
 # 10216: a node whose log started again at the leader's start kept the configuration it
 # had, which its new log's first change appeared to replace (raft/follower.py). 10111 and
@@ -109,6 +118,16 @@ FOUND_SEEDS += [(30311, 3, {"membership": True, "topics": False})]
 # named only departed nodes for good (controller/placement.py `replace_departed`).
 FOUND_SEEDS += [(seed, 3, {"membership": True, "topics": False}) for seed in (30012, 30268)]
 FOUND_SEEDS += [(30325, 5, {"membership": True, "topics": True})]
+# With topic changes (and membership changes). 201: a topic grown onto a node that then
+# left; every node that applied both crashed making its replicas, on the departed node's
+# address (controller/state.py `addresses`). 10000: a member that joined after a trim was
+# never promoted by a leader still holding records before it (raft/reconfiguration.py).
+# 10006: a node's new replica of a group it had been moved out of voted for a replica left
+# behind with a stale configuration: two leaders (raft/election.py).
+FOUND_SEEDS += [
+    (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
+    for seed in (201, 10000, 10006)
+]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
