@@ -35,16 +35,15 @@ from quorumlog.actors.heartbeats import HeartbeatManager
 from quorumlog.actors.manager import GroupManager
 from quorumlog.actors.metadata_writer import MetadataWriter
 from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.node_replicas import NodeReplicas
 from quorumlog.actors.rebalancer import Rebalancer
 from quorumlog.actors.refusals import no_replica
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage
 from quorumlog.actors.wire import register_raft_messages
-from quorumlog.controller.state import DEFAULT_TOPIC, Partition
-from quorumlog.log.config import TopicSettings
+from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.wal import Log, RunSync, run_inline
-from quorumlog.membership.config import Configuration
 from quorumlog.raft.messages import (
     RAFT_MESSAGES,
 )
@@ -95,7 +94,7 @@ class NodeHandler:
         return self._handle(peer, message)
 
 
-class Node:
+class Node(NodeReplicas):
     def __init__(
         self,
         node_id: int,
@@ -141,6 +140,7 @@ class Node:
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
         self._manager: GroupManager | None = None
+        self._replicas_changing = trio.Lock()  # actors/node_replicas.py
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
         # Members of Kafka's consumer groups this node coordinates: kept by its listener.
         self.kafka_members: Callable[[str], int] = lambda group: 0
@@ -239,87 +239,6 @@ class Node:
         else:
             self.partitions[key] = group
         return group
-
-    async def add_partition(
-        self,
-        placed: Partition,
-        config: Configuration | None,
-        settings: TopicSettings,
-    ) -> None:
-        """Start a replica of a partition the controller placed here."""
-        assert self._manager is not None
-        key = (placed.topic, placed.partition)
-        storage = await self._run_sync(
-            lambda: self.storage.create_partition(
-                *key,
-                placed.group_id,
-                config=config,
-                settings=settings,
-                rng=random.Random(self._rng.getrandbits(64)),
-            )
-        )
-        self.storage.add(*key, storage)
-        group = self._group(storage)
-        if config is not None and placed.replicas[0] == self.id:
-            group.campaign_soon()
-        self.partitions[key] = group
-        self.groups[group.group_id] = group
-        self._keys[group.group_id] = key
-        await self._manager.start(group)
-        logger.info(
-            "replica_created", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
-        )
-
-    async def configure_partition(
-        self, key: tuple[str, int], settings: TopicSettings, log_start: int
-    ) -> None:
-        """Give a replica its topic's settings and its partition's log start, where they
-        changed (through the controller's log). Settings are recorded with the replica
-        first, so a restart opens it with them."""
-        config = self.storage.log_config_of(key[0], settings)
-        group = self.partitions[key]
-        log_floor = max(log_start, group.log_floor)
-        if group.log.config != config or log_floor != group.storage.log_floor:
-            # Kept before it holds: a crash then would let a restart serve again what a
-            # trim deleted, until the controller's log told it once more.
-            await self._run_sync(self.storage.keep_settings, *key, settings, log_floor)
-        if group.log.config != config:
-            group.reconfigure(config)
-            logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
-        if log_start > group.log_floor:
-            group.trim(log_start)
-
-    async def remove_partition(self, key: tuple[str, int]) -> None:
-        """Stop a replica and delete its files (its topic was deleted)."""
-        group_id = await self._stop_replica(key)
-        await self._run_sync(self.storage.remove_partition, self.storage.pop(*key))
-        logger.info(
-            "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group_id
-        )
-
-    async def bury_partition(self, key: tuple[str, int]) -> None:
-        """Stop a replica that moved off this node, which its group no longer counts, and
-        delete its log, keeping its term and vote (actors/tombstones.py)."""
-        group_id = await self._stop_replica(key)
-        await self._run_sync(self.storage.bury, *key, self.storage.pop(*key))
-        logger.info(
-            "replica_tombstoned", node_id=self.id, topic=key[0], partition=key[1], group=group_id
-        )
-
-    async def remove_tombstone(self, key: tuple[str, int]) -> None:
-        """What is left of a replica moved off this node: its topic was deleted."""
-        await self._run_sync(self.storage.remove_tombstone, *key)
-
-    async def _stop_replica(self, key: tuple[str, int]) -> int:
-        assert self._manager is not None
-        group = self.partitions.pop(key)
-        del self.groups[group.group_id], self._keys[group.group_id]
-        await self._manager.stop(group.group_id)
-        await self.flusher.forget(group.group_id)
-        self.heartbeats.forget(group.group_id)
-        self.campaign_slots.forget(group.group_id)
-        self._update_peers()
-        return group.group_id
 
     def send_nowait(self, peer: int, message: Message) -> bool:
         sent = self._transport is not None and self._transport.send_nowait(peer, message)
