@@ -60,6 +60,7 @@ PROCESS_FAULTS = frozenset(
 )
 COMBINED_SHARE = 0.3
 RECOVERY_TIMEOUT_S = 60.0
+PLACEMENT_READS_MAX = 5  # a rebalance after a join moves 2 replicas at a time
 
 
 class Nemesis(NemesisCluster):
@@ -184,12 +185,23 @@ class Nemesis(NemesisCluster):
         return result
 
     async def final_logs(self) -> dict[Part, dict[int, Log]]:
-        """Every running replica's log of each partition whose replicas converged."""
-        try:
-            await self.read_placement()
-        except QuorumLogError as exc:
-            self.history.violations.append(f"I7: the topics could not be described: {exc}")
-        unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
+        """Every running replica's log of each partition whose replicas converged, where
+        the controller last placed them: a node that joined may still be getting replicas
+        moved onto it (the rebalancer) while the others converge, so the placement is read
+        again after each wait until it stays the same."""
+        unsettled: dict = {}
+        previous: dict | None = None
+        for _ in range(PLACEMENT_READS_MAX):
+            try:
+                await self.read_placement()
+            except QuorumLogError as exc:
+                self.history.violations.append(f"I7: the topics could not be described: {exc}")
+            if self.topic_replicas == previous:
+                break  # the same across a whole convergence: where the replicas stay
+            previous = dict(self.topic_replicas)
+            unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
+            if unsettled:
+                break
         for part, views in unsettled.items():
             self.history.violations.append(
                 f"I7 {part}: the replicas did not converge within {RECOVERY_TIMEOUT_S} s: "
