@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import trio
 from kio.schema.errors import ErrorCode as K
 
-from quorumlog.actors.admin import forward_to_leader
-from quorumlog.actors.kafka.cluster import kafka_error
+from quorumlog.actors.kafka.cluster import ask_controller, kafka_error
 from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.controller.topic_config import (
     KAFKA_TIMESTAMP_TYPES,
@@ -22,7 +20,6 @@ from quorumlog.controller.topic_config import (
 )
 from quorumlog.transport.messages import (
     AdminReply,
-    AdminRequest,
     ErrorCode,
     ErrorReply,
     GroupRequest,
@@ -285,10 +282,7 @@ class KafkaAdmin:
         """`op` on the controller's leader, within the request's timeout."""
         timeout_s = timeout.total_seconds() if timeout is not None else 0.0
         timeout_s = timeout_s if timeout_s > 0 else CALL_S_DEFAULT
-        request = AdminRequest(op, {**args, "timeout_s": timeout_s})
-        reply = None
-        with trio.move_on_after(timeout_s):
-            reply = await forward_to_leader(self.node, self.node.controller, request)
+        reply = await ask_controller(self.node, op, args, timeout_s)
         if reply is None:
             return K.request_timed_out, None
         if isinstance(reply, AdminReply):

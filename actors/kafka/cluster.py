@@ -20,6 +20,7 @@ from quorumlog.transport.messages import (
     AdminRequest,
     ErrorCode,
     ErrorReply,
+    Message,
     StatusReply,
     StatusRequest,
 )
@@ -225,14 +226,21 @@ class Cluster:
         exists = name in self.node.controller_actor.state.topics
         if validate_only:
             return (K.topic_already_exists, f"topic {name!r} exists") if exists else (K.none, None)
-        reply = None
-        with trio.move_on_after(args["timeout_s"]):
-            reply = await forward_to_leader(self.node, self.node.controller, AdminRequest(op, args))
+        reply = await ask_controller(self.node, op, args, args["timeout_s"])
         if reply is None:
             return K.request_timed_out, f"{op} of {name!r} did not finish in time"
         if isinstance(reply, AdminReply):
             return K.none, None
         return _topic_error(op, reply), reply.message
+
+
+async def ask_controller(node: Node, op: str, args: dict, timeout_s: float) -> Message | None:
+    """`op` answered by the controller's leader (forwarded there), or None after
+    `timeout_s`."""
+    with trio.move_on_after(timeout_s):
+        request = AdminRequest(op, {**args, "timeout_s": timeout_s})
+        return await forward_to_leader(node, node.controller, request)
+    return None
 
 
 def _topic_error(op: str, reply: ErrorReply) -> K:
