@@ -486,6 +486,9 @@ class GroupActor(GroupHandle, AppendIntake):
         out["log_start_offset"] = self.read_start()
         return out
 
+    def under_replicated(self, now: float) -> bool:
+        return self.core.under_replicated(now)
+
     def status(self) -> dict:
         """As `replica_status`, with the members' addresses (`status`'s command line)."""
         out = self.replica_status()

@@ -144,6 +144,9 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
                 "owner": owner if group.mode == "stream" else None,
             }
         )
+        if group.mode == "queue":  # the records leased to members and not settled yet
+            window = group.queues.get(tp)
+            rows[-1]["leased"] = window.leased_count() if window is not None else 0
     return {
         "group": name,
         "mode": group.mode,

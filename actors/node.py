@@ -288,6 +288,11 @@ class Node(NodeReplicas):
         out["messages_dropped"] = self.stats.messages_dropped
         out["elections_started"] = sum(g.view.elections_started for g in self.groups.values())
         out["partitions_quiet"] = sum(g.view.quiet for g in self.partitions.values())
+        now = trio.current_time()
+        out["partitions_under_replicated"] = sum(
+            g.under_replicated(now) for g in self.partitions.values()
+        )
+        out["disk_bytes"] = sum(g.log.size_bytes for g in self.groups.values())
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address
         # Fsync latencies of this node and the peers it heard from, and which are slow

@@ -219,7 +219,37 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
                 "term": best["term"] if best else (entry.term if entry else 0),
                 "commit_offset": max((s["commit_offset"] for s in seen), default=-1),
                 "log_start_offset": best["log_start_offset"] if best else 0,
+                "size_bytes": best["size_bytes"] if best else 0,
+                "replica_status": _replica_status(p.replicas, seen, best if leading else None),
                 "config": config,
+            }
+        )
+    return out
+
+
+def _replica_status(replicas: tuple[int, ...], seen: list[dict], leader: dict | None) -> list:
+    """Each replica's own offsets and bytes, and its lag: the records the leader holds
+    that it has not matched (as the leader saw it, else beside the furthest replica)."""
+    by_node = {s["node_id"]: s for s in seen}
+    followers = leader.get("followers", {}) if leader else {}
+    end = leader["dirty_offset"] if leader else max((s["dirty_offset"] for s in seen), default=-1)
+    out = []
+    for node_id in replicas:
+        s = by_node.get(node_id)
+        if s is None:
+            out.append({"node_id": node_id, "error": "unreachable"})
+            continue
+        follower = followers.get(str(node_id))
+        matched = follower["match"] if follower else s["dirty_offset"]
+        out.append(
+            {
+                "node_id": node_id,
+                "role": s["role"],
+                "dirty_offset": s["dirty_offset"],
+                "flushed_offset": s["flushed_offset"],
+                "commit_offset": s["commit_offset"],
+                "size_bytes": s["size_bytes"],
+                "lag": max(end - matched, 0),
             }
         )
     return out

@@ -99,6 +99,9 @@ class SharePartition:
         records = self.records
         return sorted(o for o in self.available if records[o].deliveries >= deliveries_max)
 
+    def leased_count(self) -> int:
+        return sum(r.state is RecordState.LEASED for r in self.records.values())
+
     def leased_to(self, member: str) -> list[int]:
         return sorted(
             o
