@@ -23,12 +23,26 @@ $(VENV)/.full: $(BIN)/python pyproject.toml $(CONSTRAINTS)
 	$(PIP_INSTALL) -q -c $(CONSTRAINTS) -e '.[dev,spark]'
 	touch $@ $(VENV)/.base
 
+# The browser tests drive Debian's Chromium (Playwright's own browser download is not
+# reachable here); without it they are skipped, saying why.
+$(VENV)/.chromium:
+	@if ! command -v chromium >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+	      || echo "could not install chromium: the browser tests will be skipped"; \
+	  else \
+	    echo "no chromium, and no apt-get as root to install it: the browser tests will be skipped"; \
+	  fi; \
+	fi
+	@if command -v chromium >/dev/null; then touch $@; fi
+
 run: $(VENV)/.base
 	$(BIN)/quorumlog dev
 
 # The simulations are pure CPU and independent: they run on both cores; the rest (real
 # processes, Spark) one test at a time.
-test: $(VENV)/.full
+test: $(VENV)/.full $(VENV)/.chromium
 	$(BIN)/python -m pytest -q -n 2 tests/sim
 	$(BIN)/python -m pytest -q --ignore=tests/sim
 

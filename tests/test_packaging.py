@@ -38,6 +38,10 @@ def _product_files() -> list[Path]:
     return [p for folder in ["quorumlog", *DESIGN_FOLDERS] for p in (ROOT / folder).rglob("*.py")]
 
 
+# Served from the installed package by every node's console.
+STATIC_FILES = sorted((ROOT / "quorumlog" / "console" / "static").iterdir())
+
+
 def test_the_wheel_installs_one_quorumlog_package_holding_every_module(tmp_path):
     # Built from a copy: setuptools reuses a build/ folder it finds, which would hide a module
     # left out of the package list.
@@ -60,7 +64,7 @@ def test_the_wheel_installs_one_quorumlog_package_holding_every_module(tmp_path)
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"quorumlog"}
 
     expected = set()
-    for path in _product_files():
+    for path in [*_product_files(), *STATIC_FILES]:
         relative = path.relative_to(ROOT).as_posix()
         expected.add(relative if relative.startswith("quorumlog/") else f"quorumlog/{relative}")
     assert expected - set(names) == set()

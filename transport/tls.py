@@ -28,6 +28,17 @@ def server_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
     return context
 
 
+def http_context(cert: str, key: str) -> ssl.SSLContext:
+    """A node's HTTP listener (the console): its certificate, and no client certificate
+    asked of browsers (the cluster secret guards it instead)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsSetupError(f"cannot load TLS files ({cert}): {exc}") from None
+    return context
+
+
 def client_context(ca: str, cert: str | None = None, key: str | None = None) -> ssl.SSLContext:
     """Dialling a node (a client, or a node its peers): the CA to check it against, and the
     certificate to show it (a node's own; a client's, which nodes require)."""

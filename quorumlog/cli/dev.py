@@ -19,20 +19,25 @@ from quorumlog.client.errors import QuorumLogError
 REFRESH_S = 1.0
 
 
-def run_dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None:
+def run_dev(
+    nodes: int, data_dir: str, base_port: int, kafka_base_port: int, http_base_port: int
+) -> None:
     os.makedirs(data_dir, exist_ok=True)
     cluster = ProcessCluster(
         data_dir,
         size=nodes,
         ports=[base_port + i for i in range(nodes)],
         kafka_ports=[kafka_base_port + i for i in range(nodes)],
+        http_ports=[http_base_port + i for i in range(nodes)],
         auto_create_topics=True,  # as a Kafka broker's default: trying things out
+        http_allow_writes=True,  # the console's produce form: trying things out
     )
     console = Console()
     cluster.start_all()
     console.print(
         f"[bold]quorumlog dev[/]: {nodes} nodes, data and logs in {os.path.abspath(data_dir)}\n"
         f"brokers: {cluster.brokers}\n"
+        f"web console: http://127.0.0.1:{http_base_port}/ (node N at port {http_base_port} + N - 1)\n"
         f"Kafka clients: bootstrap.servers={cluster.kafka_bootstrap} "
         "(topics they name are created)\n"
         f"try:  seq 10 | quorumlog produce -b {cluster.brokers}\n"

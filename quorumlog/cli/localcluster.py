@@ -65,6 +65,8 @@ class ProcessCluster:
     env: dict[str, str] = field(default_factory=dict)  # extra environment of every node
     kafka_ports: list[int] = field(default_factory=list)  # each node's Kafka listener, if any
     auto_create_topics: bool = False  # Kafka clients create the topics they name (`dev`)
+    http_ports: list[int] = field(default_factory=list)  # each node's console, if any
+    http_allow_writes: bool = False  # the console's produce form (`dev`)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,6 +116,10 @@ class ProcessCluster:
             args += ["--kafka-listen", f"127.0.0.1:{self.kafka_ports[node_id - 1]}"]
         if self.auto_create_topics:
             args.append("--auto-create-topics")
+        if self.http_ports:
+            args += ["--http-listen", f"127.0.0.1:{self.http_ports[node_id - 1]}"]
+        if self.http_allow_writes:
+            args.append("--http-allow-writes")
         log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
         env = {**os.environ, **self.env} if self.env else None
         proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log, env=env)
@@ -134,14 +140,20 @@ class ProcessCluster:
         at once when no broker listens, and a loaded machine starts Python slowly."""
         for i in self.ids:
             self.start(i)
-        deadline = time.monotonic() + listening_within_s
-        for i in self.ids:
-            while self.procs[i].poll() is None and time.monotonic() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", self.listen_ports[i - 1]), 1).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
+        self.wait_listening(listening_within_s)
+
+    def wait_listening(self, within_s: float = 60.0) -> None:
+        """Until every started node listens (or has exited)."""
+        deadline = time.monotonic() + within_s
+        for i in self.procs:
+            ports = [self.listen_ports[i - 1], *self.http_ports[i - 1 : i]]
+            for port in ports:  # the console listens once the node runs
+                while self.procs[i].poll() is None and time.monotonic() < deadline:
+                    try:
+                        socket.create_connection(("127.0.0.1", port), 1).close()
+                        break
+                    except OSError:
+                        time.sleep(0.05)
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.pop(node_id)

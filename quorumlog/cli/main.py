@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 import sys
@@ -119,10 +120,29 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     help="File holding the cluster secret.",
 )
 @click.option(
+    "--http-listen",
+    envvar="QUORUMLOG_HTTP_LISTEN",
+    default=None,
+    help="HOST:PORT to serve the web console (/), its JSON (/api/) and Prometheus "
+    "metrics (/metrics) on.",
+)
+@click.option(
     "--metrics",
     envvar="QUORUMLOG_METRICS",
     default=None,
-    help="HOST:PORT to serve Prometheus metrics on.",
+    help="The same as --http-listen (its older name).",
+)
+@click.option(
+    "--http-allow-writes",
+    is_flag=True,
+    envvar="QUORUMLOG_HTTP_ALLOW_WRITES",
+    help="Let the console produce records (a form on each topic's page).",
+)
+@click.option(
+    "--http-auth-metrics",
+    is_flag=True,
+    envvar="QUORUMLOG_HTTP_AUTH_METRICS",
+    help="Ask scrapers of /metrics for the cluster secret too (the console always does).",
 )
 @click.option(
     "--kafka-listen",
@@ -184,7 +204,10 @@ def serve(
     peers,
     join,
     secret_file,
+    http_listen,
     metrics,
+    http_allow_writes,
+    http_auth_metrics,
     kafka_listen,
     auto_create_topics,
     auto_create_partitions,
@@ -209,6 +232,9 @@ def serve(
     tls_files = (tls_cert, tls_key, tls_ca)
     if any(tls_files) and not all(tls_files):
         raise click.UsageError("--tls-cert, --tls-key and --tls-ca go together: give all three")
+    if http_listen and metrics and http_listen != metrics:
+        raise click.UsageError("--metrics is another name for --http-listen: give one address")
+    http_listen = http_listen or metrics
     try:
         options = server.ServeOptions(
             node_id=node_id,
@@ -219,7 +245,9 @@ def serve(
             settings=config.raft,
             log_config=config.log,
             repair=repair,
-            metrics=metrics,
+            http=server.HttpOptions(http_listen, http_allow_writes, http_auth_metrics)
+            if http_listen
+            else None,
             join=join,
             kafka_listen=kafka_listen,
             auto_create=(auto_create_partitions, auto_create_replicas)
@@ -250,23 +278,39 @@ def serve(
     show_default=True,
     help="Node N serves Kafka clients on this port + N - 1.",
 )
-def dev(nodes: int, data_dir: str, base_port: int, kafka_base_port: int) -> None:
+@click.option(
+    "--http-base-port",
+    type=click.IntRange(1, 65535 - 7),
+    default=8081,
+    show_default=True,
+    help="Node N serves its web console (and /metrics) on this port + N - 1.",
+)
+def dev(
+    nodes: int, data_dir: str, base_port: int, kafka_base_port: int, http_base_port: int
+) -> None:
     """Run a local cluster in the foreground with a live status table.
 
     \b
     Example:
       quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001 --kafka-base-port 9092
-    A second run on the same --data restarts the same cluster.
+    A second run on the same --data restarts the same cluster. The web console of node 1
+    is at http://127.0.0.1:8081/ (--http-base-port).
     """
     from quorumlog.cli.dev import run_dev
 
-    if abs(base_port - kafka_base_port) < nodes:
-        raise click.BadParameter(
-            f"the Kafka ports {kafka_base_port}..{kafka_base_port + nodes - 1} overlap the "
-            f"nodes' ports {base_port}..{base_port + nodes - 1}",
-            param_hint="'--kafka-base-port'",
-        )
-    run_dev(nodes, data_dir, base_port, kafka_base_port)
+    bases = {
+        "--base-port": base_port,
+        "--kafka-base-port": kafka_base_port,
+        "--http-base-port": http_base_port,
+    }
+    for (flag, first), (other, second) in itertools.combinations(bases.items(), 2):
+        if abs(first - second) < nodes:
+            raise click.BadParameter(
+                f"its ports {second}..{second + nodes - 1} overlap those of {flag} "
+                f"({first}..{first + nodes - 1})",
+                param_hint=f"'{other}'",
+            )
+    run_dev(nodes, data_dir, base_port, kafka_base_port, http_base_port)
 
 
 @main.command()

@@ -1,22 +1,17 @@
-"""`serve --metrics HOST:PORT`: Prometheus metrics of one node.
-
-A trio task copies the node's figures into a snapshot every second; the exporter's HTTP
-thread only reads the latest snapshot, so it never touches state the node is changing.
-"""
+"""Prometheus metrics of one node, served at `/metrics` of its HTTP listener
+(quorumlog/console/): read on the node's own trio loop at each scrape."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import trio
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from quorumlog.actors.node import Node
 from quorumlog.actors.stats import Histogram
-from quorumlog.transport.addresses import parse_address
 
-REFRESH_S = 1.0
 ROLES = ("leader", "follower", "candidate", "learner")
 
 
@@ -28,11 +23,18 @@ def _histogram(name: str, doc: str, label: str | None, series: dict[str, Histogr
 
 
 class NodeCollector:
-    def __init__(self) -> None:
-        self.snapshot: list = []
+    def __init__(self, node: Node) -> None:
+        self.node = node
 
     def collect(self) -> Iterator:
-        return iter(self.snapshot)
+        return iter(snapshot(self.node))
+
+
+def metrics_exporter(node: Node) -> Callable[[], bytes]:
+    """The node's metrics in Prometheus' text format, as of each call."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node))
+    return lambda: generate_latest(registry)
 
 
 def snapshot(node: Node) -> list:
@@ -135,15 +137,3 @@ def snapshot(node: Node) -> list:
         )
     )
     return out
-
-
-async def serve_metrics(node: Node, address: str) -> None:
-    """Export until cancelled (the HTTP thread is a daemon and ends with the process)."""
-    host, port = parse_address(address)
-    registry = CollectorRegistry(auto_describe=False)
-    collector = NodeCollector()
-    registry.register(collector)
-    start_http_server(port, addr=host, registry=registry)
-    while True:
-        collector.snapshot = snapshot(node)
-        await trio.sleep(REFRESH_S)

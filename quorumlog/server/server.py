@@ -26,6 +26,7 @@ from quorumlog.actors.node import Node
 from quorumlog.actors.shutdown import hand_over_leadership
 from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.worker import WorkerThread
+from quorumlog.console.options import HttpOptions
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
@@ -38,7 +39,6 @@ from quorumlog.membership.config import Configuration
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.server.allocator import keep_freed_memory
 from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
-from quorumlog.server.metrics import serve_metrics
 from quorumlog.transport.addresses import is_loopback, parse_address
 from quorumlog.transport.tcp import open_tcp_transport
 from quorumlog.transport.tls import TlsSetupError, client_context, server_context
@@ -67,7 +67,8 @@ class ServeOptions:
     settings: RaftSettings
     log_config: LogConfig
     repair: bool = False
-    metrics: str | None = None
+    # The console, /api/ and /metrics (quorumlog/console/); None: no HTTP listener.
+    http: HttpOptions | None = None
     join: bool = False
     kafka_listen: str | None = None
     # A Kafka client's Metadata for an unknown topic creates it with (partitions, replicas),
@@ -86,6 +87,9 @@ NODE_KEYS = {
     "peers": "peers",
     "secret_file": "secret_file",
     "metrics": "metrics",
+    "http_listen": "http_listen",
+    "http_allow_writes": "http_allow_writes",
+    "http_auth_metrics": "http_auth_metrics",
     "kafka_listen": "kafka_listen",
     "auto_create_topics": "auto_create_topics",
     "auto_create_partitions": "auto_create_partitions",
@@ -107,8 +111,9 @@ class ConfigFile:
 def settings_help() -> str:
     """Every setting of a --config file, with its default."""
     lines = [
-        "[node]  # id, data, listen, peers, secret_file, metrics, kafka_listen, log_format, "
-        "auto_create_topics, auto_create_partitions, auto_create_replicas, tls_*: as the flags"
+        "[node]  # id, data, listen, peers, secret_file, http_listen (metrics), "
+        "http_allow_writes, http_auth_metrics, kafka_listen, log_format, auto_create_topics, "
+        "auto_create_partitions, auto_create_replicas, tls_*: as the flags"
     ]
     for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
         lines.append(f"[{section}]")
@@ -182,6 +187,17 @@ def serve(options: ServeOptions) -> int:
             warning="anyone who can reach this address can read and write the log: "
             "set --secret-file",
         )
+    if (
+        options.http
+        and options.secret is None
+        and not is_loopback(parse_address(options.http.listen)[0])
+    ):
+        logger.warning(
+            "no_secret_on_open_console",
+            http_listen=options.http.listen,
+            warning="anyone who can reach this address can read the log in the console: "
+            "set --secret-file",
+        )
     if options.join and options.peers:
         raise UsageError("--join and --peers exclude each other: a joining node is added later")
     if options.kafka_listen is not None:
@@ -198,7 +214,7 @@ def serve(options: ServeOptions) -> int:
     for flag, address in (
         ("--listen", options.listen),
         ("--kafka-listen", options.kafka_listen),
-        ("--metrics", options.metrics),
+        ("--http-listen", options.http.listen if options.http else None),
     ):
         # Before anything is written: a node bootstrapped with an address it cannot serve
         # kept that address in its configuration when started again with a corrected one.
@@ -346,8 +362,13 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, open_transport)
-            if options.metrics:
-                nursery.start_soon(serve_metrics, node, options.metrics)
+            if options.http:
+                # Imported here, as the Kafka listener is: a node without one loads less.
+                from quorumlog.console.listener import serve_console
+
+                await nursery.start(
+                    serve_console, node, options.http, options.listen, options.secret, options.tls
+                )
             if options.kafka_listen:
                 # Imported here: Kafka's schemas cost a node without a listener 0.25 s to load.
                 from quorumlog.actors.kafka.listener import serve_kafka

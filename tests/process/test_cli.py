@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -117,9 +119,10 @@ def test_demo_passes():
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
-    base, kafka_base = free_ports(2)
-    while abs(base - kafka_base) < 3:  # dev refuses ranges that overlap
-        base, kafka_base = free_ports(2)
+    bases = free_ports(3)
+    while any(abs(a - b) < 3 for a, b in itertools.combinations(bases, 2)):
+        bases = free_ports(3)  # dev refuses ranges that overlap
+    base, kafka_base, http_base = bases
     proc = subprocess.Popen(
         [
             *QUORUMLOG,
@@ -130,6 +133,8 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
             str(base),
             "--kafka-base-port",
             str(kafka_base),
+            "--http-base-port",
+            str(http_base),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -152,9 +157,13 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
 
         while kafka_addresses() != wanted:
             assert time.monotonic() < deadline + 30, kafka_addresses()
+        for node in range(3):  # each node's console, which writes (trying things out)
+            page = urllib.request.urlopen(f"http://127.0.0.1:{http_base + node}/topics/default")
+            assert b"Produce a record" in page.read()
     finally:
         proc.send_signal(stop)
         assert proc.wait(timeout=30) == 0
+    assert f"http://127.0.0.1:{http_base}/".encode() in proc.stdout.read()
     assert not serve_pids(str(tmp_path)), "dev left nodes running"
     assert sorted(p.name for p in tmp_path.glob("node*.log")) == [
         "node1.log",
@@ -282,6 +291,7 @@ def test_bad_usage_is_one_line_naming_the_flag_and_exits_2():
         (("produce", "-b", "127.0.0.1:1", "--acks", "most"), "--acks"),
         (("consume", "--bogus"), "--bogus"),
         (("dev", "--base-port", "7001", "--kafka-base-port", "7002"), "--kafka-base-port"),
+        (("dev", "--kafka-base-port", "9092", "--http-base-port", "9090"), "--http-base-port"),
     ]:
         out = ql(*args)
         lines = out.stderr.decode().strip().splitlines()

@@ -4,15 +4,20 @@ and the nodes serve everyone else."""
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import trio
 
 from quorumlog import AsyncClient, Client
-from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
 from tests.process.test_membership import ql
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
@@ -67,11 +72,24 @@ def test_a_cluster_over_mutual_tls_refuses_clients_the_ca_did_not_sign(tmp_path)
     (tmp_path / "cluster").mkdir()
     cluster = ProcessCluster(str(tmp_path / "cluster"), size=3)
     node_flags = ["--tls-cert", str(node_cert), "--tls-key", str(node_key), "--tls-ca", str(ca[0])]
+    [http_port] = free_ports(1)
     for node_id in cluster.ids:
-        cluster.start(node_id, extra=node_flags)
+        console = ["--http-listen", f"127.0.0.1:{http_port}"] if node_id == 1 else []
+        cluster.start(node_id, extra=node_flags + console)
+    cluster.wait_listening()
     try:
         with Client(cluster.brokers, timeout=30, **tls) as c:
             first = c.append([b"over tls"])  # the peers elected a leader over TLS too
+        # The HTTP listener speaks HTTPS with the node's certificate, asking the browser
+        # for none. Without a cluster secret its console stays shut: it reads the cluster
+        # with the node's certificate, and would open it to anyone. Metrics are served.
+        https = ssl.create_default_context(cafile=str(ca[0]))
+        metrics = f"https://127.0.0.1:{http_port}/metrics"
+        with urllib.request.urlopen(metrics, context=https, timeout=20) as answer:
+            assert b"quorumlog_role" in answer.read()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"https://127.0.0.1:{http_port}/", context=https, timeout=20)
+        assert refused.value.code == 403 and b"secret" in refused.value.read()
         out = subprocess.run(
             [*QUORUMLOG, "produce", "-b", cluster.brokers, *flags],
             input=b"from the command line\n",
@@ -118,3 +136,25 @@ def test_serve_refuses_tls_files_it_cannot_use_in_one_line(tmp_path):
         out = ql(*base, *flags)
         lines = out.stderr.decode().strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and says in lines[0], lines
+
+
+def test_the_console_over_https_reads_the_cluster_with_the_nodes_certificate(tmp_path):
+    ca = make_ca(tmp_path, "ca")
+    node_cert, node_key = make_leaf(tmp_path, "node", ca)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret")
+    (tmp_path / "cluster").mkdir()
+    cluster = ProcessCluster(str(tmp_path / "cluster"), size=1, http_ports=free_ports(1))
+    cluster.env = {"QUORUMLOG_SECRET_FILE": str(secret)}
+    flags = ["--tls-cert", str(node_cert), "--tls-key", str(node_key), "--tls-ca", str(ca[0])]
+    cluster.start(1, extra=flags)
+    cluster.wait_listening()
+    try:
+        request = urllib.request.Request(f"https://127.0.0.1:{cluster.http_ports[0]}/api/cluster")
+        request.add_header("Authorization", "Basic " + base64.b64encode(b"ops:s3cret").decode())
+        https = ssl.create_default_context(cafile=str(ca[0]))
+        with urllib.request.urlopen(request, context=https, timeout=20) as answer:
+            members = json.loads(answer.read())["members"]
+        assert [(m["node_id"], "error" in m) for m in members] == [(1, False)]
+    finally:
+        cluster.stop_all()
