@@ -142,7 +142,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     "--http-auth-metrics",
     is_flag=True,
     envvar="QUORUMLOG_HTTP_AUTH_METRICS",
-    help="Ask scrapers of /metrics for the cluster secret too (the console always does).",
+    help="Ask scrapers of /metrics for the cluster secret too (as the console does).",
 )
 @click.option(
     "--kafka-listen",
