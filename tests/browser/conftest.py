@@ -25,7 +25,9 @@ def chromium_path() -> str | None:
     return os.environ.get("QUORUMLOG_CHROMIUM") or shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an asyncio loop running in the
+# main thread while it is open, and tests after these use asyncio.run (aiokafka, say).
+@pytest.fixture(scope="module")
 def browser():
     path = chromium_path()
     if path is None:
