@@ -28,6 +28,7 @@ SCENARIOS = {
     "witness": "quorumlog.bench.witness",
     "groups-log": "quorumlog.bench.groups_log",
     "rebalance": "quorumlog.bench.rebalance",
+    "console": "quorumlog.bench.console",
 }
 
 

@@ -133,8 +133,10 @@ def running_cluster(
     log: dict | None = None,
     kafka: bool = False,
     env: dict[str, str] | None = None,
+    http: bool = False,
 ) -> Iterator[ProcessCluster]:
-    """A started cluster in a fresh temporary folder (with Kafka listeners if `kafka`);
+    """A started cluster in a fresh temporary folder (with Kafka listeners if `kafka`, web
+    consoles if `http`);
     everything stopped and removed after, on error too."""
     root = tempfile.mkdtemp(prefix=f"quorumlog-bench-{name}-")
     try:
@@ -144,7 +146,12 @@ def running_cluster(
             write_config(config, raft, log)
         kafka_ports = free_ports(size) if kafka else []
         cluster = ProcessCluster(
-            root, size=size, config_file=config, kafka_ports=kafka_ports, env=env or {}
+            root,
+            size=size,
+            config_file=config,
+            kafka_ports=kafka_ports,
+            env=env or {},
+            http_ports=free_ports(size) if http else [],
         )
         try:
             cluster.start_all()

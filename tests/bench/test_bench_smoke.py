@@ -125,6 +125,15 @@ def test_moves_smallest(tmp_path):
     _positive(row, "s", "mb_s", "append_p99_ms_before", "append_p99_ms_during")
 
 
+def test_console_smallest(tmp_path):
+    from quorumlog.bench import console
+
+    rows = _by_figure(_written(tmp_path, "console", console.run(tiny=True)))
+    assert set(rows) == {f"GET {page}" for page in console.PAGES}
+    for row in rows.values():
+        _positive(row, "median_ms", "p90_ms", "kb")
+
+
 def test_elections_smallest(tmp_path):
     from quorumlog.bench import elections
 
