@@ -471,21 +471,6 @@ class RaftCore(
         dirty[self.id] = self.log.dirty_offset
         return committed_offset(self.config, flushed), committed_offset(self.config, dirty)
 
-    def under_replicated(self, now: float) -> bool:
-        """Leading with a voter that is down, being recovered, or short of the commit
-        offset without progress for an election timeout (Kafka's in-sync rule, on Raft's
-        clock): one more failure from losing writes or availability."""
-        if self.role is not Role.LEADER or self.config is None:
-            return False
-        window = self.settings.election_timeout_max_s
-        return any(
-            not self.peer_alive(p.node_id)
-            or p.recovering
-            or (p.match_offset < self.commit_offset and now - p.advanced_s > window)
-            for p in self.progress.values()
-            if self.config.is_voter(p.node_id)
-        )
-
     def status(self) -> dict:
         log = self.log
         out = {

@@ -32,6 +32,21 @@ class ReplicationRules:
 
     # ----------------------------------------------------------------------- leader
 
+    def under_replicated(self, now: float) -> bool:
+        """Leading with a voter that is down, being recovered, or short of the commit
+        offset without progress for an election timeout (Kafka's in-sync rule, on Raft's
+        clock): one more failure from losing writes or availability."""
+        if self.role is not Role.LEADER or self.config is None:
+            return False
+        window = self.settings.election_timeout_max_s
+        return any(
+            not self.peer_alive(p.node_id)
+            or p.recovering
+            or (p.match_offset < self.commit_offset and now - p.advanced_s > window)
+            for p in self.progress.values()
+            if self.config.is_voter(p.node_id)
+        )
+
     def _broadcast_heartbeat(self, now: float) -> None:
         # Seeded jitter: equal deadlines would be ordered by object identity (not replayable).
         interval = self.settings.heartbeat_interval_s

@@ -974,3 +974,27 @@ def test_a_member_need_not_hold_what_a_trim_put_before_the_log_start():
     assert core.holds_the_log(joined)
     core.log_floor = 9  # past the commit offset: only what is committed can be trimmed
     assert not core.holds_the_log(Progress(2, 3, log_start=4))
+
+
+def test_a_leader_is_under_replicated_while_a_voter_is_down_or_stays_behind():
+    core = make_core()
+    elect(core)  # with no peer alive, so that it campaigns at once
+    alive = {2: True, 3: True}
+    core.peer_alive = lambda n: alive[n]
+    _, first = propose(core, batch_of(b"x"), 10.0, True)
+    for peer in (2, 3):
+        core.step(peer, append_reply(peer, core.term, first, first), 10.0)
+    persist(core, 10.0)
+    assert not core.under_replicated(10.0)
+    alive[3] = False
+    assert core.under_replicated(10.0), "a voter's node is down"
+    alive[3] = True
+    _, second = propose(core, batch_of(b"y"), 10.0, True)
+    core.step(2, append_reply(2, core.term, second, second), 10.0)
+    persist(core, 10.0)
+    assert core.commit_offset == second  # 3's match last grew at 10.0
+    window = SETTINGS.election_timeout_max_s
+    assert not core.under_replicated(10.0 + window / 2), "behind, but only just"
+    assert core.under_replicated(10.0 + window * 2), "behind for an election timeout"
+    core.step(3, append_reply(3, core.term, second, second), 10.0 + window * 2)
+    assert not core.under_replicated(10.0 + window * 2)

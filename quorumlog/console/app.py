@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from quorumlog.client.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
 from quorumlog.console import pages
 from quorumlog.console.data import BadQuery, ConsoleData, NotFound
-from quorumlog.console.http import Request, Response
+from quorumlog.console.http import Request, Response, plain_response
 from quorumlog.transport.addresses import is_loopback
 
 JSON = "application/json"
@@ -101,7 +101,9 @@ class Console:
         refused = self._refuse_console(request)
         if refused is not None:
             return (
-                _json(403, {"error": refused}) if path.startswith("/api/") else _plain(403, refused)
+                _json(403, {"error": refused})
+                if path.startswith("/api/")
+                else plain_response(403, refused)
             )
         if path.startswith("/static/") and method == "GET":
             return self._static(path.removeprefix("/static/"))
@@ -247,7 +249,7 @@ class Console:
     def _static(self, name: str) -> Response:
         body = self.static.get(name)
         if body is None:
-            return _plain(404, "not found")
+            return plain_response(404, "not found")
         return Response(200, body, STATIC[name], [("cache-control", "max-age=300")])
 
 
@@ -256,10 +258,6 @@ def _host_name(request: Request) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")]
     return host.rpartition(":")[0] if ":" in host else host
-
-
-def _plain(status: int, text: str) -> Response:
-    return Response(status, (text + "\n").encode(), "text/plain; charset=utf-8")
 
 
 def _path(pattern: str) -> re.Pattern:

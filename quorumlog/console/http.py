@@ -104,7 +104,7 @@ async def _serve_requests(handler: Handler, stream: trio.abc.Stream) -> None:
                 with trio.fail_after(REQUEST_S):
                     request = await _read_request(conn, stream, first)
             except BadRequest as exc:
-                await _send(conn, stream, _plain(exc.status, str(exc)), close=True)
+                await _send(conn, stream, plain_response(exc.status, str(exc)), close=True)
                 return
             response = await _answer(handler, request)
             await _send(conn, stream, response, head=request.method == "HEAD")
@@ -115,7 +115,7 @@ async def _serve_requests(handler: Handler, stream: trio.abc.Stream) -> None:
         if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
             status = exc.error_status_hint
             reason = "request headers too large" if status == 431 else f"bad request: {exc}"
-            await _send(conn, stream, _plain(status, reason), close=True)
+            await _send(conn, stream, plain_response(status, reason), close=True)
 
 
 async def _answer(handler: Handler, request: Request) -> Response:
@@ -123,7 +123,7 @@ async def _answer(handler: Handler, request: Request) -> Response:
         return await handler(request)
     except Exception:
         logger.exception("console_request_failed", method=request.method, path=request.path)
-        return _plain(500, "internal error: see the node's log")
+        return plain_response(500, "internal error: see the node's log")
 
 
 async def _next_event(conn: h11.Connection, stream: trio.abc.Stream):
@@ -191,5 +191,6 @@ async def _send(
     await stream.send_all(out)
 
 
-def _plain(status: int, text: str) -> Response:
+def plain_response(status: int, text: str) -> Response:
+    """A one-line text answer (errors, refusals)."""
     return Response(status, (text + "\n").encode(), "text/plain; charset=utf-8")

@@ -106,5 +106,9 @@ def test_the_cluster_page_marks_a_killed_member_down_without_a_reload(cluster, p
     down = page.locator('tr[data-node="3"]')
     expect(down).to_have_attribute("data-state", "down", timeout=10_000)
     expect(page.locator('tr[data-state="up"]')).to_have_count(2)
+    # Every partition had a replica on node 3: all of them are short of one now.
+    partitions = page.locator('[data-card="Partitions"] .value').inner_text()
+    under = page.locator('[data-card="Under-replicated"] .value')
+    expect(under).to_have_text(partitions, timeout=10_000)
     assert page.evaluate("window.notReloaded") is True
     screenshot(page, "console-cluster")
