@@ -188,20 +188,20 @@ class Nemesis(NemesisCluster):
         """Every running replica's log of each partition whose replicas converged, where
         the controller last placed them: a node that joined may still be getting replicas
         moved onto it (the rebalancer) while the others converge, so the placement is read
-        again after each wait until it stays the same."""
+        again after each convergence until it stays the same."""
         unsettled: dict = {}
-        previous: dict | None = None
         for _ in range(PLACEMENT_READS_MAX):
+            unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
+            converged_on = dict(self.topic_replicas)
+            if unsettled:
+                break
             try:
                 await self.read_placement()
             except QuorumLogError as exc:
                 self.history.violations.append(f"I7: the topics could not be described: {exc}")
-            if self.topic_replicas == previous:
-                break  # the same across a whole convergence: where the replicas stay
-            previous = dict(self.topic_replicas)
-            unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
-            if unsettled:
                 break
+            if self.topic_replicas == converged_on:
+                break  # no move since they converged: where the replicas stay
         for part, views in unsettled.items():
             self.history.violations.append(
                 f"I7 {part}: the replicas did not converge within {RECOVERY_TIMEOUT_S} s: "
