@@ -65,10 +65,12 @@ def replace_departed(
     brokers (removed or replaced members). Each departed replica is replaced in its place
     (a preferred leader by a preferred leader) by the live broker with the fewest replicas
     that the set does not hold yet; where no live broker is left to take it, the set loses
-    it. A set with no replica left on a broker (a move onto nodes that then left, cut short
-    before they held anything: simulation seed 30325) starts again from the partition's
-    leader as last known, which still holds the data, when it is a live broker; with none,
-    it keeps its old set: nothing is left to copy from.
+    it. A set with no replica left on a broker (a replication factor of 1, or a move onto
+    nodes that then left, cut short before they held anything: simulation seed 30325)
+    starts again from the partition's leader as last known when it is a live broker, which
+    holds the data; it waits while that leader is a broker that is down; otherwise every
+    replica is replaced, and the new ones copy from whichever node still leads the group (a
+    removed node serves its groups until they move: seed 10032 kept `[4]` for good).
     Only the sets that change are returned, each from the same inputs on every node."""
     nodes = set(brokers)
     candidates = sorted(nodes & set(live))
@@ -81,10 +83,11 @@ def replace_departed(
             continue
         if not any(n in nodes for n in replica_set):
             leader = (leaders or {}).get(key)
-            if leader not in candidates:
-                continue
-            replica_set = (leader, *(n for n in replica_set if n != leader))[: len(replica_set)]
-            load[leader] += 1
+            if leader in nodes and leader not in candidates:
+                continue  # the holder of the data is only down: start from it once back
+            if leader in candidates:
+                replica_set = (leader, *(n for n in replica_set if n != leader))[: len(replica_set)]
+                load[leader] += 1
         new_set: list[int] = []
         for n in replica_set:
             if n in nodes:
@@ -95,7 +98,8 @@ def replace_departed(
                 taker = min(free, key=lambda c: (load[c], c))
                 load[taker] += 1
                 new_set.append(taker)
-        moved[key] = tuple(new_set)
+        if new_set:  # no live broker at all: nothing to move to
+            moved[key] = tuple(new_set)
     return moved
 
 

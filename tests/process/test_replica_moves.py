@@ -132,6 +132,37 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
         check_no_loss(c, producer.acked)
 
 
+def test_a_removed_nodes_only_replicas_move_before_it_goes(cluster):
+    """Replication factor 1: a removed node's partitions have no other copy. Its groups
+    serve on until a live node has copied them, and their records survive the node."""
+    cluster.wait_for_leader()
+    with Client(cluster.brokers, timeout=30) as c:
+        c.create_topic("single", partitions=3, replicas=1)
+        before = {r["partition"]: r["replicas"] for r in c.describe_topic("single")}
+        acked = {}
+        for p in range(3):
+            for i in range(20):
+                value = b"p%d-%d" % (p, i)
+                acked[(p, c.append([value], topic="single", partition=p))] = value
+    (leaving,) = before[0]
+    out = ql("members", "-b", cluster.brokers, "remove", str(leaving), "--timeout", "60")
+    assert out.returncode == 0, out.stderr
+    brokers = ",".join(cluster.address(n) for n in cluster.procs if n != leaving)
+    with Client(brokers, timeout=30) as c:
+
+        def moved() -> dict[int, list[int]] | None:
+            after = {r["partition"]: r["replicas"] for r in c.describe_topic("single")}
+            return after if all(leaving not in r for r in after.values()) else None
+
+        after = wait_until(moved, 60, "the partitions on the removed node move")
+    assert all(after[p] == before[p] for p in after if leaving not in before[p]), "others stay"
+    wait_until(lambda: groups_settled(cluster, "single", after), 60, "each group on its node")
+    cluster.kill(leaving)
+    with Client(brokers, timeout=30) as c:
+        check_no_loss(c, acked, topic="single", partitions=3)
+        c.append([b"after"], topic="single", partition=0)
+
+
 def test_a_demoted_nodes_moved_replicas_are_tombstoned_once_their_groups_leave_it(cluster):
     """A demoted (log-only) node still applies the controller's log, so it learns where its
     replicas went: each is deleted, its term and vote kept, once its group no longer
