@@ -65,8 +65,15 @@ class ReplicationRules:
                 continue
             if p.inflight:
                 sent = p.inflight[-1][0]
-                if p.dirty_offset >= sent > p.flushed_offset:
-                    continue  # it holds what we sent (heartbeats say): its reply waits on fsync
+                if (
+                    p.dirty_offset >= sent > p.flushed_offset
+                    and now - p.last_reply_s < self.settings.election_timeout_max_s
+                ):
+                    # It holds what we sent (heartbeats say): its reply waits on fsync. Not
+                    # for longer than an election timeout: the reply may have been lost
+                    # after the fsync, and a follower with nothing left to say goes quiet
+                    # and sends no more heartbeat replies (seed 7002: a move waited for good).
+                    continue
                 # Requests or replies were lost: probe again; the reply's hint repositions us.
                 p.probe()
                 p.last_reply_s = now

@@ -301,16 +301,34 @@ def test_a_reply_that_waits_for_a_slow_fsync_is_not_taken_for_a_lost_message():
     # Heartbeats show it holds offset 1, not flushed yet; its reply waits for that.
     holds = append_reply(2, core.term, 0, 1, heartbeat=True)
     core.step(2, holds, 10.1)
-    core.tick(10.0 + 3 * SETTINGS.retransmit_timeout_s)
+    core.tick(10.0 + 2 * SETTINGS.retransmit_timeout_s)
     assert sent_to_2(core) == [], "no resend, no probe"
     # Once flushed, a reply that still has not come was lost: probe again.
     core.step(
         2,
         append_reply(2, core.term, 1, 1, heartbeat=True),
-        10.7,
+        10.45,
     )
-    core.tick(10.8)
+    core.tick(10.5)
     assert len(sent_to_2(core)) == 1
+
+
+def test_a_reply_lost_after_the_fsync_is_asked_for_once_an_election_timeout_passed():
+    """Seed 7002: a learner flushed what was in flight, its reply was lost, and it went
+    quiet, so no heartbeat reply ever said it had flushed; a move waited on it for good."""
+    core = caught_up_leader()
+    propose(core, batch_of(b"x"), 10.0, True)
+    sent_to_2(core)
+    holds = append_reply(2, core.term, 0, 1, heartbeat=True)  # holds offset 1, unflushed
+    core.step(2, holds, 10.1)
+    core.tick(10.0 + SETTINGS.election_timeout_max_s / 2)
+    assert sent_to_2(core) == [], "a slow fsync: its reply may still come"
+    core.step(2, holds, 10.8)  # the last heartbeat reply before it went quiet
+    core.tick(10.0 + 1.5 * SETTINGS.election_timeout_max_s)
+    (ask,) = sent_to_2(core)
+    assert ask.batches == b"", "an empty AppendEntries, whose answer says what it flushed"
+    core.step(2, append_reply(2, core.term, 1, 1), 11.0)
+    assert core.progress[2].flushed_offset == 1
 
 
 def test_a_follower_whose_flush_report_was_lost_is_asked_again():
