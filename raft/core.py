@@ -304,6 +304,7 @@ class RaftCore(
                 self._retransmit_stalled(now)
                 self._retransmit_backfill(now)
                 self._hand_over_as_witness()
+                self._maybe_leave_joint()
                 self._maybe_promote()
                 self._abandon_stalled_learners()
                 self.pump()

@@ -122,17 +122,31 @@ class ReconfigurationRules:
             logger.info("leaving_as_leader", node_id=self.id, group=self.group_id, term=self.term)
             self.become_follower(self.term, None, self.now)
             return
-        if committed.is_joint and not self.configs.change_in_flight:
-            # Never stay in C(old,new): once it commits, move on to C(new) (seed 001).
-            self.propose_config(leave_joint(committed))
+        self._maybe_leave_joint()
         self._sync_progress()
         self._maybe_promote()
+
+    def _maybe_leave_joint(self) -> None:
+        """Never stay in C(old,new): once it commits, move on to C(new) (seed 001). Not
+        while leadership is being handed over (it is asked again at each tick): an entry
+        appended then leaves the target's log behind this leader's, and this leader, once
+        outside C(new), never campaigns yet refuses the others its vote, which C(old)
+        needs (seed 10043: a slow disk handed over a group in C(old,new); no one could
+        lead it again). The target moves on to C(new) once it leads."""
+        committed = self.configs.committed
+        if (
+            self.role is Role.LEADER
+            and committed.is_joint
+            and not self.configs.change_in_flight
+            and self.transfer is None
+        ):
+            self.propose_config(leave_joint(committed))
 
     def _maybe_promote(self) -> None:
         """Promote a learner marked for it once its lag could be replicated within one
         election timeout (Ongaro 4.2.1; Kudu's PRE_FOLLOWER); one change at a time."""
-        if self.role is not Role.LEADER or self.configs.change_in_flight:
-            return
+        if self.role is not Role.LEADER or self.configs.change_in_flight or self.transfer:
+            return  # a transfer: appends wait for it (`_maybe_leave_joint`)
         config = self.config
         for learner in sorted(config.learners_to_promote):
             p = self.progress.get(learner)

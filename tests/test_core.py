@@ -619,6 +619,31 @@ def test_a_new_leader_leaves_a_joint_configuration_that_committed_under_the_last
     assert not core.config.is_joint and core.config.voters == {1, 2}
 
 
+def test_a_leader_handing_over_leaves_c_old_new_to_the_target():
+    """Seed 10043: a slow disk made a leader of C(old,new) hand the group over; C(old,new)
+    committed and the leader appended C(new), which left the target's log behind its own.
+    Outside C(new), it never campaigned and refused the target its vote, which C(old)
+    needed: no one could lead. A leader handing over appends nothing; if the transfer is
+    given up, it moves on to C(new) itself."""
+    core = caught_up_leader()
+    persist(core, 10.0)
+    joint_offset = core.propose_config(enter_joint(core.config, {1: PEERS[1], 2: PEERS[2]}))
+    core.transfer_leadership(2)
+    persist(core, 10.05)
+    for peer in (2, 3):
+        core.step(peer, append_reply(peer, core.term, joint_offset, joint_offset), 10.1)
+    assert core.configs.committed.is_joint and core.commit_offset == joint_offset
+    assert core.log.dirty_offset == joint_offset, "no C(new) while handing over"
+    assert any(isinstance(m, TimeoutNow) for _, m in core.take_outbox())
+    for peer in (2, 3):  # the target's campaign failed: the transfer is given up
+        core.step(
+            peer, append_reply(peer, core.term, joint_offset, joint_offset, heartbeat=True), 10.6
+        )
+    core.tick(10.05 + SETTINGS.election_timeout_max_s + 0.01)
+    assert core.is_leader and core.transfer is None
+    assert core.log.dirty_offset == joint_offset + 1 and core.config.voters == {1, 2}
+
+
 def test_a_leader_cut_off_from_the_majority_steps_down():
     core = make_core()
     elect(core, now=10.0)
