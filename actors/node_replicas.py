@@ -70,7 +70,14 @@ class NodeReplicas:
     ) -> None:
         """Give a replica its topic's settings and its partition's log start, where they
         changed (through the controller's log). Settings are recorded with the replica
-        first, so a restart opens it with them."""
+        first, so a restart opens it with them. Called for every replica at every
+        controller change: what has not changed costs no lock and no scheduler pass."""
+        group = self.partitions.get(key)
+        if group is None or (
+            group.log.config == self.storage.log_config_of(key[0], settings)
+            and log_start <= group.storage.log_floor
+        ):
+            return
         async with self._replicas_changing:
             if key in self.partitions:
                 await self._configure_partition(key, settings, log_start)
