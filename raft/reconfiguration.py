@@ -33,13 +33,36 @@ class ReconfigurationRules:
         if self.role is Role.LEADER:
             self._sync_progress()
             return
-        voter = self._is_voter()
+        voter = self._takes_part()
         if self.role is Role.LEARNER and voter:
             self.role = Role.FOLLOWER
             self._reset_election_deadline(self.now)
         elif not voter and self.role is not Role.LEARNER:
             self.role = Role.LEARNER  # removed or demoted: never campaigns again
             self.votes.clear()
+
+    def _needed_until_committed(self) -> bool:
+        """Left out of its latest configuration, not committed yet, while it may lead in
+        the committed one: until that change commits, this node may be needed to lead (a
+        leader outside C(new) runs the group until C(new) commits; Raft dissertation
+        4.2.2), so it still campaigns. Seed 10089: C(new) reached only the nodes it left
+        out; they refused the one node in it their votes, its log being shorter, and as
+        learners never campaigned themselves: no one could lead again."""
+        committed = self.configs.committed
+        return (
+            self.configs.change_in_flight
+            and committed is not None
+            and committed.can_lead(self.id)
+            and not self._is_voter()
+        )
+
+    def _takes_part(self) -> bool:
+        """Whether this node follows (and may campaign) rather than only learns."""
+        return self._is_voter() or self._needed_until_committed()
+
+    def _may_campaign(self) -> bool:
+        """A voter that may lead, or one needed until its latest configuration commits."""
+        return self._can_lead() or self._needed_until_committed()
 
     def _sync_progress(self) -> None:
         """Replicate to every member of the current and the last committed configuration
