@@ -279,9 +279,14 @@ class ReplicaMover:
         self, topic: str, partition: int, replicas: Sequence[int], request: AdminRequest
     ) -> Message | None:
         """`request` answered by the partition's leader, found from the leader table and
-        the replicas' hints; None if none of them would take it now."""
+        the replicas' hints, and last from the nodes that left: a removed node leads its
+        groups until they move, and where none of the new replicas was a member (a
+        partition of one replica on it) no one else can name it (seed 10023); None if none
+        of them would take it now."""
         hint = self.controller.leader_hint(topic, partition)
-        queue = [n for n in (hint, *replicas) if n is not None]
+        state = self.controller.state
+        departed = sorted(n for n in state.addresses if n not in state.brokers)
+        queue = [n for n in (hint, *replicas, *departed) if n is not None]
         asked: set[int] = set()
         while queue:
             target = queue.pop(0)

@@ -190,8 +190,10 @@ def commits_checked(cluster: Cluster) -> Iterator[None]:
         # The configuration the commit was decided under: committing may put another one
         # in force (a learner promoted, say), which did not count for this commit.
         config = core.config
+        led = core.is_leader  # a leader outside C(new) steps down as C(new) commits
         original(core, offset)
-        if core.is_leader:
+        if led:
+            cluster.note_leader(core)
             check_commit_flushed(cluster, core, config)
 
     RaftCore._commit_to = commit_to

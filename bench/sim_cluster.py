@@ -192,6 +192,15 @@ class Cluster:
             self._check_active_configs()
             await trio.sleep(0.005)
 
+    def note_leader(self, core) -> None:
+        """A replica that leads, seen at a commit: a leader outside C(new) may win and step
+        down as C(new) commits, between two looks of `observe`."""
+        sim = self.nodes[core.id]
+        group = sim.node.groups.get(core.group_id) if sim.node is not None else None
+        if group is not None:
+            self.leaders.setdefault((core.group_id, core.term), set()).add(core.id)
+            sim.led.add((core.group_id, group.storage.meta.incarnation))
+
     def _check_witness_lead(self, node_id: int, gid: int, core) -> None:
         """A witness leads only to hand over: it serves no client, and a voter that can
         lead takes over soon (unless it needs records the witness does not hold)."""
