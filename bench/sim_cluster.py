@@ -193,8 +193,8 @@ class Cluster:
             await trio.sleep(0.005)
 
     def note_leader(self, core) -> None:
-        """A replica that leads, seen at a commit: a leader outside C(new) may win and step
-        down as C(new) commits, between two looks of `observe`."""
+        """A replica that leads, seen at a commit: a leader outside C(new) steps down as
+        C(new) commits, which may fall between two looks of `observe`."""
         sim = self.nodes[core.id]
         group = sim.node.groups.get(core.group_id) if sim.node is not None else None
         if group is not None:

@@ -186,7 +186,7 @@ class RaftCore(
         # Follower: a complete copy of older records to move in, (its end, the leader).
         self.backfill_moving: tuple[int, int] | None = None
         self._replay_tail()
-        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         # Outputs for the node actor.
         self.outbox: list[tuple[int, RaftMessage]] = []
         self.metadata_dirty = False
@@ -275,7 +275,7 @@ class RaftCore(
             self.verified_offset = -1
         if term > self.term:
             self._set_term(term, None)
-        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
+        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()

@@ -197,8 +197,6 @@ class FollowerRules:
             )
         if self.role is Role.LEADER and (changed or self._joint_left_behind()):
             self._leader_config_committed()
-        elif changed:
-            self._config_changed()  # left out of what committed: it only learns from now
 
     def _joint_left_behind(self) -> bool:
         """A joint configuration that committed under an earlier leader, not yet left: this

@@ -33,36 +33,13 @@ class ReconfigurationRules:
         if self.role is Role.LEADER:
             self._sync_progress()
             return
-        voter = self._takes_part()
+        voter = self._is_voter()
         if self.role is Role.LEARNER and voter:
             self.role = Role.FOLLOWER
             self._reset_election_deadline(self.now)
         elif not voter and self.role is not Role.LEARNER:
             self.role = Role.LEARNER  # removed or demoted: never campaigns again
             self.votes.clear()
-
-    def _needed_until_committed(self) -> bool:
-        """Left out of its latest configuration, not committed yet, while it may lead in
-        the committed one: until that change commits, this node may be needed to lead (a
-        leader outside C(new) runs the group until C(new) commits; Raft dissertation
-        4.2.2), so it still campaigns. Seed 10089: C(new) reached only the nodes it left
-        out; they refused the one node in it their votes, its log being shorter, and as
-        learners never campaigned themselves: no one could lead again."""
-        committed = self.configs.committed
-        return (
-            self.configs.change_in_flight
-            and committed is not None
-            and committed.can_lead(self.id)
-            and not self._is_voter()
-        )
-
-    def _takes_part(self) -> bool:
-        """Whether this node follows (and may campaign) rather than only learns."""
-        return self._is_voter() or self._needed_until_committed()
-
-    def _may_campaign(self) -> bool:
-        """A voter that may lead, or one needed until its latest configuration commits."""
-        return self._can_lead() or self._needed_until_committed()
 
     def _sync_progress(self) -> None:
         """Replicate to every member of the current and the last committed configuration
@@ -152,13 +129,14 @@ class ReconfigurationRules:
     def _maybe_leave_joint(self) -> None:
         """Never stay in C(old,new): once it commits, move on to C(new) (seed 001). Not
         while leadership is being handed over (it is asked again at each tick): an entry
-        appended then leaves the target's log behind this leader's, and this leader, once
-        outside C(new), never campaigns yet refuses the others its vote, which C(old)
-        needs (seed 10043: a slow disk handed over a group in C(old,new); no one could
-        lead it again). The target moves on to C(new) once it leads."""
+        appended then leaves the target's log behind this leader's, so the target cannot
+        win this leader's vote, which C(old) needs (seed 10043: a slow disk handed over a
+        group in C(old,new), and no one could lead it again). The target moves on to C(new)
+        once it leads."""
         committed = self.configs.committed
         if (
             self.role is Role.LEADER
+            and committed is not None
             and committed.is_joint
             and not self.configs.change_in_flight
             and self.transfer is None
@@ -168,8 +146,12 @@ class ReconfigurationRules:
     def _maybe_promote(self) -> None:
         """Promote a learner marked for it once its lag could be replicated within one
         election timeout (Ongaro 4.2.1; Kudu's PRE_FOLLOWER); one change at a time."""
-        if self.role is not Role.LEADER or self.configs.change_in_flight or self.transfer:
-            return  # a transfer: appends wait for it (`_maybe_leave_joint`)
+        if (
+            self.role is not Role.LEADER
+            or self.configs.change_in_flight
+            or self.transfer is not None  # appends wait for a transfer (`_maybe_leave_joint`)
+        ):
+            return
         config = self.config
         for learner in sorted(config.learners_to_promote):
             p = self.progress.get(learner)

@@ -22,7 +22,6 @@ from quorumlog.membership.changes import (
     ConfigChangeError,
     add_learner,
     enter_joint,
-    leave_joint,
     make_electable,
 )
 from quorumlog.membership.config import Configuration
@@ -643,33 +642,6 @@ def test_a_leader_handing_over_leaves_c_old_new_to_the_target():
     core.tick(10.05 + SETTINGS.election_timeout_max_s + 0.01)
     assert core.is_leader and core.transfer is None
     assert core.log.dirty_offset == joint_offset + 1 and core.config.voters == {1, 2}
-
-
-def test_a_node_left_out_of_a_configuration_not_yet_committed_still_campaigns():
-    """Seed 10089: C(new) reached only the nodes it left out, and its leader stepped down.
-    They refused the one node in C(new) their votes (its log was shorter) and, taking
-    themselves for learners, never campaigned: no one could lead. Until C(new) commits, a
-    node it leaves out may be needed to lead (Raft dissertation 4.2.2)."""
-    joint = enter_joint(BOOTSTRAP, {2: PEERS[2], 3: PEERS[3]})
-    new = leave_joint(joint)
-    core = make_core(term=1)
-    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
-    leader_log.append([config_batch(joint)], term=1)
-    leader_log.append([config_batch(new)], term=1)
-    core.step(2, entries(2, 1, leader_log.read(0, 1 << 20).data, commit=0), now=1.0)
-    persist(core, 1.0)
-    assert core.configs.committed.is_joint and core.config == new
-    assert core.role is Role.FOLLOWER, "C(new) is not committed: it may be needed"
-    core.take_outbox()
-    for step in range(1, 8):  # leader 2 is silent: node 1 campaigns once its turn comes
-        core.tick(1.0 + step * SETTINGS.election_timeout_max_s)
-    asked = {to for to, m in core.take_outbox() if isinstance(m, VoteRequest)}
-    assert asked == {2, 3}, "it asks the voters of C(new)"
-    # Once C(new) commits, it only learns.
-    core.step(3, Heartbeat(group=0, term=5, leader_id=3, leader_commit=1), now=10.0)
-    core.step(3, entries(3, 5, prev_offset=1, prev_term=1, commit=1), now=10.0)
-    persist(core, 10.0)
-    assert core.commit_offset == 1 and core.role is Role.LEARNER
 
 
 def test_a_leader_cut_off_from_the_majority_steps_down():
