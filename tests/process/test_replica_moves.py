@@ -103,7 +103,9 @@ def test_a_removed_nodes_replicas_move_under_load_and_lose_nothing(cluster):
             if leaving in replicas:
                 (newcomer[p],) = remaining - set(replicas)
             expected = [newcomer[p] if n == leaving else n for n in replicas]
-            assert after[p] == expected, "the departed replica is replaced in its place"
+            # In its place (tests/controller/test_placement.py); the rebalancer may then
+            # make the newcomer a preferred leader, as it holds fewer of them.
+            assert sorted(after[p]) == sorted(expected), "the departed replica is replaced"
         wait_until(lambda: groups_settled(cluster, TOPIC, after), 60, "each group has its new set")
         acked_during_move = len(producer.acked)
         wait_until(lambda: len(producer.acked) > acked_during_move + 50, 30, "appends go on")
