@@ -29,15 +29,16 @@ Layout (big-endian), from Kafka's documentation of the message format:
 
 from __future__ import annotations
 
-import gzip
 import struct
-import zlib
 from typing import NamedTuple
 
-import zstandard
 from crc32c import crc32c
 
+from quorumlog.log import kafka_compression
 from quorumlog.log.batch import BatchError
+from quorumlog.log.kafka_compression import (  # check_for_append raises it: callers catch it here
+    UnsupportedCompressionError as UnsupportedCompressionError,
+)
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_BYTES = HEADER.size
@@ -46,15 +47,9 @@ _CRC_FROM = 21
 _OFFSET_EPOCH = struct.Struct(">qii")  # base offset, batch length, leader epoch
 
 COMPRESSION_MASK = 0x07
-NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
-SUPPORTED_COMPRESSION = {NO_COMPRESSION: "none", GZIP: "gzip", ZSTD: "zstd"}
 DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
-
-
-class UnsupportedCompressionError(BatchError):
-    """A batch compressed with a codec this node does not decode (snappy, lz4)."""
 
 
 class KafkaHeader(NamedTuple):
@@ -114,11 +109,7 @@ def check_for_append(header: KafkaHeader) -> None:
     this node can read back."""
     if header.attributes & (TRANSACTIONAL | CONTROL):
         raise BatchError("transactional and control batches are not supported")
-    if header.compression not in SUPPORTED_COMPRESSION:
-        raise UnsupportedCompressionError(
-            f"compression codec {header.compression} is not supported "
-            f"(use {', '.join(SUPPORTED_COMPRESSION.values())})"
-        )
+    kafka_compression.check_codec(header.compression)
     if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
         raise BatchError(
             f"a batch of {header.records_count} records with last offset delta "
@@ -188,7 +179,7 @@ def _bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 def records_of(batch: bytes | memoryview, header: KafkaHeader) -> list[KafkaRecord]:
     """The records of a checked batch, decompressed and decoded; BatchError if malformed."""
     body = memoryview(batch)[HEADER_BYTES : header.total_bytes]
-    buf = _decompress(body, header.compression)
+    buf = kafka_compression.decompress(body, header.compression, DECOMPRESSED_BYTES_MAX)
     out: list[KafkaRecord] = []
     pos = 0
     try:
@@ -226,7 +217,7 @@ def check_records(batch: bytes | memoryview, header: KafkaHeader) -> int:
     largest timestamp they hold, which the time index goes by (the header's max_timestamp
     is what the producer says; Kafka's broker does not trust it either)."""
     body = memoryview(batch)[HEADER_BYTES : header.total_bytes]
-    buf = _decompress(body, header.compression)
+    buf = kafka_compression.decompress(body, header.compression, DECOMPRESSED_BYTES_MAX)
     pos = 0
     ts_delta_max = 0
     try:
@@ -254,42 +245,6 @@ def check_records(batch: bytes | memoryview, header: KafkaHeader) -> int:
     if pos != len(buf):
         raise BatchError("bytes left over after the batch's records")
     return header.base_timestamp + ts_delta_max
-
-
-def _decompress(body: memoryview, compression: int) -> bytes:
-    try:
-        match compression:
-            case 0:
-                return bytes(body)
-            case 1:
-                return _bounded(gzip.GzipFile(fileobj=_Reader(body)).read, DECOMPRESSED_BYTES_MAX)
-            case 4:
-                reader = zstandard.ZstdDecompressor().stream_reader(bytes(body))
-                return _bounded(reader.read, DECOMPRESSED_BYTES_MAX)
-    except (OSError, EOFError, zlib.error, zstandard.ZstdError) as exc:
-        raise BatchError(f"undecodable compressed records: {exc}") from None
-    raise UnsupportedCompressionError(f"compression codec {compression} is not supported")
-
-
-def _bounded(read, limit: int) -> bytes:
-    data = read(limit + 1)
-    if len(data) > limit:
-        raise BatchError(f"records decompress to more than {limit} bytes")
-    return data
-
-
-class _Reader:
-    """A file over a memoryview, for GzipFile (no copy of the compressed bytes)."""
-
-    def __init__(self, view: memoryview):
-        self._view = view
-        self._pos = 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self._view) if size < 0 else self._pos + size
-        out = bytes(self._view[self._pos : end])
-        self._pos += len(out)
-        return out
 
 
 # ----------------------------------------------------------------------- encoding

@@ -9,6 +9,8 @@ import gzip
 import struct
 import warnings
 
+import cramjam
+import lz4.frame
 import pytest
 import zstandard
 from crc32c import crc32c
@@ -18,14 +20,9 @@ from hypothesis import strategies as st
 from quorumlog.log.batch import BatchError, Compression, build_batch, parse_batch
 from quorumlog.log.kafka_batch import (
     CONTROL,
-    GZIP,
     HEADER,
     HEADER_BYTES,
-    LZ4,
-    NO_COMPRESSION,
-    SNAPPY,
     TRANSACTIONAL,
-    ZSTD,
     UnsupportedCompressionError,
     check_for_append,
     check_records,
@@ -36,6 +33,8 @@ from quorumlog.log.kafka_batch import (
     records_of,
     split_batches,
 )
+from quorumlog.log.kafka_compression import GZIP, LZ4, SNAPPY, XERIAL_MAGIC, ZSTD, decompress
+from quorumlog.log.kafka_compression import NONE as NO_COMPRESSION
 from quorumlog.log.records import RawRecord, batch_records
 from quorumlog.transport.kafka import (
     SUPPORTED,
@@ -104,6 +103,30 @@ def recompressed(batch: bytes, codec: int, compress) -> bytes:
     return sealed(bytes(header), body)
 
 
+def snappy_raw(data: bytes) -> bytes:
+    """One plain snappy block, as librdkafka writes it."""
+    return bytes(cramjam.snappy.compress_raw(data))
+
+
+def snappy_xerial(data: bytes, block_bytes: int = 1000) -> bytes:
+    """Xerial's framing, as Kafka's Java client writes it: a header, then blocks of at most
+    `block_bytes` (before compression), each after its length."""
+    out = bytearray(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+    for i in range(0, len(data), block_bytes):
+        block = snappy_raw(data[i : i + block_bytes])
+        out += struct.pack(">i", len(block)) + block
+    return bytes(out)
+
+
+CODECS = [
+    pytest.param(GZIP, gzip.compress, id="gzip"),
+    pytest.param(ZSTD, zstandard.ZstdCompressor(level=3).compress, id="zstd"),
+    pytest.param(SNAPPY, snappy_raw, id="snappy"),
+    pytest.param(SNAPPY, snappy_xerial, id="snappy-xerial"),
+    pytest.param(LZ4, lz4.frame.compress, id="lz4"),
+]
+
+
 def sealed(header: bytes, body: bytes) -> bytes:
     """A header and records section with the CRC (of bytes 21 on) recomputed."""
     out = bytearray(header + body)
@@ -156,8 +179,9 @@ def test_kafka_pythons_reader_reads_what_encode_batch_writes():
     assert got == [(100 + i, ts, k, v, list(h or [])) for i, (k, v, ts, h) in enumerate(RECORDS)]
 
 
-@pytest.mark.parametrize("codec", [NO_COMPRESSION, GZIP, ZSTD])
+@pytest.mark.parametrize("codec", [NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD])
 def test_batches_built_by_kafka_python_read_back(codec):
+    """kafka-python's snappy is xerial-framed, as the Java client's."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=codec,
@@ -241,11 +265,7 @@ def test_only_magic_2_is_read():
         parse_header(bytes(batch))
 
 
-@pytest.mark.parametrize(
-    ("codec", "compress"),
-    [(GZIP, gzip.compress), (ZSTD, zstandard.ZstdCompressor(level=3).compress)],
-    ids=["gzip", "zstd"],
-)
+@pytest.mark.parametrize(("codec", "compress"), CODECS)
 def test_compressed_batches_decode(codec, compress):
     batch = recompressed(encode_batch(10, 0, RECORDS), codec, compress)
     header = parse_header(batch)
@@ -255,8 +275,8 @@ def test_compressed_batches_decode(codec, compress):
     assert read_back(batch) == as_read(RECORDS)
 
 
-@pytest.mark.parametrize("codec", [SNAPPY, LZ4, 5, 7])
-def test_codecs_not_decoded_are_refused_for_append(codec):
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_codecs_kafka_has_not_defined_are_refused_for_append(codec):
     batch = recompressed(encode_batch(0, 0, RECORDS), codec, lambda body: body)
     header = parse_header(batch)  # the CRC is fine
     with pytest.raises(UnsupportedCompressionError, match="not supported"):
@@ -292,13 +312,26 @@ def test_garbage_inside_a_valid_crc_is_a_batch_error():
         batch = raw_batch(0, count, body)
         with pytest.raises(BatchError):
             records_of(batch, parse_header(batch))
-    for codec in (GZIP, ZSTD):
+    for codec in (GZIP, SNAPPY, LZ4, ZSTD):
         batch = raw_batch(codec, 2, b"not compressed at all")
         with pytest.raises(BatchError, match="undecodable"):
             records_of(batch, parse_header(batch))
     batch = raw_batch(GZIP, 2, gzip.compress(good)[:-4])  # truncated gzip stream
     with pytest.raises(BatchError):
         records_of(batch, parse_header(batch))
+
+
+@pytest.mark.parametrize(("codec", "compress"), CODECS)
+def test_compressed_records_past_the_limit_or_cut_short_are_a_batch_error(codec, compress):
+    """A bomb (a few bytes that decompress to gigabytes) stops at the limit."""
+    data = bytes(5000)
+    assert decompress(memoryview(compress(data)), codec, 5000) == data
+    with pytest.raises(BatchError, match="more than 4999 bytes"):
+        decompress(memoryview(compress(data)), codec, 4999)
+    whole = encode_batch(0, 0, RECORDS)
+    cut = raw_batch(codec, len(RECORDS), compress(whole[HEADER_BYTES:])[:-3])
+    with pytest.raises(BatchError):
+        records_of(cut, parse_header(cut))
 
 
 def test_a_kafka_batch_stored_in_a_quorumlog_batch_reads_as_native_records():
@@ -336,7 +369,16 @@ def test_arbitrary_bytes_are_only_ever_a_batch_error(data):
         st.builds(lambda r: encode_batch(0, 0, r)[HEADER_BYTES:], record_lists),
     ),
     flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
-    compress=st.sampled_from([None, gzip.compress, zstandard.ZstdCompressor().compress]),
+    compress=st.sampled_from(
+        [
+            None,
+            gzip.compress,
+            zstandard.ZstdCompressor().compress,
+            snappy_raw,
+            snappy_xerial,
+            lz4.frame.compress,
+        ]
+    ),
 )
 @FUZZ
 def test_any_records_section_under_a_valid_crc_is_only_ever_a_batch_error(
