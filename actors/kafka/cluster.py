@@ -190,6 +190,10 @@ class Cluster:
         timeout_s = max(request.timeout.total_seconds(), 1.0)
         results = []
         for topic in request.topics:
+            if topic.name in self.node.controller_actor.state.topics:
+                # As Kafka: an existing topic is named so before its configs are looked at.
+                results.append(_exists(topic.name))
+                continue
             args = {"name": topic.name, "timeout_s": timeout_s}
             if topic.num_partitions > 0:
                 args["partitions"] = topic.num_partitions
@@ -208,8 +212,15 @@ class Cluster:
                         }
                     )
                     continue
-            error, message = await self._topic_call("create_topic", args, request.validate_only)
-            results.append({"name": topic.name, "error_code": error, "error_message": message})
+            if request.validate_only:
+                results.append({"name": topic.name, "error_code": K.none})
+                continue
+            error, message = await self._topic_call("create_topic", args)
+            results.append(
+                _exists(topic.name)  # made meanwhile, or not yet known here
+                if error is K.topic_already_exists
+                else {"name": topic.name, "error_code": error, "error_message": message}
+            )
         return {"topics": results}
 
     async def delete_topics(self, request, version: int) -> dict:
@@ -217,21 +228,26 @@ class Cluster:
         results = []
         for name in request.topic_names:
             args = {"name": name, "timeout_s": timeout_s}
-            error, _ = await self._topic_call("delete_topic", args, False)
+            error, _ = await self._topic_call("delete_topic", args)
             results.append({"name": name, "error_code": error})
         return {"responses": results}
 
-    async def _topic_call(self, op: str, args: dict, validate_only: bool) -> tuple[K, str | None]:
+    async def _topic_call(self, op: str, args: dict) -> tuple[K, str | None]:
         name = args["name"]
-        exists = name in self.node.controller_actor.state.topics
-        if validate_only:
-            return (K.topic_already_exists, f"topic {name!r} exists") if exists else (K.none, None)
         reply = await ask_controller(self.node, op, args, args["timeout_s"])
         if reply is None:
             return K.request_timed_out, f"{op} of {name!r} did not finish in time"
         if isinstance(reply, AdminReply):
             return K.none, None
         return _topic_error(op, reply), reply.message
+
+
+def _exists(name: str) -> dict:
+    return {
+        "name": name,
+        "error_code": K.topic_already_exists,
+        "error_message": f"Topic '{name}' already exists.",  # Kafka's words
+    }
 
 
 async def ask_controller(node: Node, op: str, args: dict, timeout_s: float) -> Message | None:

@@ -32,6 +32,7 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
 
 NOT_LEADER_OR_FOLLOWER = 6
 INVALID_CONFIG = 40
+TOPIC_ALREADY_EXISTS = 36
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +234,16 @@ def test_a_topic_created_through_kafka_keeps_the_settings_it_was_given(cluster, 
     )
     (answer,) = compacted["topics"] if isinstance(compacted, dict) else compacted.topics
     assert answer["error_code"] == INVALID_CONFIG and "only delete" in answer["error_message"]
+
+
+def test_creating_a_topic_that_exists_is_answered_so_before_its_configs_are_checked(admin):
+    """As Kafka 4.4 answers (compared with a KRaft broker): TOPIC_ALREADY_EXISTS and its
+    words, whatever the configs say."""
+    admin.create_topics([NewTopic("twice", 1, 3)])
+    for configs in ({}, {"retention.nope": "1"}, {"cleanup.policy": "compact"}):
+        result = admin.create_topics(
+            [NewTopic("twice", 1, 3, topic_configs=configs)], raise_errors=False
+        )
+        (answer,) = result["topics"] if isinstance(result, dict) else result.topics
+        assert answer["error_code"] == TOPIC_ALREADY_EXISTS, (configs, result)
+        assert answer["error_message"] == "Topic 'twice' already exists."
