@@ -146,6 +146,7 @@ def _check_group(
             problems.append(f"I2: group {gid}'s committed batches overlap or leave a gap at {base}")
             break
         next_base = split_batches(batch)[0][0].last_offset + 1
+    _check_record_offsets(cluster, gid, longest, problems)
     where: dict[bytes, list[int]] = {}
     stamped = cluster.stamps_log_append(gid)
     last_stamp = 0
@@ -178,6 +179,36 @@ def _check_group(
                 f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
                 f"found at {where.get(outcome.value)}"
             )
+
+
+def _check_record_offsets(
+    cluster: Cluster, gid: int, longest: list[tuple[int, int, bytes]], problems: list[str]
+) -> None:
+    """I9: record offsets are dense (Raft's own batches take none) and every replica gives
+    a committed data batch the same one; a log that starts at 0 numbers its first record 0."""
+    replicas = cluster.replicas(gid)
+    expected = 0 if longest and longest[0][0] == 0 else None
+    next_base = longest[0][0] if longest else 0
+    for base, _term, batch in longest:
+        header = split_batches(batch)[0][0]
+        if base != next_base:
+            expected = None  # dropped on purpose before: counting starts again here
+        next_base = header.last_offset + 1
+        if header.batch_type is not BatchType.DATA:
+            continue
+        seen = {
+            i: g.log.records_before(base)
+            for i, g in replicas.items()
+            if g.log.log_start_offset <= base <= g.core.commit_offset
+        }
+        if len(set(seen.values())) > 1:
+            problems.append(f"I9: group {gid}'s batch at {base} has record offsets {seen}")
+            return
+        record = next(iter(seen.values()))
+        if expected is not None and record != expected:
+            problems.append(f"I9: group {gid}'s batch at {base} is record {record}, not {expected}")
+            return
+        expected = record + header.record_count
 
 
 @contextlib.contextmanager

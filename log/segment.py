@@ -3,7 +3,8 @@
 A segment holds whole batches at consecutive offsets from `base_offset`, in a file named by
 that offset. In memory it keeps a sparse index (the position of one batch every
 `index_interval_bytes`), beside each entry one of the time index (log/timeindex.py), and
-the first offset of every term inside it, all small. Once sealed and fsynced, they are
+the first offset of every term inside it and where its control batches are (Raft's own:
+log/offsets.py), all small. Once sealed and fsynced, they are
 written next to it in an index file, so that a later open can skip scanning it; a missing
 or damaged index file is rebuilt by a scan (it is derived: it never stops a log opening).
 """
@@ -22,6 +23,7 @@ from quorumlog.log.batch import (
     MAGIC,
     BatchError,
     BatchHeader,
+    BatchType,
     parse_batch,
     parse_header,
 )
@@ -40,9 +42,10 @@ SCAN_CHUNK_BYTES = 1024 * 1024
 READ_ENDS_MAX = 64
 TIME_SCAN_BYTES = 64 * 1024  # a time lookup reads about an index interval, in reads this big
 
-# QLI2 added the time index: an index file of before is rebuilt by the scan on open.
-_INDEX_MAGIC = b"QLI2"
-_INDEX_HEAD = struct.Struct("<4sIIIqqq")
+# QLI2 added the time index, QLI3 the control batches: an index file of before is rebuilt
+# by the scan on open.
+_INDEX_MAGIC = b"QLI3"
+_INDEX_HEAD = struct.Struct("<4sIIIIqqq")
 _CRC = struct.Struct("<I")
 
 
@@ -91,6 +94,8 @@ class Segment:
         self.time_index = TimeIndex()
         # (term, first offset of that term in this segment), ascending in both.
         self.term_starts: list[tuple[int, int]] = []
+        # (offset, width) of every batch that is not data (record offsets skip them).
+        self.controls: list[tuple[int, int]] = []
         # Where recent reads ended (offset -> position of the batch starting there), so that
         # sequential readers skip the index walk. Bounded; cleared by truncation.
         self._read_ends: dict[int, int] = {}
@@ -121,6 +126,8 @@ class Segment:
             self.time_index.add(self.max_timestamp_ms, header.base_offset)
         if not self.term_starts or self.term_starts[-1][0] != header.term:
             self.term_starts.append((header.term, header.base_offset))
+        if header.batch_type is not BatchType.DATA:
+            self.controls.append((header.base_offset, header.record_count))
         self.last_offset = header.last_offset
         self.size_bytes = position + header.total_bytes
 
@@ -304,6 +311,7 @@ class Segment:
         del self.index_positions[keep:]
         self.time_index.truncate(offset)
         self.term_starts = [ts for ts in self.term_starts if ts[1] < offset]
+        self.controls = [c for c in self.controls if c[0] < offset]
 
     # The index file
 
@@ -314,6 +322,7 @@ class Segment:
                 len(self.index_offsets),
                 len(self.term_starts),
                 len(self.time_index),
+                len(self.controls),
                 self.size_bytes,
                 self.last_offset,
                 self.max_timestamp_ms,
@@ -323,6 +332,7 @@ class Segment:
         body += self.index_positions.tobytes()
         body += array("q", [v for ts in self.term_starts for v in ts]).tobytes()
         body += self.time_index.to_bytes()
+        body += array("q", [v for c in self.controls for v in c]).tobytes()
         body += _CRC.pack(crc32c(body))
         return bytes(body)
 
@@ -332,10 +342,12 @@ class Segment:
             return False
         if crc32c(data[: -_CRC.size]) != _CRC.unpack_from(data, len(data) - _CRC.size)[0]:
             return False
-        magic, n_index, n_terms, n_times, size_bytes, last_offset, max_ts = _INDEX_HEAD.unpack_from(
-            data
+        magic, n_index, n_terms, n_times, n_controls, size_bytes, last_offset, max_ts = (
+            _INDEX_HEAD.unpack_from(data)
         )
-        expected_len = _INDEX_HEAD.size + 16 * (n_index + n_terms + n_times) + _CRC.size
+        expected_len = (
+            _INDEX_HEAD.size + 16 * (n_index + n_terms + n_times + n_controls) + _CRC.size
+        )
         if magic != _INDEX_MAGIC or len(data) != expected_len or size_bytes != self.file.size():
             return False
         if n_index == 0 or n_terms == 0 or last_offset < self.base_offset:
@@ -347,11 +359,17 @@ class Segment:
         terms = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         at += 16 * (n_index + n_terms)
         times = TimeIndex.from_bytes(data[at : at + 16 * n_times])
+        at += 16 * n_times
+        flat = array("q", data[at : at + 16 * n_controls])
+        controls = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
         if offsets[0] != self.base_offset or positions[0] != 0 or terms[0][1] != self.base_offset:
             return False
         if times is None or times.offsets != offsets or max(times.timestamps) > max_ts:
             return False
+        if any(not self.base_offset <= c[0] <= last_offset for c in controls):
+            return False
         self.index_offsets, self.index_positions, self.term_starts = offsets, positions, terms
+        self.controls = controls
         self.time_index = times
         self.size_bytes, self.last_offset, self.max_timestamp_ms = size_bytes, last_offset, max_ts
         return True

@@ -1,5 +1,9 @@
 """The segmented write-ahead log: append, flush, read, truncate, retain, term lookups.
 
+Positions: every batch takes as many as it has records, Raft's own batches one each; what
+readers see are record offsets, which skip those (`records_before`, `position_of`:
+log/offsets.py). The offsets below are positions.
+
 Three offsets describe it: `log_start_offset` (first retained), `dirty_offset` (last
 appended) and `flushed_offset` (last fsynced); -1 / start-1 when empty. Appends write to the
 page cache on the caller's thread; `flush()` runs fsync through `run_sync` (a worker thread
@@ -22,11 +26,17 @@ from typing import Any
 import structlog
 
 from quorumlog.log.backfill import Backfill
-from quorumlog.log.batch import BatchHeader, place_batches
+from quorumlog.log.batch import BatchHeader, BatchType, place_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import File, FileSystem
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
 from quorumlog.log.loading import load_segments
+from quorumlog.log.offsets import (
+    RECORD_START_FILE,
+    OffsetTranslator,
+    read_record_start,
+    write_record_start,
+)
 from quorumlog.log.segment import Segment, segment_file_name
 from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
 from quorumlog.log.timeindex import TimedOffset
@@ -63,6 +73,8 @@ class Log:
         self._retired: list[File] = []  # files of removed segments, closed after a flush
         self._tail = TailCache()
         self._backfill: Backfill | None = None  # records before the start, being copied in
+        self._offsets = OffsetTranslator()
+        self._record_start_path = os.path.join(directory, RECORD_START_FILE)
 
     # Opening
 
@@ -94,7 +106,30 @@ class Log:
             segment.file.fsync()
         fs.fsync_dir(directory)
         log._flushed_offset = log.dirty_offset
+        log._offsets = log._load_translator()
         return log
+
+    def _load_translator(self) -> OffsetTranslator:
+        """The control batches of every segment, and the records before the first one's
+        base: from the record start file, written before the start last moved forward,
+        counted back over what the log still holds before that position (a drop or a copy
+        of older records the file does not describe yet). A log without the file started at
+        position 0, or was written before record offsets: its first position then counts as
+        that many records (what it dropped before cannot be told)."""
+        start = self.log_start_offset
+        written = read_record_start(self._fs, self._record_start_path)
+        position, records = written if written is not None else (start, start)
+        translator = OffsetTranslator(position, records)
+        controls = [c for s in self._segments for c in s.controls]
+        # Controls between the log's start and the file's position: counted back.
+        before = [c for c in controls if c[0] < position]
+        if start < position:
+            translator.prepend(start, before)
+        else:
+            translator.trim(start)
+        for offset, width in controls[len(before) :]:
+            translator.add_control(offset, width)
+        return translator
 
     # Offsets and terms
 
@@ -155,6 +190,15 @@ class Log:
     @property
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self._segments)
+
+    def records_before(self, offset: int) -> int:
+        """The record offset of a data record at `offset`: the data records before it."""
+        return self._offsets.records_before(offset)
+
+    def position_of(self, record: int) -> int:
+        """The offset of the record `record` (past the end: where it would be placed if
+        only data came before it)."""
+        return self._offsets.position_of(record)
 
     def term_at(self, offset: int) -> int:
         """Term of the batch holding `offset`."""
@@ -267,6 +311,8 @@ class Log:
                 pending, position = [], 0
             pending.append(batch)
             active.note_batch(header, position, batch)
+            if header.batch_type is not BatchType.DATA:
+                self._offsets.add_control(header.base_offset, header.record_count)
             position += header.total_bytes
         self._append_to(active, pending)
 
@@ -380,6 +426,7 @@ class Log:
                 self._remove_segment(segment)
             return
         self._segments[:0] = segments
+        self._offsets.prepend(copy.start, [c for s in segments for c in s.controls])
         self._unindexed.extend(segments)  # their index files are written by the next flush
         logger.info("log_backfilled", directory=self._dir, log_start_offset=copy.start)
 
@@ -415,43 +462,61 @@ class Log:
         self._unsynced.add(segment)
         self._remove_index_file(segment)
         self._tail.truncate(from_offset)
+        self._offsets.truncate(from_offset)
         self._truncations += 1
         self._flushed_offset = min(self._flushed_offset, from_offset - 1)
         logger.info("log_truncated", from_offset=from_offset, dirty_offset=self.dirty_offset)
 
     def truncate_prefix(self, offset: int) -> int:
         """Drop whole segments that lie entirely before `offset`; returns log_start_offset."""
-        while len(self._segments) > 1 and self._segments[0].last_offset < offset:
-            self._remove_segment(self._segments.pop(0))
+        drop = 0
+        while drop < len(self._segments) - 1 and self._segments[drop].last_offset < offset:
+            drop += 1
+        self._drop_first(drop)
         return self.log_start_offset
 
     def apply_retention(self, now_ms: int, keep_from_offset: int | None = None) -> int:
         """Drop the oldest sealed segments beyond the byte and age limits, but none that
         holds `keep_from_offset` or later; returns the log start."""
         config = self._config
-        while len(self._segments) > 1:
-            oldest = self._segments[0]
+        drop, size = 0, self.size_bytes
+        while drop < len(self._segments) - 1:
+            oldest = self._segments[drop]
             if keep_from_offset is not None and oldest.last_offset >= keep_from_offset:
                 break
-            too_big = (
-                config.retention_bytes is not None and self.size_bytes > config.retention_bytes
-            )
+            too_big = config.retention_bytes is not None and size > config.retention_bytes
             too_old = (
                 config.retention_ms is not None
                 and oldest.max_timestamp_ms < now_ms - config.retention_ms
             )
             if not (too_big or too_old):
                 break
-            self._remove_segment(self._segments.pop(0))
+            drop += 1
+            size -= oldest.size_bytes
+        self._drop_first(drop)
         return self.log_start_offset
 
-    def reset(self, next_offset: int) -> None:
-        """Drop everything and continue at `next_offset` (a follower whose log is behind the
-        leader's retained start)."""
+    def _drop_first(self, count: int) -> None:
+        """Remove the first `count` segments, once the records before the new start are
+        durably counted (nothing left in the log could tell them after)."""
+        if count == 0:
+            return
+        start = self._segments[count].base_offset
+        write_record_start(self._fs, self._record_start_path, start, self.records_before(start))
+        for segment in self._segments[:count]:
+            self._remove_segment(segment)
+        del self._segments[:count]
+        self._offsets.trim(start)
+
+    def reset(self, next_offset: int, records_before: int) -> None:
+        """Drop everything and continue at `next_offset`, with `records_before` data records
+        before it (a follower whose log is behind the leader's retained start)."""
+        write_record_start(self._fs, self._record_start_path, next_offset, records_before)
         self.truncate_suffix(self.log_start_offset)
         old = self._segments.pop()
         self._remove_segment(old)
         self._segments.append(self._create_segment(next_offset))
+        self._offsets.reset(next_offset, records_before)
         self._truncations += 1
         self._flushed_offset = min(self._flushed_offset, next_offset - 1)
 

@@ -49,7 +49,7 @@ class FollowerRules:
                     dirty_offset=log.dirty_offset,
                     commit_offset=self.commit_offset,
                 )
-                self._reset_log(prev + 1)
+                self._reset_log(prev + 1, req.prev_records)
                 self.producers.truncate(0)
                 self.snapshot_offsets.clear()
                 self.configs.truncated(0)
@@ -113,9 +113,10 @@ class FollowerRules:
         self.log.truncate_suffix(from_offset)
         self.persisted_offset = min(self.persisted_offset, from_offset - 1)
 
-    def _reset_log(self, next_offset: int) -> None:
-        """Drop our whole log, to continue at `next_offset`."""
-        self.log.reset(next_offset)
+    def _reset_log(self, next_offset: int, records_before: int) -> None:
+        """Drop our whole log, to continue at `next_offset` (`records_before` data records
+        come before it)."""
+        self.log.reset(next_offset, records_before)
         self.persisted_offset = min(self.persisted_offset, next_offset - 1)
 
     def _reply_when_flushed(self, offset: int, leader: int) -> None:

@@ -5,7 +5,8 @@ the node registers these types with the transport's codec (actors/node.py), whic
 message's fields in the order declared here after its `TAG`. Tags are part of the wire
 format: never reuse or renumber one (16, a separate heartbeat reply, is retired).
 
-Offsets are record offsets, -1 where there is none (an empty log).
+Offsets are the log's own (Raft's batches take some too; readers see record offsets,
+log/offsets.py), -1 where there is none (an empty log).
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class AppendEntries:
     # a config batch of the committed configuration, when retention removed its entry from
     # the leader's log, so that the follower does not go on with an older one; else b"".
     base_config: bytes = b""
+    # With prev_term unknown: the data records before `prev_offset + 1` in the leader's log,
+    # which the follower's log cannot count once it starts there.
+    prev_records: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

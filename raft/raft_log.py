@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quorumlog.log.backfill import Backfill
-from quorumlog.log.batch import BatchHeader, place_batches
+from quorumlog.log.batch import BatchHeader, BatchType, place_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
 from quorumlog.raft.storage import LogStorage
@@ -31,12 +31,13 @@ class LogWrites:
 
     cut_from: int | None
     reset: bool
+    reset_records: int  # with `reset`: the data records before `cut_from`
     entries: list[tuple[BatchHeader, bytes | memoryview]]
     leader: bool  # placed by a leader: the log keeps them in memory for replicating
 
     def apply(self, log: LogStorage) -> None:
         if self.reset:
-            log.reset(self.cut_from)
+            log.reset(self.cut_from, self.reset_records)
         elif self.cut_from is not None:
             log.truncate_suffix(self.cut_from)
         if self.entries:
@@ -53,6 +54,7 @@ class RaftLog:
         # starts again at `_cut`.
         self._cut: int | None = None
         self._reset = False
+        self._reset_records = 0
         # The unstable entries, after the cut: in order, their base offsets, and kept for
         # reading as a leader's tail cache keeps them (whole batches at a time).
         self._entries: list[tuple[BatchHeader, bytes | memoryview]] = []
@@ -64,7 +66,7 @@ class RaftLog:
         """What to apply to the stored log now, in order; None: nothing."""
         if self._cut is None and not self._entries:
             return None
-        writes = LogWrites(self._cut, self._reset, self._entries, self._leader)
+        writes = LogWrites(self._cut, self._reset, self._reset_records, self._entries, self._leader)
         self._clear()
         return writes
 
@@ -95,6 +97,21 @@ class RaftLog:
             return self.stored.last_term
         end = self._cut - 1
         return 0 if self._reset or end < self.stored.log_start_offset else self.stored.term_at(end)
+
+    def records_before(self, offset: int) -> int:
+        """The record offset of a data record at `offset` (log/offsets.py): the stored
+        log's count, then the unstable entries' data records."""
+        if self._reset:
+            base, records = self._cut, self._reset_records
+        else:
+            base = min(offset, self.stored_end() + 1)
+            records = self.stored.records_before(base)
+        for header, _ in self._entries:
+            if header.base_offset >= offset:
+                break
+            if header.base_offset >= base and header.batch_type is BatchType.DATA:
+                records += min(header.record_count, offset - header.base_offset)
+        return records
 
     def _unstable_header(self, offset: int) -> BatchHeader | None:
         """The header of the unstable batch holding `offset`, if one does."""
@@ -195,9 +212,10 @@ class RaftLog:
         self._clear()
         self._cut = from_offset
 
-    def reset(self, next_offset: int) -> None:
-        """Drop everything and continue at `next_offset` (a follower whose log is behind
-        the leader's retained start)."""
+    def reset(self, next_offset: int, records_before: int) -> None:
+        """Drop everything and continue at `next_offset`, with `records_before` data records
+        before it (a follower whose log is behind the leader's retained start)."""
         self._clear()
         self._cut = next_offset
         self._reset = True
+        self._reset_records = records_before

@@ -189,6 +189,7 @@ class ReplicationRules:
                     batches=chunk.data,
                     flush=flush,
                     base_config=base_config,
+                    prev_records=log.records_before(prev + 1) if prev_term == UNKNOWN_TERM else 0,
                 ),
             )
             p.sent(chunk.last_offset, len(chunk.data))

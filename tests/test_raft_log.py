@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from quorumlog.log.batch import place_batches, split_batches
+from quorumlog.log.batch import BatchType, build_batch, place_batches, split_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.wal import Log, OffsetOutOfRangeError, run_inline
@@ -30,6 +30,11 @@ def batch_starts(log: Log | RaftLog) -> list[int]:
     return starts
 
 
+def control_batch() -> bytes:
+    """A batch of Raft's own (a barrier): it takes an offset but holds no record."""
+    return build_batch(b"", record_count=1, batch_type=BatchType.BARRIER)
+
+
 def same_answers(view: RaftLog, log: Log) -> None:
     assert (view.log_start_offset, view.dirty_offset, view.last_term) == (
         log.log_start_offset,
@@ -41,6 +46,8 @@ def same_answers(view: RaftLog, log: Log) -> None:
     for offset in range(log.log_start_offset, log.dirty_offset + 1):
         assert view.term_at(offset) == log.term_at(offset)
         assert view.batch_start(offset) == log.batch_start(offset)
+    for offset in range(log.log_start_offset, log.dirty_offset + 2):
+        assert view.records_before(offset) == log.records_before(offset)
     for start in starts:
         # Whole batches from there; either may stop sooner (a segment's end, the stored
         # part's end), never with other bytes.
@@ -66,7 +73,12 @@ def test_the_view_answers_as_the_log_does_once_its_writes_are_applied(seed):
         starts = batch_starts(direct)
         if op < 0.35:
             term += rng.random() < 0.2
-            batches = [batch_of(rng.randbytes(rng.randint(1, 300))) for _ in range(3)]
+            batches = [
+                batch_of(rng.randbytes(rng.randint(1, 300)))
+                if rng.random() < 0.8
+                else control_batch()
+                for _ in range(3)
+            ]
             batches = batches[: rng.randint(1, 3)]
             view.append(batches, term)
             direct.append(batches, term)
@@ -83,8 +95,9 @@ def test_the_view_answers_as_the_log_does_once_its_writes_are_applied(seed):
             direct.truncate_suffix(cut)
         elif op < 0.8:
             next_offset = direct.dirty_offset + rng.randint(1, 50)
-            view.reset(next_offset)
-            direct.reset(next_offset)
+            records = rng.randint(0, next_offset)
+            view.reset(next_offset, records)
+            direct.reset(next_offset, records)
         elif (writes := view.take_writes()) is not None:
             writes.apply(stored)
         same_answers(view, direct)

@@ -221,13 +221,15 @@ async def test_reset_continues_at_a_later_offset(disk):
     fs, d = disk
     log = open_log(fs, d)
     fill(log, 10)
-    log.reset(1000)
+    log.reset(1000, 900)
     assert (log.log_start_offset, log.dirty_offset) == (1000, 999)
+    assert log.records_before(1000) == 900
     log.append([batch_of(b"a")], term=7)
     await log.flush()
     log.close()
     log = open_log(fs, d)
     assert values_in(log.read(1000, 100).data) == [(1000, b"a")]
+    assert (log.records_before(1000), log.position_of(900)) == (900, 1000)
 
 
 async def test_placed_batches_must_continue_the_log(disk):

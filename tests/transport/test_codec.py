@@ -107,7 +107,7 @@ def test_batches_travel_as_the_same_bytes(payload_bytes):
     )
     frame = encode_frame(5, message)
     # The spliced fast path and msgpack's own encoding must be the same bytes on the wire.
-    generic = msgpack.packb([AppendEntries.TAG, 5, 1, 7, 2, 39, 3, 20, batches, False, b""])
+    generic = msgpack.packb([AppendEntries.TAG, 5, 1, 7, 2, 39, 3, 20, batches, False, b"", 0])
     assert body_of(frame) == generic
     decoded = decode_body(body_of(frame)).message
     assert decoded.batches == batches
@@ -157,7 +157,7 @@ GOOD = [Heartbeat.TAG, 0, 1, 2, 3, 4, 0]
         ({"tag": 1}, "array"),
         (5, "array"),
         ([VoteRequest.TAG, 0, 1, 2, 3, 4, 5, 1, False], "bool"),
-        ([AppendEntries.TAG, 0, 1, 2, 3, 4, 5, 6, "batches", True, b""], "bytes"),
+        ([AppendEntries.TAG, 0, 1, 2, 3, 4, 5, 6, "batches", True, b"", 0], "bytes"),
         ([ErrorReply.TAG, 0, 42, "m", None, None], "ErrorCode"),
         ([ErrorReply.TAG, 0, ErrorCode.AUTH, b"m", None, None], "str"),
         ([ErrorReply.TAG, 0, ErrorCode.AUTH, "m", "1", None], "int"),
