@@ -34,6 +34,7 @@ from quorumlog.controller.commands import (
     from_wire,
     to_wire,
 )
+from quorumlog.controller.kafka_ids import new_topic_id
 from quorumlog.controller.placement import PlacementError
 from quorumlog.controller.state import (
     DEFAULT_TOPIC,
@@ -85,7 +86,7 @@ TOPIC_ASK_S = 2.0
 class ControllerActor:
     def __init__(self, node: Node, rng: random.Random):
         self.node = node
-        self._rng = rng  # for the cluster's id
+        self._rng = rng  # for the cluster's id and topic ids
         self._naming = False  # a NameCluster is being proposed
         self.state = ClusterState.genesis()
         self.sync = LeaderTableSync(self)
@@ -132,6 +133,9 @@ class ControllerActor:
             logger.info("cluster_naming_failed", reply=str(failed.reply))
         finally:
             self._naming = False
+
+    def new_topic_id(self) -> str:
+        return new_topic_id(self._rng)
 
     @property
     def applied_through(self) -> int:

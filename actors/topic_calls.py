@@ -78,6 +78,7 @@ async def create(ctl: ControllerActor, args: dict[str, Any]) -> Message:
         settings.timestamp_type or "create",
         settings.segment_bytes_max,
         settings.max_message_bytes,
+        ctl.new_topic_id(),
     )
     why = await ctl.propose(command)
     if why is not None and not _made_already(ctl, args, name, partitions):

@@ -85,6 +85,15 @@ class ResetOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteOffsets:
+    """Kafka's OffsetDelete: these partitions' positions go, but not while an active member
+    consumes their topic (its consumers then start where their reset policy says)."""
+
+    group: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteGroup:
     """`group delete`: the group and its positions go, while no member is active."""
 
@@ -98,7 +107,9 @@ class Snapshot:
     groups: tuple[dict[str, Any], ...]
 
 
-Command = SetMembers | Commit | ResetOffsets | DeleteGroup | Lease | Settle | Snapshot
+Command = (
+    SetMembers | Commit | ResetOffsets | DeleteOffsets | DeleteGroup | Lease | Settle | Snapshot
+)
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
 
@@ -127,6 +138,8 @@ def from_wire(wire: Any) -> Command:
             args["offsets"] = tuple(int(o) for o in args["offsets"])
         elif cls is DeleteGroup:
             args["group"] = str(args["group"])
+        elif cls is DeleteOffsets:
+            args["partitions"] = tuple((str(t), int(p)) for t, p in args["partitions"])
         elif cls is SetMembers:
             args["topics"] = tuple(args["topics"])
             args["members"] = tuple((m, int(t)) for m, t in args["members"])
@@ -207,6 +220,16 @@ class GroupsState:
                 for topic, partition, position in offsets:
                     group.committed[(topic, partition)] = position
                     group.queues.pop((topic, partition), None)  # queue mode starts there
+            case DeleteOffsets(name, partitions):
+                group = self.groups.get(name)
+                if group is None:
+                    return f"unknown group {name!r}"
+                consumed = sorted({t for t, _ in partitions if t in group.topics})
+                if group.members and consumed:
+                    return f"group {name!r} has active members consuming {', '.join(consumed)}"
+                for tp in partitions:
+                    group.committed.pop(tp, None)
+                    group.queues.pop(tp, None)
             case DeleteGroup(name):
                 group = self.groups.get(name)
                 if group is None:

@@ -7,6 +7,7 @@ one, so that applying a command is deterministic on every node.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
@@ -34,6 +35,7 @@ class CreateTopic:
     timestamp_type: str = "create"  # whose clock stamps records (log/wal.py)
     segment_bytes_max: int | None = None
     max_message_bytes: int | None = None
+    topic_id: str | None = None  # a UUID's text (controller/kafka_ids.py); None before ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,13 @@ def _check_settings(settings: Any) -> None:
             raise CommandError(f"bad AlterTopicConfig: {name} = {value!r}")
 
 
+def _check_topic_id(topic_id: Any) -> None:
+    try:
+        uuid.UUID(topic_id)
+    except (TypeError, ValueError, AttributeError):
+        raise CommandError(f"bad CreateTopic: topic_id {topic_id!r} is not a UUID") from None
+
+
 def from_wire(wire: Any) -> Command:
     if not isinstance(wire, dict):
         raise CommandError(f"a command is a map, not {type(wire).__name__}")
@@ -167,6 +176,8 @@ def from_wire(wire: Any) -> Command:
         args["brokers"] = tuple(args["brokers"])
     if cls is AlterTopicConfig:
         _check_settings(args.get("settings"))
+    if cls is CreateTopic and args.get("topic_id") is not None:
+        _check_topic_id(args["topic_id"])
     try:
         return cls(**args)
     except TypeError as exc:

@@ -28,6 +28,7 @@ from quorumlog.controller.commands import (
     StartRebalance,
     TrimPartition,
 )
+from quorumlog.controller.kafka_ids import derived_topic_id
 from quorumlog.log.config import TIMESTAMP_TYPES, TopicSettings
 
 CONTROLLER_GROUP = 0
@@ -66,6 +67,7 @@ class Topic:
     partitions: tuple[Partition, ...]
     settings: TopicSettings
     created_offset: int
+    topic_id: str  # Kafka's topic id, a UUID's text (controller/kafka_ids.py)
 
     @property
     def replication_factor(self) -> int:
@@ -106,7 +108,9 @@ class ClusterState:
         """A new cluster: the topic `default`, one partition on every voter (its replicas
         follow the brokers, see `set_brokers`)."""
         default = Partition(DEFAULT_TOPIC, 0, DEFAULT_GROUP, (), 0, 0)
-        topic = Topic(DEFAULT_TOPIC, (default,), TopicSettings(), 0)
+        topic = Topic(
+            DEFAULT_TOPIC, (default,), TopicSettings(), 0, derived_topic_id(DEFAULT_TOPIC, 0)
+        )
         return cls(topics={DEFAULT_TOPIC: topic}, next_group_id=DEFAULT_GROUP + 1)
 
     def set_brokers(self, addresses: Mapping[int, str]) -> None:
@@ -173,7 +177,8 @@ class ClusterState:
                     command.segment_bytes_max,
                     command.max_message_bytes,
                 )
-                self.topics[name] = Topic(name, (), settings, offset)
+                topic_id = command.topic_id or derived_topic_id(name, offset)
+                self.topics[name] = Topic(name, (), settings, offset, topic_id)
                 self._add_partitions(name, replicas, offset)
             case AddPartitions(name, first, replicas):
                 if name not in self.topics:

@@ -1,11 +1,9 @@
 """Kafka's wire protocol: frames, request headers, and the API versions this node speaks.
 
 The message types are kio's, generated from Kafka's own JSON schemas; this module only
-frames them. Only versions before Kafka's flexible encoding are offered (clients pick the
-highest version both sides know from ApiVersions), so every request header is v1 and every
-response header v0; an ApiVersions request of a newer version is answered as KIP-511 says.
-The two reassignment APIs exist only in flexible versions: theirs are read and answered
-with the flexible headers (v2 and v1).
+frames them. A request's header and its response's are the version's own: v1 and v0
+before Kafka's flexible encoding, v2 and v1 (tagged fields) from it. An ApiVersions
+request of a version not served is answered in v0 with the versions served (KIP-511).
 Handlers build responses from plain dicts (`make`): one handler serves every version of an
 API, and fields a version does not have are left out.
 """
@@ -32,13 +30,12 @@ SIZE = struct.Struct(">i")
 
 API_VERSIONS = 18
 
-# API key -> the versions served: everything a current producer, consumer and admin client
-# needs, each up to its last version before flexible encoding.
+# API key -> the versions served (README's "Kafka clients" says what each answers).
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (3, 8),  # Produce
     1: (4, 11),  # Fetch
     2: (1, 5),  # ListOffsets
-    3: (0, 8),  # Metadata
+    3: (0, 13),  # Metadata
     8: (2, 7),  # OffsetCommit
     9: (1, 5),  # OffsetFetch
     10: (0, 2),  # FindCoordinator
@@ -55,6 +52,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     21: (0, 1),  # DeleteRecords
     22: (0, 1),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
+    29: (1, 3),  # DescribeAcls
+    30: (1, 3),  # CreateAcls
+    31: (1, 3),  # DeleteAcls
     32: (1, 3),  # DescribeConfigs (v0 is gone from current clients and kio)
     33: (0, 1),  # AlterConfigs
     36: (0, 1),  # SaslAuthenticate
@@ -64,6 +64,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # Flexible from their first version (tagged fields, header v2): the only way to serve them.
     45: (0, 0),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
+    47: (0, 0),  # OffsetDelete
+    60: (0, 2),  # DescribeCluster
 }
 
 

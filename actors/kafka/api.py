@@ -6,12 +6,14 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from quorumlog.actors.kafka import acls
 from quorumlog.actors.kafka.admin import KafkaAdmin
 from quorumlog.actors.kafka.cluster import Cluster, KafkaBrokers
 from quorumlog.actors.kafka.fetch import Fetch
 from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.actors.kafka.produce import Produce
 from quorumlog.actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
+from quorumlog.actors.kafka.transactions import without_transactions
 from quorumlog.transport import kafka
 from quorumlog.transport.kafka import Request
 
@@ -56,8 +58,11 @@ class KafkaApi:
             19: cluster.create_topics,
             20: cluster.delete_topics,
             21: admin.delete_records,
-            22: self.produce.init_producer_id,
+            22: without_transactions(self.produce.init_producer_id),
             23: fetch.offset_for_leader_epoch,
+            29: acls.describe_acls,
+            30: acls.create_acls,
+            31: acls.delete_acls,
             32: admin.describe_configs,
             33: admin.alter_configs,
             37: admin.create_partitions,
@@ -65,6 +70,8 @@ class KafkaApi:
             44: admin.incremental_alter_configs,
             45: admin.alter_partition_reassignments,
             46: admin.list_partition_reassignments,
+            47: groups.offset_delete,
+            60: cluster.describe_cluster,
         }
         assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 

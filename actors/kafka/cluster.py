@@ -4,6 +4,7 @@ the controller's leader as the native topic calls do."""
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 import structlog
@@ -11,7 +12,9 @@ import trio
 from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.admin import forward_to_leader
+from quorumlog.actors.kafka import acls
 from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.controller.kafka_ids import kafka_cluster_id
 from quorumlog.controller.topic_config import ConfigError, changed_settings, kafka_settings
 from quorumlog.log.config import TopicSettings
 from quorumlog.transport.errors import ConnectionClosed
@@ -34,7 +37,7 @@ REFRESH_S = 2.0  # how often the other brokers' Kafka addresses are asked for
 ASK_S = 1.0
 RETRY_S = 0.2
 AUTO_CREATE_S = 5.0  # a client asks again if its topic has no leader yet
-CLUSTER_ID = "quorumlog"
+BROKERS, CONTROLLERS = 1, 2  # DescribeCluster's endpoint types
 
 # quorumlog's answers, as Kafka's error codes (anything else: UNKNOWN_SERVER_ERROR).
 ERRORS = {
@@ -112,40 +115,100 @@ class Cluster:
         known = await self.brokers.known()
         state = self.node.controller_actor.state
         if request.topics is None or (version == 0 and not request.topics):
-            names = sorted(state.topics)
+            asked = [(name, None) for name in sorted(state.topics)]
         else:
-            names = [t.name for t in request.topics]
+            asked = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+            names = [name for name, _ in asked if name is not None]
             # v4 on ask for it (Kafka's producers do, consumers do not); before, it was implied.
             if self.auto_create is not None and getattr(request, "allow_auto_topic_creation", True):
                 await self._create_missing([n for n in names if n not in state.topics])
-        topics = []
-        for name in names:
-            topic = state.topics.get(name)
-            if topic is None:
-                topics.append({"name": name, "error_code": K.unknown_topic_or_partition})
-                continue
-            topics.append(
-                {
-                    "name": name,
-                    "is_internal": name == GROUPS_TOPIC,
-                    "partitions": [
-                        self._partition(
-                            name, p.partition, p.replicas or tuple(state.brokers), known
-                        )
-                        for p in topic.partitions
-                    ],
-                }
-            )
-        controller = self.node.controller.view.leader_id
-        return {
+        operations = getattr(request, "include_topic_authorized_operations", False)
+        topics = [
+            self._topic(name, topic_id, version, known, operations) for name, topic_id in asked
+        ]
+        answer = {
             "brokers": [
                 {"node_id": b, "host": host_port(a)[0], "port": host_port(a)[1]}
                 for b, a in sorted(known.items())
             ],
-            "cluster_id": CLUSTER_ID,
-            "controller_id": controller if controller in known else -1,
+            "cluster_id": self.kafka_cluster_id(),
+            "controller_id": self._controller(known),
             "topics": topics,
         }
+        if getattr(request, "include_cluster_authorized_operations", False):
+            answer["cluster_authorized_operations"] = acls.CLUSTER_OPERATIONS
+        return answer
+
+    def kafka_cluster_id(self) -> str | None:
+        """The cluster's id as Kafka writes one; None until the cluster has named itself."""
+        cluster_id = self.node.cluster.identity.cluster_id
+        return None if cluster_id is None else kafka_cluster_id(cluster_id)
+
+    def _controller(self, known: dict[int, str]) -> int:
+        controller = self.node.controller.view.leader_id
+        return controller if controller in known else -1
+
+    def _topic(
+        self,
+        name: str | None,
+        topic_id: uuid.UUID | None,
+        version: int,
+        known: dict[int, str],
+        operations: bool,
+    ) -> dict:
+        """One topic of a Metadata answer, asked by name or (v12 on, name null) by id."""
+        state = self.node.controller_actor.state
+        out: dict = {"name": name}
+        if operations:
+            out["topic_authorized_operations"] = acls.TOPIC_OPERATIONS
+        if name is None:
+            if version < 12:  # as Kafka: ids were in the schema before they were served
+                return {**out, "name": "", "topic_id": topic_id, "error_code": K.invalid_request}
+            wanted = str(topic_id)
+            topic = next((t for t in state.topics.values() if t.topic_id == wanted), None)
+            if topic is None:
+                return {**out, "topic_id": topic_id, "error_code": K.unknown_topic_id}
+        else:
+            topic = state.topics.get(name)
+            if topic is None:
+                return {**out, "error_code": K.unknown_topic_or_partition}
+        return {
+            **out,
+            "name": topic.name,
+            "topic_id": uuid.UUID(topic.topic_id),
+            "is_internal": topic.name == GROUPS_TOPIC,
+            "partitions": [
+                self._partition(topic.name, p.partition, p.replicas or tuple(state.brokers), known)
+                for p in topic.partitions
+            ],
+        }
+
+    async def describe_cluster(self, request, version: int) -> dict:
+        """The brokers and controller as Metadata names them (a quorumlog node is both)."""
+        endpoint = getattr(request, "endpoint_type", BROKERS)
+        if endpoint != BROKERS:  # Kafka's answers, in its words
+            error, message = (
+                (
+                    K.mismatched_endpoint_type,
+                    "The request was sent to an endpoint of type BROKER, but we wanted an "
+                    "endpoint of type CONTROLLER",
+                )
+                if endpoint == CONTROLLERS
+                else (K.unsupported_endpoint_type, f"Unsupported endpoint type {endpoint}")
+            )
+            return {"error_code": error, "error_message": message, "cluster_id": ""}
+        known = await self.brokers.known()
+        answer = {
+            "cluster_id": self.kafka_cluster_id() or "",
+            "controller_id": self._controller(known),
+            "brokers": [
+                {"broker_id": b, "host": host_port(a)[0], "port": host_port(a)[1]}
+                for b, a in sorted(known.items())
+            ],
+        }
+        if request.include_cluster_authorized_operations:
+            answer["cluster_authorized_operations"] = acls.CLUSTER_OPERATIONS
+        return answer
 
     async def _create_missing(self, names: list[str]) -> None:
         """Each of `names` created as the node's auto_create says (a bad name, or one of

@@ -19,19 +19,25 @@ metadata; its SyncGroup hands out the assignment ("CompletingRebalance", then "S
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
 import trio
+from kio.index import load_entity_schema
 from kio.schema.errors import ErrorCode as K
+from kio.serial import entity_reader
+from kio.serial.errors import DecodeError
+from kio.static.constants import EntityType
 
 from quorumlog.actors.coordination import Coordination
+from quorumlog.actors.kafka import transactions
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
 from quorumlog.actors.mailbox import Pending
 from quorumlog.actors.read_index import end_offset
 from quorumlog.actors.replicated import PassBack
-from quorumlog.consumers.state import GROUPS_TOPIC, ResetOffsets, groups_partition
+from quorumlog.consumers.state import GROUPS_TOPIC, DeleteOffsets, ResetOffsets, groups_partition
 from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
@@ -40,6 +46,12 @@ if TYPE_CHECKING:
 logger = structlog.get_logger("quorumlog.kafka")
 
 EXPIRE_EVERY_S = 0.25
+CONSUMER = "consumer"  # the protocol type of Kafka's consumers (Connect's is "connect")
+# Each version of a consumer's subscription (newer ones only add fields at the end).
+SUBSCRIPTIONS = tuple(
+    load_entity_schema("consumer_protocol_subscription", v, EntityType.data) for v in range(4)
+)
+GROUP = 0  # FindCoordinator's key type of a consumer group
 EMPTY, PREPARING, COMPLETING, STABLE = (
     "Empty",
     "PreparingRebalance",
@@ -106,8 +118,14 @@ class KafkaGroups:
     # ------------------------------------------------------------------- coordinator
 
     async def find_coordinator(self, request, version: int) -> dict:
-        if getattr(request, "key_type", 0) != 0:
-            return {"error_code": K.coordinator_not_available, "error_message": "no transactions"}
+        key_type = getattr(request, "key_type", GROUP)
+        if key_type == transactions.TRANSACTION:
+            return transactions.REFUSAL
+        if key_type != GROUP:
+            return {
+                "error_code": K.invalid_request,
+                "error_message": f"unknown key type {key_type}",
+            }
         try:
             topic = await self.node.coordinator.groups_topic()
         except PassBack:
@@ -381,6 +399,58 @@ class KafkaGroups:
             ]
         }
 
+    async def offset_delete(self, request, version: int) -> dict:
+        """Kafka's OffsetDelete, as Kafka's classic groups answer it: refused for the whole
+        group while it has members of another protocol type than "consumer", and for each
+        partition of a topic an active member subscribes to."""
+        if not request.group_id:
+            return {"error_code": K.invalid_group_id}
+        try:
+            c, group = await self.group(request.group_id)
+        except GroupFailure as failure:
+            return {"error_code": failure.error}
+        native = c.state.groups.get(group.name)
+        if native is None and not group.members:
+            return {"error_code": K.group_id_not_found}
+        if group.members and group.protocol_type != CONSUMER:
+            return {"error_code": K.non_empty_group}
+        subscribed = _subscriptions(group)
+        if native is not None and native.members:
+            subscribed = None if subscribed is None else subscribed | set(native.topics)
+        topics = self.node.controller_actor.state.topics
+        answers: dict[str, dict[int, K]] = {}
+        for t in request.topics:
+            for p in t.partitions:
+                found = topics.get(t.name)
+                if found is None or not 0 <= p.partition_index < len(found.partitions):
+                    error = K.unknown_topic_or_partition
+                elif subscribed is None or t.name in subscribed:
+                    error = K.group_subscribed_to_topic
+                else:
+                    error = K.none
+                answers.setdefault(t.name, {})[p.partition_index] = error
+        deleted = [(t, p) for t, ps in answers.items() for p, e in ps.items() if e is K.none]
+        if native is not None and deleted:  # else no offset of the group is stored
+            try:
+                async with c.lock(group.name):
+                    why = await c.propose(DeleteOffsets(group.name, tuple(deleted)))
+            except PassBack:
+                return {"error_code": K.not_coordinator}
+            if why is not None:  # a native member came meanwhile
+                for t, p in deleted:
+                    answers[t][p] = K.group_subscribed_to_topic
+        return {
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": p, "error_code": e} for p, e in partitions.items()
+                    ],
+                }
+                for name, partitions in answers.items()
+            ]
+        }
+
     # ------------------------------------------------------------------- admin
 
     async def describe_groups(self, request, version: int) -> dict:
@@ -431,6 +501,25 @@ def _member(group: KafkaGroup, member_id: str, generation: int) -> Member:
     if generation != group.generation:
         raise GroupFailure(K.illegal_generation)
     return member
+
+
+def _subscriptions(group: KafkaGroup) -> set[str] | None:
+    """The topics the group's Kafka members subscribe to, from the subscription each sends
+    with its protocols (Kafka's ConsumerProtocolSubscription); None if one cannot be read:
+    then every topic counts as subscribed to."""
+    topics: set[str] = set()
+    for member in group.members.values():
+        for name, metadata in member.protocols:
+            if group.protocol and name != group.protocol:
+                continue
+            try:
+                (version,) = struct.unpack_from(">h", metadata)
+                schema = SUBSCRIPTIONS[min(max(version, 0), len(SUBSCRIPTIONS) - 1)]
+                subscription, _ = entity_reader(schema)(metadata, 2)
+            except (DecodeError, ValueError, IndexError, UnicodeDecodeError, struct.error):
+                return None
+            topics.update(subscription.topics)
+    return topics
 
 
 def _chosen_protocol(group: KafkaGroup) -> str:

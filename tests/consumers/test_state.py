@@ -9,6 +9,7 @@ import pytest
 from quorumlog.consumers.state import (
     CommandError,
     Commit,
+    DeleteOffsets,
     GroupError,
     GroupsState,
     ResetOffsets,
@@ -37,7 +38,12 @@ def state_with_members() -> GroupsState:
 
 
 def test_commands_survive_their_wire_form():
-    for command in (JOIN, Commit("g", "m1", (("t", 0, 42),)), ResetOffsets("g", (("t", 1, 0),))):
+    for command in (
+        JOIN,
+        Commit("g", "m1", (("t", 0, 42),)),
+        ResetOffsets("g", (("t", 1, 0),)),
+        DeleteOffsets("g", (("t", 1),)),
+    ):
         wire = msgpack.unpackb(msgpack.packb(to_wire(command)), raw=False)
         assert from_wire(wire) == command
 
@@ -110,3 +116,16 @@ def test_names_and_settings_are_checked():
 def test_a_group_always_maps_to_the_same_groups_partition():
     assert groups_partition("billing", 3) == groups_partition("billing", 3)
     assert {groups_partition(f"g{i}", 3) for i in range(30)} == {0, 1, 2}
+
+
+def test_offsets_are_deleted_except_of_a_topic_active_members_consume():
+    """Kafka's OffsetDelete: refused for the topics of an active member's subscription."""
+    state = state_with_members()
+    state.apply(Commit("billing", "m1", (("events", 0, 7),)), 1)
+    state.apply(ResetOffsets("other", (("events", 0, 3), ("audit", 0, 9))), 2)
+    why = state.apply(DeleteOffsets("billing", (("events", 0),)), 3)
+    assert why == "group 'billing' has active members consuming events"
+    assert state.groups["billing"].committed == {("events", 0): 7}
+    assert state.apply(DeleteOffsets("other", (("audit", 0), ("audit", 5))), 4) is None
+    assert state.groups["other"].committed == {("events", 0): 3}
+    assert state.apply(DeleteOffsets("nobody", (("audit", 0),)), 5) == "unknown group 'nobody'"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 
@@ -18,8 +19,8 @@ def listening(port: int) -> bool:
 
 
 def kafka_cluster(root: str) -> Iterator[ProcessCluster]:
-    """A started 3-node cluster whose Kafka listeners accept connections; stopped after.
-    For a module-scoped fixture: `yield from kafka_cluster(...)`."""
+    """A started 3-node cluster whose Kafka listeners accept connections; stopped after,
+    and its logs checked for bugs. For a module-scoped fixture: `yield from ...`."""
     c = ProcessCluster(root, kafka_ports=free_ports(3))
     c.start_all()
     try:
@@ -28,3 +29,13 @@ def kafka_cluster(root: str) -> Iterator[ProcessCluster]:
         yield c
     finally:
         c.stop_all()
+    assert_no_kafka_bugs(c)
+
+
+def assert_no_kafka_bugs(cluster: ProcessCluster) -> None:
+    """No Kafka connection or handler failed on a bug (bad bytes are not one) on any node."""
+    for node_id in cluster.ids:
+        with open(os.path.join(cluster.root, f"node{node_id}.log")) as log:
+            text = log.read()
+        assert "kafka_connection_failed" not in text, f"node {node_id}"
+        assert "kafka_handler_failed" not in text, f"node {node_id}"

@@ -20,6 +20,7 @@ from crc32c import crc32c
 
 from quorumlog import Record
 from quorumlog.cli.localcluster import ProcessCluster, free_ports
+from tests.process.kafka_support import assert_no_kafka_bugs
 from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
@@ -56,12 +57,7 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.stop_all()
-    # A Kafka connection that failed on a bug (not on bad bytes) is logged so: none may.
-    for node_id in c.ids:
-        with open(os.path.join(c.root, f"node{node_id}.log")) as log:
-            text = log.read()
-        assert "kafka_connection_failed" not in text, f"node {node_id}"
-        assert "kafka_handler_failed" not in text, f"node {node_id}"
+    assert_no_kafka_bugs(c)
 
 
 @pytest.fixture(scope="module")

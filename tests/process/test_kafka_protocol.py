@@ -1,0 +1,254 @@
+"""Real processes: the Kafka listener answers as Apache Kafka 4.4 does (each answer here was
+compared with a 4.4 KRaft broker's, bench/kafka_java.py): Metadata with topic ids that
+every node gives alike and keeps across restarts, the cluster id as Kafka writes one,
+DescribeCluster, the ACL calls answered SECURITY_DISABLED, OffsetDelete of a classic
+group, and transactions refused with the error clients give up on at once."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+import warnings
+
+import pytest
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.controller.kafka_ids import kafka_cluster_id
+from tests.process.kafka_support import kafka_cluster
+from tests.process.test_kafka import call, connect, create, serves_metadata
+from tests.process.test_kafka_groups import confluent_member
+from tests.process.test_topics import wait_until
+
+with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KafkaPythonResourceType
+    from kafka.errors import KafkaError as KafkaPythonError
+    from kafka.errors import SecurityDisabledError, TransactionalIdAuthorizationFailedError
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+UNKNOWN_TOPIC_ID = 100
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+# What a Kafka 4.4 broker without an authorizer answers a client may do.
+CLUSTER_OPERATIONS = {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION"}
+CLUSTER_OPERATIONS |= {"DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
+TOPIC_OPERATIONS = {"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE"}
+TOPIC_OPERATIONS |= {"DESCRIBE_CONFIGS", "ALTER_CONFIGS"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from kafka_cluster(str(tmp_path_factory.mktemp("kafka-protocol")))
+
+
+def admin_of(cluster: ProcessCluster, node_id: int) -> AdminClient:
+    return AdminClient({"bootstrap.servers": f"127.0.0.1:{cluster.kafka_ports[node_id - 1]}"})
+
+
+def topic_ids(cluster: ProcessCluster, name: str) -> set[str]:
+    """The topic's id as each node's Metadata gives it (librdkafka's DescribeTopics)."""
+    found = set()
+    for node_id in cluster.ids:
+        admin = admin_of(cluster, node_id)  # kept until the answer: a client gone drops it
+        described = admin.describe_topics(TopicCollection([name]))
+        found.add(str(described[name].result(30).topic_id))
+    return found
+
+
+def metadata_by_id(cluster: ProcessCluster, topic_id: uuid.UUID):
+    """kafka-python's Metadata v12 asking for a topic by its id alone."""
+    request = MetadataRequest[12](
+        topics=[MetadataRequest[12].MetadataRequestTopic(topic_id=topic_id, name=None)],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with connect(cluster) as sock:
+        return call(sock, request, MetadataResponse, 12).topics[0]
+
+
+def test_topics_have_ids_every_node_gives_alike_and_keeps_across_restarts(cluster):
+    admin = admin_of(cluster, 1)
+    create(admin, "identified", partitions=2)
+    (text,) = wait_until(lambda: (ids := topic_ids(cluster, "identified")) and ids, 30, "ids")
+    topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    assert topic_id.version == 4
+    described = admin.describe_topics(
+        TopicCollection(["identified"]), include_authorized_operations=True
+    )
+    operations = described["identified"].result(30).authorized_operations
+    assert {op.name for op in operations} == TOPIC_OPERATIONS
+
+    found = metadata_by_id(cluster, topic_id)
+    assert (found.error_code, found.name, len(found.partitions)) == (0, "identified", 2)
+    unknown = metadata_by_id(cluster, uuid.uuid4())
+    assert (unknown.error_code, unknown.name) == (UNKNOWN_TOPIC_ID, None)
+
+    cluster.stop_all()
+    cluster.start_all()
+    cluster.wait_for_leader()
+    # librdkafka's admin calls wait for good on a node that names no controller yet.
+    wait_until(lambda: all(serves_metadata(cluster, i) for i in cluster.ids), 30, "metadata")
+    assert wait_until(lambda: topic_ids(cluster, "identified") == {text}, 60, "the same id")
+
+
+def test_the_cluster_id_is_kafkas_form_of_quorumlogs_own(cluster):
+    native = wait_until(lambda: (s := cluster.node_status(1)) and s.get("cluster_id"), 30, "id")
+    expected = kafka_cluster_id(native)
+    assert len(expected) == 22 and len(base64.urlsafe_b64decode(expected + "==")) == 16
+    for node_id in cluster.ids:
+        admin = admin_of(cluster, node_id)
+        assert admin.list_topics(timeout=10).cluster_id == expected
+        described = admin.describe_cluster(include_authorized_operations=True).result(30)
+        assert described.cluster_id == expected
+        assert sorted(n.id for n in described.nodes) == cluster.ids
+        assert {(n.host, n.port) for n in described.nodes} == {
+            ("127.0.0.1", p) for p in cluster.kafka_ports
+        }
+        assert described.controller.id in cluster.ids
+        assert {op.name for op in described.authorized_operations} == CLUSTER_OPERATIONS
+    # kafka-python asks with DescribeCluster too.
+    with KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap) as kafka_python:
+        described = kafka_python.describe_cluster()
+    assert described["cluster_id"] == expected
+    assert sorted(b["broker_id"] for b in described["brokers"]) == cluster.ids
+
+
+def test_acl_calls_say_the_clusters_security_is_its_secret(cluster):
+    """As a Kafka broker without an authorizer: SECURITY_DISABLED (librdkafka then lists
+    no ACLs, as it does against Kafka), not a missing API."""
+    admin = admin_of(cluster, 2)
+    any_acl = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert admin.describe_acls(any_acl, request_timeout=10).result(30) == []
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "t",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    for future in (admin.create_acls([binding])[binding], admin.delete_acls([any_acl])[any_acl]):
+        with pytest.raises(KafkaException) as refused:
+            future.result(30)
+        error = refused.value.args[0]
+        assert error.code() == KafkaError.SECURITY_DISABLED
+        assert "the cluster's security is its secret" in error.str()
+    pattern = ResourcePatternFilter(KafkaPythonResourceType.ANY, None, ACLResourcePatternType.ANY)
+    acl_filter = ACLFilter(None, "*", ACLOperation.ANY, ACLPermissionType.ANY, pattern)
+    with (
+        KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap) as kafka_python,
+        pytest.raises(SecurityDisabledError, match="security is its secret"),
+    ):
+        kafka_python.describe_acls(acl_filter)
+
+
+def test_a_transactional_producer_fails_at_once(cluster):
+    """Refused with an error both clients give up on, not COORDINATOR_NOT_AVAILABLE, which
+    they retry until their timeout (30 s here)."""
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": "tx"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(30)
+    assert time.monotonic() - started < 2.0
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and error.fatal()
+    assert "does not support Kafka transactions" in error.str()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        kafka_python = KafkaProducer(
+            bootstrap_servers=cluster.kafka_bootstrap, transactional_id="tx", max_block_ms=30_000
+        )
+    started = time.monotonic()
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            kafka_python.init_transactions()
+        assert time.monotonic() - started < 2.0
+    finally:
+        kafka_python.close(timeout=5)
+
+    # InitProducerId with a transactional id, sent to any node, is refused the same way.
+    init = InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000)
+    with connect(cluster, node_id=3) as sock:
+        answer = call(sock, init, InitProducerIdResponse, 1)
+    assert (answer.error_code, answer.producer_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+
+
+def test_offset_delete_is_refused_for_a_topic_an_active_member_subscribes_to(cluster):
+    admin = admin_of(cluster, 1)
+    create(admin, "followed", partitions=1)
+    create(admin, "left", partitions=1)
+    with cluster.client(timeout=30) as c:
+        for topic in ("followed", "left"):
+            c.append([b"one", b"two"], topic=topic, partition=0)
+    member = confluent_member(cluster, "pruned")
+    try:
+        member.subscribe(["followed"])
+        wait_until(lambda: member.poll(1.0), 30, "a record")
+        member.commit(asynchronous=False)
+        member.commit(offsets=[TopicPartition("left", 0, 2)], asynchronous=False)
+        assert deleted(cluster, "pruned", "followed") == "GroupSubscribedToTopicError"
+        assert deleted(cluster, "pruned", "left") == "NoError"
+        assert committed(admin, "pruned") == {"followed": 1}
+    finally:
+        member.close()
+    assert deleted(cluster, "pruned", "followed") == "NoError"
+    assert committed(admin, "pruned") == {}
+    assert deleted(cluster, "pruned", "nowhere") == "UnknownTopicOrPartitionError"
+    assert deleted(cluster, "nobody", "left") == "GroupIdNotFoundError"
+
+
+def deleted(cluster: ProcessCluster, group: str, topic: str) -> str:
+    """kafka-python's OffsetDelete of the topic's partition 0: the error's name."""
+    with KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap) as kafka_python:
+        try:
+            (error,) = kafka_python.delete_group_offsets(
+                group, [KafkaTopicPartition(topic, 0)]
+            ).values()
+        except KafkaPythonError as exc:
+            return type(exc).__name__
+    return error.__name__
+
+
+def committed(admin: AdminClient, group: str) -> dict[str, int]:
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    return {
+        tp.topic: tp.offset for tp in listed[group].result(30).topic_partitions if tp.offset >= 0
+    }
