@@ -34,7 +34,15 @@ from quorumlog.controller.state import (
     TopicError,
 )
 from quorumlog.controller.topic_config import changed_settings, described, set_here
-from quorumlog.transport.messages import AdminReply, EndOffsetReply, EndOffsetRequest, Message
+from quorumlog.log.config import TopicSettings
+from quorumlog.transport.messages import (
+    AdminReply,
+    EndOffsetReply,
+    EndOffsetRequest,
+    Message,
+    PositionReply,
+    PositionRequest,
+)
 
 if TYPE_CHECKING:
     from quorumlog.actors.controller import ControllerActor
@@ -74,19 +82,21 @@ async def alter(ctl: ControllerActor, args: dict[str, Any]) -> Message:
 
 
 def configs(ctl: ControllerActor, names: list[str]) -> Message:
-    """Each topic's settings in force, and the names it sets itself (Kafka's
-    DescribeConfigs asks here, where the latest change is applied); None if unknown."""
+    """Each topic's settings in force, the names it sets itself, the node's own settings
+    and its replication factor (Kafka's DescribeConfigs asks here, where the latest change
+    is applied); None if unknown."""
     out: dict[str, dict | None] = {}
+    log_config, append_bytes_max = ctl.node.storage.log_config, ctl.node.settings.append_bytes_max
     for name in names:
         topic = ctl.state.topics.get(name)
         out[name] = (
             None
             if topic is None
             else {
-                "config": described(
-                    topic.settings, ctl.node.storage.log_config, ctl.node.settings.append_bytes_max
-                ),
+                "config": described(topic.settings, log_config, append_bytes_max),
                 "set": sorted(set_here(topic.settings)),
+                "node": described(TopicSettings(), log_config, append_bytes_max),
+                "replication_factor": topic.replication_factor,
             }
         )
     return AdminReply({"topics": out})
@@ -192,9 +202,12 @@ async def trim(ctl: ControllerActor, args: dict[str, Any]) -> Message:
         before = end
     if before > end:
         raise TopicError(f"{name}/{partition} ends at {end}: it cannot be trimmed before {before}")
-    if before > topic.partitions[partition].log_start:
-        why = await ctl.propose(TrimPartition(name, partition, before))
-        if why is not None and ctl.state.partition(name, partition).log_start < before:
+    # The state keeps the trim as a position in the partition's log, the same on every
+    # replica (a record offset is the log's count: log/offsets.py).
+    found = await ask_partition_leader(ctl.node, tp, PositionRequest(before, *tp), PositionReply)
+    if found.position > topic.partitions[partition].log_start:
+        why = await ctl.propose(TrimPartition(name, partition, found.position))
+        if why is not None and ctl.state.partition(name, partition).log_start < found.position:
             raise TopicError(why)
     # Answered once the partition's leader applied it too: a reader asking it after the
     # answer is refused below the new start (the other replicas follow as they apply).
@@ -204,7 +217,7 @@ async def trim(ctl: ControllerActor, args: dict[str, Any]) -> Message:
             reply = await ask_partition_leader(
                 ctl.node, tp, EndOffsetRequest(False, *tp), EndOffsetReply
             )
-    log_start = max(ctl.state.partition(name, partition).log_start, reply.log_start_offset)
+    log_start = max(before, reply.log_start_offset)
     return AdminReply({"topic": name, "partition": partition, "log_start_offset": log_start})
 
 

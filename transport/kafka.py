@@ -55,7 +55,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls
-    32: (1, 3),  # DescribeConfigs (v0 is gone from current clients and kio)
+    32: (1, 4),  # DescribeConfigs (v0 is gone from current clients and kio)
     33: (0, 1),  # AlterConfigs
     36: (0, 1),  # SaslAuthenticate
     37: (0, 1),  # CreatePartitions

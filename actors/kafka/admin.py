@@ -9,15 +9,17 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode as K
 
+from quorumlog.actors.kafka import topic_configs
 from quorumlog.actors.kafka.cluster import ask_controller, kafka_error
 from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.controller.topic_config import (
-    KAFKA_TIMESTAMP_TYPES,
-    NAMES,
     ConfigError,
     changed_settings,
+    described,
     kafka_settings,
 )
+from quorumlog.log.config import TopicSettings
+from quorumlog.log.kafka_batch import DECOMPRESSED_BYTES_MAX
 from quorumlog.transport.messages import (
     AdminReply,
     ErrorCode,
@@ -29,18 +31,9 @@ if TYPE_CHECKING:
     from quorumlog.actors.node import Node
 
 TOPIC, BROKER = 2, 4  # Kafka's resource types
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5  # config sources
-STRING, INT, LONG = 2, 3, 5  # config types
+STATIC_BROKER_CONFIG = 4  # a config source
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
 CALL_S_DEFAULT = 30.0
-
-_TYPES = {
-    "retention.ms": LONG,
-    "retention.bytes": LONG,
-    "segment.bytes": INT,
-    "max.message.bytes": INT,
-    "message.timestamp.type": STRING,
-}
 
 
 class KafkaAdmin:
@@ -65,11 +58,7 @@ class KafkaAdmin:
                     missing = K.unknown_topic_or_partition if error is K.none else error
                     results.append({**out, "error_code": missing})
                     continue
-                found = topics[resource.resource_name]
-                configs = [
-                    _config(name, value, name not in found["set"], False)
-                    for name, value in found["config"].items()
-                ]
+                configs = self._topic_configs(topics[resource.resource_name], request)
             elif resource.resource_type == BROKER and resource.resource_name not in (
                 "",
                 str(self.node.id),
@@ -77,31 +66,44 @@ class KafkaAdmin:
                 results.append({**out, "error_code": K.invalid_request})  # ask that broker
                 continue
             elif resource.resource_type == BROKER:
-                configs = [
-                    _config(name, value, True, True)
-                    for name, value in self._broker_config().items()
-                ]
+                configs = self._broker_configs()
             else:
                 results.append({**out, "error_code": K.invalid_request})
                 continue
             keys = resource.configuration_keys
-            if keys is not None:
+            if keys:  # as Kafka: none, or none named, is all of them
                 configs = [c for c in configs if c["name"] in keys]
             results.append({**out, "error_code": K.none, "configs": configs})
         return {"results": results}
 
-    def _broker_config(self) -> dict[str, object]:
-        """This node's settings under Kafka's broker names (read-only: a node's settings
-        are its config file's)."""
-        log = self.node.storage.log_config
-        return {
-            "broker.id": self.node.id,
-            "log.segment.bytes": log.segment_bytes_max,
-            "log.retention.ms": -1 if log.retention_ms is None else log.retention_ms,
-            "log.retention.bytes": -1 if log.retention_bytes is None else log.retention_bytes,
-            "log.message.timestamp.type": KAFKA_TIMESTAMP_TYPES[log.timestamp_type],
-            "message.max.bytes": self.node.settings.append_bytes_max,
+    def _broker_configs(self) -> list[dict]:
+        """This node's settings under Kafka's broker names, read-only: a node's settings
+        are its config file's."""
+        settings = described(
+            TopicSettings(), self.node.storage.log_config, self.node.settings.append_bytes_max
+        )
+        configs = [_broker_config("broker.id", self.node.id, topic_configs.INT)]
+        for name, value in settings.items():
+            known = topic_configs.BY_NAME[name]
+            assert known.synonym is not None
+            configs.append(_broker_config(known.synonym, value, known.config_type))
+        return configs
+
+    def _topic_configs(self, found: dict, request) -> list[dict]:
+        """Every Kafka topic config of a topic the controller's leader described."""
+        fixed = {
+            "min.insync.replicas": str(found["replication_factor"] // 2 + 1),
+            "index.interval.bytes": str(self.node.storage.log_config.index_interval_bytes),
+            "max.decompressed.message.bytes": str(DECOMPRESSED_BYTES_MAX),
         }
+        return topic_configs.described(
+            found["config"],
+            set(found["set"]),
+            found["node"],
+            fixed,
+            synonyms=request.include_synonyms,
+            documentation=getattr(request, "include_documentation", False),
+        )
 
     async def alter_configs(self, request, version: int) -> dict:
         """AlterConfigs: every topic setting not given goes back to the node's."""
@@ -303,19 +305,13 @@ def _error_of(reply: ErrorReply) -> K:
     return kafka_error(reply)
 
 
-def _config(name: str, value: object, default: bool, read_only: bool) -> dict:
-    source = (
-        (STATIC_BROKER_CONFIG if read_only else DEFAULT_CONFIG) if default else DYNAMIC_TOPIC_CONFIG
-    )
-    known = NAMES.get(name)
+def _broker_config(name: str, value: object, config_type: int) -> dict:
     return {
         "name": name,
         "value": str(value),
-        "read_only": read_only,
-        "is_default": default,
-        "config_source": source,
+        "read_only": True,
+        "config_source": STATIC_BROKER_CONFIG,
         "is_sensitive": False,
         "synonyms": [],
-        "config_type": _TYPES.get(name, LONG if isinstance(value, int) else STRING),
-        "documentation": known.doc if known else None,
+        "config_type": config_type,
     }

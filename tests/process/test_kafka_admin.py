@@ -24,6 +24,7 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
     from kafka.admin._partitions import NewPartitions
     from kafka.admin._topics import NewTopic
     from kafka.errors import InvalidPartitionsError
+    from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
     from kafka.protocol.consumer.offsets import (
         OffsetForLeaderEpochRequest,
         OffsetForLeaderEpochResponse,
@@ -247,3 +248,113 @@ def test_creating_a_topic_that_exists_is_answered_so_before_its_configs_are_chec
         (answer,) = result["topics"] if isinstance(result, dict) else result.topics
         assert answer["error_code"] == TOPIC_ALREADY_EXISTS, (configs, result)
         assert answer["error_message"] == "Topic 'twice' already exists."
+
+
+# Every topic config Kafka 4.4 reports (a KRaft broker's DescribeConfigs of a topic).
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.type",
+    "compression.zstd.level",
+    "delete.retention.ms",
+    "errors.deadletterqueue.group.enable",
+    "file.delete.delay.ms",
+    "flush.messages",
+    "flush.ms",
+    "follower.replication.throttled.replicas",
+    "index.interval.bytes",
+    "leader.replication.throttled.replicas",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "max.compaction.lag.ms",
+    "max.decompressed.message.bytes",
+    "max.message.bytes",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "min.insync.replicas",
+    "preallocate",
+    "remote.copy.lag.bytes",
+    "remote.copy.lag.ms",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "remote.storage.enable",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.index.bytes",
+    "segment.jitter.ms",
+    "segment.ms",
+    "unclean.leader.election.enable",
+}
+
+
+def test_describe_configs_reports_every_topic_config_kafka_has(cluster, admin):
+    """Each with its source, read-only flag, type and synonyms: quorumlog's own settings as
+    the topic or node has them, what it always does as read-only defaults, what it does
+    not have as Kafka's defaults, read-only, saying so."""
+    admin.create_topics([NewTopic("described", 1, 3, topic_configs={"retention.ms": "3600000"})])
+    resource = ConfigResource(ConfigResourceType.TOPIC, "described")
+    found = admin.describe_configs([resource], include_synonyms=True, config_filter="all")
+    configs = found["topic"]["described"]
+    assert set(configs) == KAFKA_TOPIC_CONFIGS
+
+    def entry(name: str) -> tuple:
+        c = configs[name]
+        synonyms = [(s["name"], s["value"], s["source"]) for s in c["synonyms"]]
+        return c["value"], c["read_only"], c["config_source"], c["config_type"], synonyms
+
+    assert entry("retention.ms") == (
+        "3600000",
+        False,
+        "DYNAMIC_TOPIC_CONFIG",
+        "LONG",
+        [
+            ("retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"),
+            ("log.retention.ms", "-1", "DEFAULT_CONFIG"),
+        ],
+    )
+    segment = str(128 * 1024 * 1024)  # the node's, as no [log] table says otherwise
+    assert entry("segment.bytes") == (
+        segment,
+        False,
+        "DEFAULT_CONFIG",
+        "INT",
+        [("log.segment.bytes", segment, "DEFAULT_CONFIG")],
+    )
+    assert entry("cleanup.policy") == (
+        "delete",
+        True,
+        "DEFAULT_CONFIG",
+        "LIST",
+        [("log.cleanup.policy", "delete", "DEFAULT_CONFIG")],
+    )
+    assert entry("min.insync.replicas")[:3] == ("2", True, "DEFAULT_CONFIG")  # of 3 replicas
+    assert entry("compression.type")[:2] == ("producer", True)
+    assert entry("unclean.leader.election.enable")[:4] == (
+        "false",
+        True,
+        "DEFAULT_CONFIG",
+        "BOOLEAN",
+    )
+    assert entry("min.cleanable.dirty.ratio")[:4] == ("0.5", True, "DEFAULT_CONFIG", "DOUBLE")
+    assert entry("flush.ms") == (str(2**63 - 1), True, "DEFAULT_CONFIG", "LONG", [])
+    assert not any(c["is_sensitive"] for c in configs.values())
+
+    # Documentation when asked (v3 on); the configs named, or all when none is.
+    request = DescribeConfigsRequest[4](
+        resources=[
+            DescribeConfigsRequest[4].DescribeConfigsResource(
+                resource_type=2, resource_name="described", configuration_keys=["flush.ms"]
+            )
+        ],
+        include_synonyms=False,
+        include_documentation=True,
+    )
+    with connect(cluster) as sock:
+        (result,) = call(sock, request, DescribeConfigsResponse, 3).results
+    (flush,) = result.configs
+    assert "Not applied by quorumlog" in flush.documentation
