@@ -65,6 +65,8 @@ from quorumlog.transport.messages import (
     Message,
     OffsetForTimeRequest,
     PartitionCall,
+    PositionReply,
+    PositionRequest,
     ReadRequest,
 )
 from quorumlog.transport.network import NodeTransport
@@ -197,6 +199,21 @@ class GroupActor(GroupHandle, AppendIntake):
         """The first offset readers may read: the log's start or the trim's, the later."""
         return max(self.log.log_start_offset, self.log_floor)
 
+    # Record offsets (log/offsets.py): what readers see, where the core counts positions.
+
+    def records_before(self, position: int) -> int:
+        """The record offset of a data record at `position` (the core's log: what this
+        round appended counts too)."""
+        return self.core.log.records_before(position)
+
+    def last_record(self, position: int) -> int:
+        """The offset of the last record at or before `position` (-1: none)."""
+        return self.core.log.records_before(position + 1) - 1
+
+    def record_start(self) -> int:
+        """The first record offset readers may read."""
+        return self.records_before(self.read_start())
+
     def _stamper_for(self, config: LogConfig) -> Stamper | None:
         if config.timestamp_type != "log_append":
             return None
@@ -305,7 +322,7 @@ class GroupActor(GroupHandle, AppendIntake):
                 return
         results = core.propose([item.proposal for item in appends], now, stamp_ms)
         commit = core.commit_offset
-        majority: tuple[int, int] | None = None  # computed once for all answered now
+        reached = None  # computed once for all answered now
         for item, result in zip(appends, results, strict=True):
             reply = item.reply
             if reply is None:
@@ -315,11 +332,30 @@ class GroupActor(GroupHandle, AppendIntake):
                 continue
             first, last = result
             if item.acks is Acks.QUORUM and last > commit:
-                self._waiters.append(QuorumWaiter(core.term, first, last, reply))
+                self._waiters.append(QuorumWaiter(core.term, first, last, reply, item.records))
             else:
-                if majority is None:
-                    majority = core.majority_offsets()
-                reply.resolve(AppendReply(first, last, commit, *majority))
+                reached = reached or self._reached()
+                reply.resolve(self._append_reply(first, last, item.records, reached))
+
+    def _reached(self) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """(commit, majority flushed, majority dirty) as positions and as the offsets of
+        the last records there."""
+        core = self.core
+        positions = (core.commit_offset, *core.majority_offsets())
+        return positions, tuple(self.last_record(p) for p in positions)
+
+    def reached_records(self) -> tuple[int, int, int]:
+        """The offsets of the last committed, majority-flushed and majority-appended
+        records."""
+        return self._reached()[1]
+
+    def _append_reply(self, first: int, last: int, records: bool, reached) -> AppendReply:
+        positions, last_records = reached
+        if not records:
+            return AppendReply(first, last, *positions)
+        # One append's batches take consecutive positions, records all.
+        first_record = self.records_before(first)
+        return AppendReply(first_record, first_record + last - first, *last_records)
 
     async def _perform(self) -> None:
         core = self.core
@@ -380,11 +416,11 @@ class GroupActor(GroupHandle, AppendIntake):
         core = self.core
         waiters = self._waiters
         if waiters and waiters[0].last_offset <= core.commit_offset:
-            flushed, dirty = core.majority_offsets()  # once for all answered in this round
+            reached = self._reached()  # once for all answered in this round
             while waiters and waiters[0].last_offset <= core.commit_offset:
                 w = waiters.popleft()
                 w.reply.resolve(
-                    AppendReply(w.first_offset, w.last_offset, core.commit_offset, flushed, dirty)
+                    self._append_reply(w.first_offset, w.last_offset, w.records, reached)
                 )
         if waiters and (not core.is_leader or waiters[0].term != core.term):
             # Leadership moved: the outcome of these appends is unknown to us now.
@@ -472,6 +508,13 @@ class GroupActor(GroupHandle, AppendIntake):
             case OffsetForTimeRequest(timestamp_ms, leader_only=leader_only):
                 refusal = await unsettled(self) if leader_only else None
                 return refusal or offset_for_time(self, timestamp_ms)
+            case PositionRequest(offset):
+                # Past the committed records: the committed end's, never a position an
+                # uncommitted batch of Raft's own may move.
+                end = self.view.commit_offset + 1
+                return await unsettled(self) or PositionReply(
+                    min(self.log.position_of(offset), end)
+                )
 
     def campaign_soon(self) -> None:
         """Before the group runs (a partition just placed with this node first): campaign
@@ -482,8 +525,14 @@ class GroupActor(GroupHandle, AppendIntake):
         """This replica's Raft state: role, term, offsets, configuration, followers, and
         the bytes its log holds (how far a replica being added got: actors/topic_changes.py)."""
         out = self.core.status()
+        last = self.last_record
+        for key in ("commit_offset", "dirty_offset", "flushed_offset"):
+            out[key] = last(out[key])
+        for follower in out.get("followers", {}).values():
+            for key in ("match", "flushed", "dirty"):
+                follower[key] = last(follower[key])
         out["size_bytes"] = self.log.size_bytes
-        out["log_start_offset"] = self.read_start()
+        out["log_start_offset"] = self.record_start()
         return out
 
     def under_replicated(self, now: float) -> bool:

@@ -26,6 +26,7 @@ class AppendIntake:
     stats: NodeStats
     _inbox: trio.MemorySendChannel[object]
     not_leader: Callable[[int | None], ErrorReply]
+    reached_records: Callable[[], tuple[int, int, int]]
 
     def take_append(self, request: AppendRequest, answer: Answer) -> bool:
         """A client append, put in the mailbox without a task to wait for it: the main
@@ -63,7 +64,9 @@ class AppendIntake:
 
     async def submit(self, request: AppendRequest, by_client: bool = False) -> Pending | Message:
         """Put an append in the mailbox: appended in the order submitted; its answer when
-        the Pending is resolved (acks=none: answered now), or the refusal."""
+        the Pending is resolved (acks=none: answered now), or the refusal. The node's own
+        appends (not `by_client`) are answered in the log's positions, a client's in
+        record offsets."""
         checked = self._checked(request, by_client)
         if not isinstance(checked, list):
             return checked
@@ -72,7 +75,7 @@ class AppendIntake:
             await self._inbox.send(ClientAppend(proposal, request.acks, None))
             return self._received_reply()
         reply = Pending()
-        await self._inbox.send(ClientAppend(proposal, request.acks, reply))
+        await self._inbox.send(ClientAppend(proposal, request.acks, reply, records=by_client))
         return reply
 
     def _checked(
@@ -90,5 +93,4 @@ class AppendIntake:
 
     def _received_reply(self) -> AppendReply:
         """The answer to an acks=none append: received, no offsets yet."""
-        flushed, dirty = self.core.majority_offsets()
-        return AppendReply(None, None, self.core.commit_offset, flushed, dirty)
+        return AppendReply(None, None, *self.reached_records())

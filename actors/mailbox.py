@@ -138,6 +138,9 @@ class ClientAppend:
     proposal: Proposal  # batches checked by the handler
     acks: Acks
     reply: Pending | Answered | None
+    # Answered in record offsets (log/offsets.py), as every reader counts; the node's own
+    # state machines (actors/replicated.py) count their logs' positions.
+    records: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,3 +157,4 @@ class QuorumWaiter:
     first_offset: int
     last_offset: int
     reply: Pending | Answered
+    records: bool  # as ClientAppend's

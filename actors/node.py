@@ -64,6 +64,7 @@ from quorumlog.transport.messages import (
     Message,
     OffsetForTimeRequest,
     PartitionsRequest,
+    PositionRequest,
     ReadRequest,
     StatusReply,
     StatusRequest,
@@ -319,6 +320,7 @@ class Node(NodeReplicas):
                 | ReadRequest(topic=topic, partition=partition)
                 | EndOffsetRequest(topic=topic, partition=partition)
                 | OffsetForTimeRequest(topic=topic, partition=partition)
+                | PositionRequest(topic=topic, partition=partition)
             ):
                 group = self.replica(topic, partition)
                 return await group.answer(message) if group else no_replica(self, message)

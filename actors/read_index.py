@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog.actors.mailbox import Pending
+from quorumlog.log.batch import parse_header
+from quorumlog.log.offsets import as_records
 from quorumlog.log.tailcache import OffsetOutOfRangeError
 from quorumlog.transport.messages import (
     EndOffsetReply,
@@ -70,19 +72,25 @@ READ_BYTES_MAX = 4 * 1024 * 1024
 
 
 def read_committed(group: GroupActor, offset: int, bytes_max: int) -> Message:
-    """Committed records only (I5), from any replica, up to the commit offset it knows."""
+    """Committed records only (I5), from any replica, up to the commit offset it knows:
+    from the record `offset` on, its data batches based at their record offsets."""
     log = group.log
     commit = group.view.commit_offset
-    start = group.read_start()
+    start = group.record_start()
     if offset < start:  # the log's own check, or an operator's trim
         return ErrorReply(
             ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is before the log start {start}"
         )
     try:
-        chunk = log.read(offset, min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit)
+        chunk = log.read(
+            log.position_of(offset), min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit
+        )
     except OffsetOutOfRangeError as exc:
         return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
-    return ReadReply(chunk.data, commit, start)
+    data = chunk.data
+    if data:
+        data = as_records(data, log.records_before(parse_header(data).base_offset))
+    return ReadReply(data, group.last_record(commit), start)
 
 
 def offset_for_time(group: GroupActor, timestamp_ms: int) -> Message:
@@ -93,15 +101,16 @@ def offset_for_time(group: GroupActor, timestamp_ms: int) -> Message:
         return ErrorReply(ErrorCode.REFUSED, f"a time is at or after the epoch, not {timestamp_ms}")
     log, commit, start = group.log, group.view.commit_offset, group.read_start()
     found = log.offset_for_time(timestamp_ms, upto_offset=commit, from_offset=start)
-    offset, stamp = (None, None) if found is None else found
-    return OffsetForTimeReply(offset, stamp, commit, start)
+    offset, stamp = (None, None) if found is None else (log.records_before(found[0]), found[1])
+    return OffsetForTimeReply(offset, stamp, group.last_record(commit), group.record_start())
 
 
 async def end_offset(group: GroupActor, linearizable: bool) -> Message:
-    """The commit offset this replica knows, or, linearizable, its leader's confirmed one."""
+    """The last committed record this replica knows of, or, linearizable, its leader's
+    confirmed one."""
     view = group.view
     if not linearizable:
-        return EndOffsetReply(view.commit_offset, group.read_start())
+        return EndOffsetReply(group.last_record(view.commit_offset), group.record_start())
     if not view.is_leader:
         return group.not_leader(view.leader_id)
     commit = await read_index(group)
@@ -109,4 +118,4 @@ async def end_offset(group: GroupActor, linearizable: bool) -> Message:
         return group.not_leader(group.view.leader_id)  # the client asks the new leader
     if commit is None:
         return ErrorReply(ErrorCode.TIMEOUT, "could not confirm leadership with a quorum")
-    return EndOffsetReply(commit, group.read_start())
+    return EndOffsetReply(group.last_record(commit), group.record_start())

@@ -146,7 +146,12 @@ def _check_group(
             problems.append(f"I2: group {gid}'s committed batches overlap or leave a gap at {base}")
             break
         next_base = split_batches(batch)[0][0].last_offset + 1
-    _check_record_offsets(cluster, gid, longest, problems)
+    records = _check_record_offsets(cluster, gid, longest, problems)
+    # Clients count records: the trim's position as a record offset.
+    holder = next(
+        (g for g in cluster.replicas(gid).values() if g.log.log_start_offset <= log_start), None
+    )
+    trimmed = holder.log.records_before(log_start) if holder is not None else 0
     where: dict[bytes, list[int]] = {}
     stamped = cluster.stamps_log_append(gid)
     last_stamp = 0
@@ -163,7 +168,7 @@ def _check_group(
             )
         last_stamp = max(last_stamp, header.timestamp_ms)
         for k, record in enumerate(batch_records(batch, header)):
-            where.setdefault(record.value, []).append(base + k)
+            where.setdefault(record.value, []).append(records.get(base, base) + k)
     written = {outcome.value for outcome in outcomes}  # unique per client append
     for value, offsets in where.items():
         # Only clients' values are unique: the controller may append a command twice (a
@@ -172,7 +177,7 @@ def _check_group(
             problems.append(f"I3: {value!r} at offsets {offsets}")
     for outcome in outcomes:
         acked = outcome.acks is Acks.QUORUM and outcome.offset is not None
-        if acked and outcome.offset < log_start and outcome.value not in where:
+        if acked and outcome.offset < trimmed and outcome.value not in where:
             continue  # trimmed: before the partition's log start, gone on purpose
         if acked and where.get(outcome.value) != [outcome.offset]:
             problems.append(
@@ -183,9 +188,11 @@ def _check_group(
 
 def _check_record_offsets(
     cluster: Cluster, gid: int, longest: list[tuple[int, int, bytes]], problems: list[str]
-) -> None:
+) -> dict[int, int]:
     """I9: record offsets are dense (Raft's own batches take none) and every replica gives
-    a committed data batch the same one; a log that starts at 0 numbers its first record 0."""
+    a committed data batch the same one; a log that starts at 0 numbers its first record 0.
+    Returns each data batch's record offset, by position."""
+    out: dict[int, int] = {}
     replicas = cluster.replicas(gid)
     expected = 0 if longest and longest[0][0] == 0 else None
     next_base = longest[0][0] if longest else 0
@@ -203,12 +210,13 @@ def _check_record_offsets(
         }
         if len(set(seen.values())) > 1:
             problems.append(f"I9: group {gid}'s batch at {base} has record offsets {seen}")
-            return
-        record = next(iter(seen.values()))
+            return out
+        record = out[base] = next(iter(seen.values()))
         if expected is not None and record != expected:
             problems.append(f"I9: group {gid}'s batch at {base} is record {record}, not {expected}")
-            return
+            return out
         expected = record + header.record_count
+    return out
 
 
 @contextlib.contextmanager

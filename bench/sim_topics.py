@@ -228,8 +228,10 @@ class TopicChaos:
             return problems
         for route, start in sorted(self.trimmed.items()):
             p = state.partition(*route)
-            # The answer is the leader's start, which retention may have moved further.
-            if max(p.log_start, self.cluster.retained_from.get(route, 0)) < start:
+            # The answer is the leader's start, which retention may have moved further; the
+            # state keeps positions, a trim's answer is a record offset.
+            begins = max(p.log_start, self.cluster.retained_from.get(route, 0))
+            if self._records_before(route, begins) < start:
                 problems.append(
                     f"{route[0]}/{route[1]} starts at {p.log_start}, trimmed to {start}"
                 )
@@ -239,7 +241,8 @@ class TopicChaos:
                     group = sim.node.partitions.get((p.topic, p.partition))
                     if group is None or group.group_id != p.group_id or not p.log_start:
                         continue
-                    refused = read_committed(group, p.log_start - 1, 1024)
+                    before = group.log.records_before(p.log_start) - 1
+                    refused = read_committed(group, before, 1024)
                     if group.read_start() < p.log_start or not (
                         isinstance(refused, ErrorReply)
                         and refused.code is ErrorCode.OFFSET_OUT_OF_RANGE
@@ -249,6 +252,15 @@ class TopicChaos:
                             f"before its log start {p.log_start}"
                         )
         return problems
+
+
+    def _records_before(self, route: Route, position: int) -> int:
+        """The record offset at `position` of a partition's log, by a replica holding it."""
+        for sim in self.cluster.nodes.values():
+            group = sim.node.partitions.get(route) if sim.node else None
+            if group is not None and group.log.log_start_offset <= position:
+                return group.log.records_before(position)
+        return position
 
 
 def _summary(reply: object) -> str:

@@ -252,10 +252,15 @@ def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int)
     """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch):
     a new header joined to the same payload, which is copied once."""
     view = memoryview(batch)
-    header = bytearray(view[:HEADER_BYTES])
+    return b"".join((placed_header(view, base_offset, term), view[HEADER_BYTES:]))
+
+
+def placed_header(batch: bytes | memoryview, base_offset: int, term: int) -> bytearray:
+    """The header of `batch` placed at `base_offset` in `term`, sealed."""
+    header = bytearray(batch[:HEADER_BYTES])
     _BASE_OFFSET_TERM.pack_into(header, _BASE_OFFSET_POS, base_offset, term)
     seal_header(header)
-    return b"".join((header, view[HEADER_BYTES:]))
+    return header
 
 
 def place_batches(

@@ -23,6 +23,7 @@ import struct
 import msgpack
 from crc32c import crc32c
 
+from quorumlog.log.batch import HEADER_BYTES, BatchType, parse_header, placed_header
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 
 RECORD_START_FILE = "record-start"
@@ -124,3 +125,24 @@ def write_record_start(fs: FileSystem, path: str, position: int, records: int) -
     """Durably, before the log's beginning is dropped (storage rule 7)."""
     body = msgpack.packb([position, records])
     write_file_atomically(fs, path, _PREFIX.pack(_MAGIC, crc32c(body)) + body)
+
+
+def as_records(data: bytes | memoryview, first_record: int) -> bytes:
+    """Whole batches read from a log as readers get them: the data batches only, each
+    based at its record offset (the first one at `first_record`), terms kept."""
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    record = first_record
+    pos = 0
+    while pos < len(view):
+        header = parse_header(view, pos)
+        end = pos + header.total_bytes
+        if header.batch_type is BatchType.DATA:
+            if header.base_offset == record:
+                parts.append(view[pos:end])
+            else:
+                parts.append(placed_header(view[pos:end], record, header.term))
+                parts.append(view[pos + HEADER_BYTES : end])
+            record += header.record_count
+        pos = end
+    return b"".join(parts)

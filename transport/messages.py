@@ -180,6 +180,25 @@ class OffsetForTimeReply:
 
 
 @dataclass(frozen=True, slots=True)
+class PositionRequest:
+    """Where the record `offset` sits in the partition's log: its position, which Raft's
+    own batches count too and which is the same on every replica (what the controller's
+    trims keep); the committed end's for the offset after the last committed record.
+    Answered by the leader once its term's barrier committed."""
+
+    TAG = 51
+    offset: int
+    topic: str = "default"
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PositionReply:
+    TAG = 52
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderRequest:
     """Who leads a partition, as the node asked believes: a client whose leader went
     silent asks the other nodes whether they elected another (quorumlog/client/leader_watch.py)."""
@@ -322,6 +341,8 @@ Message = (
     | EndOffsetReply
     | OffsetForTimeRequest
     | OffsetForTimeReply
+    | PositionRequest
+    | PositionReply
     | LeaderRequest
     | LeaderReply
     | StatusRequest
@@ -338,7 +359,9 @@ Message = (
 )
 
 # A call on one partition, answered by its replica (actors/group.py, `answer`).
-PartitionCall = AppendRequest | ReadRequest | EndOffsetRequest | OffsetForTimeRequest
+PartitionCall = (
+    AppendRequest | ReadRequest | EndOffsetRequest | OffsetForTimeRequest | PositionRequest
+)
 
 # The types the codec knows before the node registers its own.
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__
@@ -354,6 +377,7 @@ REPLY_TYPES = frozenset(
         ReadReply,
         EndOffsetReply,
         OffsetForTimeReply,
+        PositionReply,
         LeaderReply,
         StatusReply,
         AdminReply,

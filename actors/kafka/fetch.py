@@ -1,9 +1,9 @@
 """Fetch and ListOffsets: committed records, as Kafka record batches.
 
-A batch a Kafka producer wrote goes back as it came, with its base offset patched; a batch written natively is encoded into Kafka's format; a control batch
-(a term's barrier, a configuration) becomes an empty batch over its offsets, so that
-consumers step over it. The high watermark is the commit offset + 1: nothing uncommitted
-is ever served (I5). A fetch that finds less than `min_bytes` waits, up to `max_wait`, for
+A batch a Kafka producer wrote goes back as it came, with its base offset patched; a batch
+written natively is encoded into Kafka's format. Offsets are record offsets (Raft's own
+batches take none: log/offsets.py), so they have no holes. The high watermark is the offset
+after the last committed record: nothing uncommitted is ever served (I5). A fetch that finds less than `min_bytes` waits, up to `max_wait`, for
 its partitions to commit more; one response carries at most the request's `max_bytes`
 (and FETCH_BYTES_MAX), except for a first batch larger than that.
 """
@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.actors.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import BatchType, Compression, split_batches
+from quorumlog.log.batch import Compression, split_batches
 from quorumlog.log.records import batch_records
 from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
@@ -74,12 +74,12 @@ class Fetch:
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error}
-        commit = group.view.commit_offset
+        end = group.last_record(group.view.commit_offset) + 1
         answer = {
             "partition_index": partition,
-            "high_watermark": commit + 1,
-            "last_stable_offset": commit + 1,
-            "log_start_offset": group.read_start(),
+            "high_watermark": end,
+            "last_stable_offset": end,
+            "log_start_offset": group.record_start(),
         }
         if max_bytes <= 0:
             return group, {**answer, "records": b"", "error_code": K.none}
@@ -136,12 +136,13 @@ def _epoch_end(group: GroupActor, epoch: int) -> tuple[int, int]:
     if epoch > view.term:
         return -1, -1  # a term this leader has not reached: Kafka's UNDEFINED_EPOCH
     if epoch == view.term:
-        return view.term, view.commit_offset + 1
+        return view.term, group.last_record(view.commit_offset) + 1
     last = log.last_offset_of_term(epoch)
     if last is None or last < log.log_start_offset:
         return -1, -1
     last = min(last, view.commit_offset)
-    return (log.term_at(last) if last >= log.log_start_offset else -1), last + 1
+    term = log.term_at(last) if last >= log.log_start_offset else -1
+    return term, group.last_record(last) + 1
 
 
 async def _any_changed(groups: list[GroupActor]) -> None:
@@ -161,9 +162,9 @@ def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
     start (earliest), or the first committed record stamped at or after `timestamp`, by
     the log's time index (-1, -1 if none, as Kafka answers)."""
     if timestamp == LATEST:
-        return group.view.commit_offset + 1, -1
+        return group.last_record(group.view.commit_offset) + 1, -1
     if timestamp == EARLIEST:
-        return group.read_start(), -1
+        return group.record_start(), -1
     reply = offset_for_time(group, timestamp)
     if not isinstance(reply, OffsetForTimeReply) or reply.offset is None:
         return -1, -1  # none that late, or a special time this node does not know (-3: max)
@@ -171,16 +172,10 @@ def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
 
 
 def as_kafka(data: bytes) -> bytes:
-    """quorumlog batches as Kafka record batches, offsets unchanged."""
+    """quorumlog's data batches (a read's) as Kafka record batches, offsets unchanged."""
     out = []
     for header, view in split_batches(data):
-        if header.batch_type is not BatchType.DATA:
-            out.append(
-                kafka_batch.empty_batch(
-                    header.base_offset, NO_EPOCH, header.record_count, header.timestamp_ms
-                )
-            )
-        elif header.compression is Compression.KAFKA:
+        if header.compression is Compression.KAFKA:
             payload = view[len(view) - header.payload_bytes :]
             out.append(kafka_batch.placed(payload, header.base_offset, NO_EPOCH))
         else:

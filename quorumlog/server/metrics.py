@@ -38,8 +38,9 @@ def metrics_exporter(node: Node) -> Callable[[], bytes]:
 
 
 def snapshot(node: Node) -> list:
-    group, log, stats = node.default_group, node.log, node.stats
+    group, stats = node.default_group, node.stats
     view = group.view
+    status = group.replica_status()  # record offsets, as readers count
     out = []
     role = GaugeMetricFamily("quorumlog_role", "1 for the node's current role", labels=["role"])
     for name in ROLES:
@@ -47,10 +48,10 @@ def snapshot(node: Node) -> list:
     out.append(role)
     out.append(GaugeMetricFamily("quorumlog_term", "Current Raft term", value=view.term))
     for name, value in (
-        ("commit", view.commit_offset),
-        ("dirty", log.dirty_offset),
-        ("flushed", log.flushed_offset),
-        ("log_start", log.log_start_offset),
+        ("commit", status["commit_offset"]),
+        ("dirty", status["dirty_offset"]),
+        ("flushed", status["flushed_offset"]),
+        ("log_start", status["log_start_offset"]),
     ):
         out.append(GaugeMetricFamily(f"quorumlog_{name}_offset", f"The {name} offset", value=value))
     lag = GaugeMetricFamily(
@@ -58,8 +59,8 @@ def snapshot(node: Node) -> list:
         "Leader dirty offset minus follower match",
         labels=["peer"],
     )
-    for peer, p in group.replica_status().get("followers", {}).items():
-        lag.add_metric([peer], log.dirty_offset - p["match"])
+    for peer, p in status.get("followers", {}).items():
+        lag.add_metric([peer], status["dirty_offset"] - p["match"])
     out.append(lag)
     group_lag = GaugeMetricFamily(
         "quorumlog_group_lag_records",
