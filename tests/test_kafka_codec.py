@@ -437,24 +437,32 @@ def test_an_all_topics_metadata_request_parses_with_null_topics():
     assert request.body.topics is None
 
 
-@pytest.mark.parametrize("version", [0, 1, 2])
+@pytest.mark.parametrize("version", range(SUPPORTED[18][0], SUPPORTED[18][1] + 1))
 def test_a_supported_api_versions_request_parses(version):
-    request = parse_request(framed(ApiVersionsRequest[version](), 7)[4:])
+    message = ApiVersionsRequest[version]()
+    if version >= 3:
+        message = ApiVersionsRequest[version](
+            client_software_name="kafka-python", client_software_version="3"
+        )
+    request = parse_request(framed(message, 7)[4:])
     assert (request.api_key, request.version, request.correlation_id) == (18, version, 7)
     assert request.body is not None
 
 
 def test_a_newer_api_versions_request_gets_a_v0_answer_with_the_version_table():
-    """KIP-511: a client that opens with ApiVersions v3 (header v2, flexible body) hears
-    UNSUPPORTED_VERSION in v0 with the versions served, and retries with one of them."""
-    message = ApiVersionsRequest[3](
+    """KIP-511: a client that opens with an ApiVersions newer than served (Kafka 4.4's v5,
+    the same body as v4) hears UNSUPPORTED_VERSION in v0 with the versions served, and
+    retries with one of them."""
+    message = ApiVersionsRequest[4](
         client_software_name="kafka-python", client_software_version="3"
     )
-    request = parse_request(framed(message, 4242)[4:])
-    assert (request.api_key, request.version, request.correlation_id) == (18, 3, 4242)
+    frame = bytearray(framed(message, 4242)[4:])
+    struct.pack_into(">h", frame, 2, 5)  # the header's version
+    request = parse_request(bytes(frame))
+    assert (request.api_key, request.version, request.correlation_id) == (18, 5, 4242)
     assert request.body is None
     answer = unsupported_response(request)
-    response = ApiVersionsResponse.decode(answer, version=3, header=True, framed=True)
+    response = ApiVersionsResponse.decode(answer, version=0, header=True, framed=True)
     assert response.header.correlation_id == 4242
     assert response.version == 0
     assert response.error_code == 35  # UNSUPPORTED_VERSION

@@ -46,7 +46,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     15: (0, 4),  # DescribeGroups
     16: (0, 2),  # ListGroups
     17: (1, 1),  # SaslHandshake (v0's raw tokens are not served)
-    18: (0, 2),  # ApiVersions
+    18: (0, 4),  # ApiVersions
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     21: (0, 1),  # DeleteRecords
@@ -61,7 +61,6 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     37: (0, 1),  # CreatePartitions
     42: (0, 1),  # DeleteGroups
     44: (0, 0),  # IncrementalAlterConfigs
-    # Flexible from their first version (tagged fields, header v2): the only way to serve them.
     45: (0, 0),  # AlterPartitionReassignments
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete

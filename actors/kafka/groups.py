@@ -155,6 +155,8 @@ class KafkaGroups:
     # ------------------------------------------------------------------- membership
 
     async def join_group(self, request, version: int) -> dict:
+        if not request.group_id:
+            return {"error_code": K.invalid_group_id, "member_id": request.member_id}
         try:
             c, group = await self.group(request.group_id)
             native = c.state.groups.get(group.name)
@@ -171,6 +173,8 @@ class KafkaGroups:
 
     def _joining_member(self, group: KafkaGroup, request, version: int) -> Member:
         protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
+        if not protocols or not request.protocol_type:  # as Kafka: nothing to agree on
+            raise GroupFailure(K.inconsistent_group_protocol)
         if group.members and request.protocol_type != group.protocol_type:
             raise GroupFailure(K.inconsistent_group_protocol)
         others = [m for m in group.members.values() if m.member_id != request.member_id]

@@ -7,6 +7,8 @@ group, and transactions refused with the error clients give up on at once."""
 from __future__ import annotations
 
 import base64
+import io
+import struct
 import time
 import uuid
 import warnings
@@ -29,11 +31,21 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
 
 from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.controller.kafka_ids import kafka_cluster_id
+from quorumlog.transport.kafka import make
 from tests.process.kafka_support import kafka_cluster
-from tests.process.test_kafka import call, connect, create, serves_metadata
+from tests.process.test_kafka import (
+    call,
+    connect,
+    create,
+    raw_frame,
+    receive_frame,
+    serves_metadata,
+)
 from tests.process.test_kafka_groups import confluent_member
 from tests.process.test_topics import wait_until
 
@@ -52,10 +64,18 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
     from kafka.admin import ResourceType as KafkaPythonResourceType
     from kafka.errors import KafkaError as KafkaPythonError
     from kafka.errors import SecurityDisabledError, TransactionalIdAuthorizationFailedError
-    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
+    from kafka.protocol.metadata import (
+        ApiVersionsRequest,
+        ApiVersionsResponse,
+        MetadataRequest,
+        MetadataResponse,
+    )
     from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
 
 UNKNOWN_TOPIC_ID = 100
+INCONSISTENT_GROUP_PROTOCOL = 23
+NOT_COORDINATOR = 16
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 # What a Kafka 4.4 broker without an authorizer answers a client may do.
 CLUSTER_OPERATIONS = {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION"}
@@ -252,3 +272,110 @@ def committed(admin: AdminClient, group: str) -> dict[str, int]:
     return {
         tp.topic: tp.offset for tp in listed[group].result(30).topic_partitions if tp.offset >= 0
     }
+
+
+def test_a_join_with_nothing_to_agree_on_is_refused_and_the_node_stays_up(cluster):
+    """A JoinGroup with no protocol, or no protocol type, is answered as Kafka answers it
+    (it stopped the node: the group's rebalance found no protocol to choose)."""
+    range_protocol = JoinGroupRequest[5].JoinGroupRequestProtocol(name="range", metadata=b"")
+    for protocol_type, protocols in (("consumer", []), ("", [range_protocol])):
+        request = JoinGroupRequest[5](
+            group_id="empty-handed",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type=protocol_type,
+            protocols=protocols,
+        )
+        answers = set()
+        for node_id in cluster.ids:  # the coordinator answers; the others say they are not
+            with connect(cluster, node_id) as sock:
+                answers.add(call(sock, request, JoinGroupResponse, 5).error_code)
+        assert answers == {INCONSISTENT_GROUP_PROTOCOL, NOT_COORDINATOR}
+    time.sleep(1.0)  # past the rebalance that crashed
+    assert all(proc.poll() is None for proc in cluster.procs.values())
+
+
+# Kafka 4.4's ranges of the APIs quorumlog serves (a KRaft broker's ApiVersions v4).
+KAFKA_44_VERSIONS = {
+    0: (0, 13),
+    1: (4, 18),
+    2: (1, 11),
+    3: (0, 13),
+    8: (2, 10),
+    9: (1, 10),
+    10: (0, 6),
+    11: (0, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+    15: (0, 6),
+    16: (0, 5),
+    17: (0, 1),
+    18: (0, 5),
+    19: (2, 7),
+    20: (1, 6),
+    21: (0, 2),
+    22: (0, 5),
+    23: (2, 4),
+    29: (1, 3),
+    30: (1, 3),
+    31: (1, 3),
+    32: (1, 4),
+    33: (0, 2),
+    36: (0, 2),
+    37: (0, 3),
+    42: (0, 3),
+    44: (0, 1),
+    45: (0, 1),
+    46: (0, 0),
+    47: (0, 0),
+    60: (0, 2),
+}
+UNSUPPORTED_VERSION = 35
+
+
+def test_api_versions_lists_exactly_what_is_served(cluster):
+    """Every version ApiVersions lists is answered, in that version, to a request with every
+    field at its zero value; a version just outside a range, or an API not listed, is
+    answered (UNSUPPORTED_VERSION, where the answer's type has a place for it: see
+    test_kafka_codec) on a connection that stays up; no range goes past Kafka 4.4's."""
+    request = ApiVersionsRequest[4](client_software_name="tests", client_software_version="1")
+    with connect(cluster) as sock:
+        listed = call(sock, request, ApiVersionsResponse, 1).api_keys
+    served = {k.api_key: (k.min_version, k.max_version) for k in listed}
+    assert served.keys() == KAFKA_44_VERSIONS.keys()
+    for key, (low, high) in served.items():
+        kafka_low, kafka_high = KAFKA_44_VERSIONS[key]
+        assert kafka_low <= low <= high <= kafka_high, key
+    with connect(cluster) as sock:
+        for key, (low, high) in served.items():
+            for version in range(low, high + 1):
+                answer = ask(sock, key, version)
+                assert getattr(answer, "error_code", 0) != UNSUPPORTED_VERSION, (key, version)
+            for version in (low - 1, high + 1):
+                if version >= 0:
+                    sock.sendall(raw_frame(key, version, 11))
+                    assert struct.unpack_from(">i", receive_frame(sock), 4) == (11,)
+        for key in sorted(set(range(100)) - served.keys()):
+            sock.sendall(raw_frame(key, 0, 12))
+            assert struct.unpack_from(">i", receive_frame(sock), 4) == (12,)
+        assert call(sock, request, ApiVersionsResponse, 13).error_code == 0
+    assert all(proc.poll() is None for proc in cluster.procs.values())
+
+
+def ask(sock, key: int, version: int):
+    """A request of every field at its zero value (acks=1 for a Produce, which acks=0 would
+    leave unanswered), and its answer, read with kio at that version."""
+    schema = load_request_schema(key, version)
+    out = io.BytesIO()
+    header = {"request_api_key": key, "request_api_version": version, "correlation_id": 9}
+    entity_writer(schema.__header_schema__)(out, make(schema.__header_schema__, header))
+    entity_writer(schema)(out, make(schema, {"acks": 1} if key == 0 else {}))
+    sock.sendall(struct.pack(">i", out.tell()) + out.getvalue())
+    frame = receive_frame(sock)[4:]
+    response = load_response_schema(key, version)
+    header_read, size = entity_reader(response.__header_schema__)(frame, 0)
+    assert header_read.correlation_id == 9
+    return entity_reader(response)(frame, size)[0]
