@@ -151,6 +151,7 @@ class Coordination:
         self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
         self._proposed_from = 0  # commands before it were not proposed by this leader
         self.gate = AppendGate()
+        self.counting = trio.Lock()  # actors/group_offsets_upgrade.py, once
         self.since_snapshot = 0  # commands applied since the last snapshot
         self.first_since_snapshot_s = 0.0  # when the first of them was proposed
 
@@ -195,8 +196,9 @@ class Coordination:
         }
 
     def is_current(self) -> bool:
+        """Led here, applied up to this term, its offsets counted as records."""
         view = self.replica.view
-        return view.settled and view.term == self.term
+        return view.settled and view.term == self.term and self.state.records
 
     async def propose(self, command: Command) -> str | None:
         """Append with acks=quorum; once applied, why it did nothing (or None)."""

@@ -31,6 +31,7 @@ import trio
 
 from quorumlog.actors.admin import forward_to_leader
 from quorumlog.actors.coordination import Coordination, NotMember
+from quorumlog.actors.group_offsets_upgrade import count_records
 from quorumlog.actors.leader_calls import (
     ASK_S,
     UnknownTopic,
@@ -315,6 +316,8 @@ class Coordinator:
         c.catch_up()
         if c.term != term:
             c.take_over(trio.current_time())
+        if not c.state.records:
+            await count_records(node, c)
         return c
 
     # ------------------------------------------------------------------- offsets

@@ -64,6 +64,8 @@ from quorumlog.transport.messages import (
     ErrorReply,
     Message,
     OffsetForTimeRequest,
+    OffsetMapReply,
+    OffsetMapRequest,
     PartitionCall,
     PositionReply,
     PositionRequest,
@@ -515,6 +517,8 @@ class GroupActor(GroupHandle, AppendIntake):
                 return await unsettled(self) or PositionReply(
                     min(self.log.position_of(offset), end)
                 )
+            case OffsetMapRequest():
+                return await unsettled(self) or OffsetMapReply(self.log.offset_map())
 
     def campaign_soon(self) -> None:
         """Before the group runs (a partition just placed with this node first): campaign

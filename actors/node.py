@@ -63,6 +63,7 @@ from quorumlog.transport.messages import (
     LeaderUpdates,
     Message,
     OffsetForTimeRequest,
+    OffsetMapRequest,
     PartitionsRequest,
     PositionRequest,
     ReadRequest,
@@ -321,6 +322,7 @@ class Node(NodeReplicas):
                 | EndOffsetRequest(topic=topic, partition=partition)
                 | OffsetForTimeRequest(topic=topic, partition=partition)
                 | PositionRequest(topic=topic, partition=partition)
+                | OffsetMapRequest(topic=topic, partition=partition)
             ):
                 group = self.replica(topic, partition)
                 return await group.answer(message) if group else no_replica(self, message)

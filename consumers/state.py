@@ -22,7 +22,7 @@ precedes the first snapshot it meets (the state those commands built is in it).
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from quorumlog.consumers.assignment import TopicPartition
@@ -105,10 +105,30 @@ class Snapshot:
     """Every group of the partition, whole (`snapshot_of`)."""
 
     groups: tuple[dict[str, Any], ...]
+    records: bool = False  # its offsets count records (a snapshot of 0.4's: positions)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOffsets:
+    """From here on the partition's offsets count records. Before (quorumlog 0.4) they
+    were log positions, which Raft's own batches took too: each position the state holds,
+    with the record offset it is, by topic partition. The coordinator appends it once, as
+    the first thing it does with a partition whose state does not count records yet (a
+    new partition: with nothing to turn)."""
+
+    offsets: tuple[tuple[str, int, tuple[tuple[int, int], ...]], ...]
 
 
 Command = (
-    SetMembers | Commit | ResetOffsets | DeleteOffsets | DeleteGroup | Lease | Settle | Snapshot
+    SetMembers
+    | Commit
+    | ResetOffsets
+    | DeleteOffsets
+    | DeleteGroup
+    | Lease
+    | Settle
+    | Snapshot
+    | RecordOffsets
 )
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
@@ -128,12 +148,19 @@ def from_wire(wire: Any) -> Command:
     if cls is None:
         raise CommandError(f"unknown command type {wire.get('type')!r}")
     args = {k: v for k, v in wire.items() if k != "type"}
-    if set(args) != {f.name for f in fields(cls)}:
+    required = {f.name for f in fields(cls) if f.default is MISSING}
+    if not required <= set(args) <= {f.name for f in fields(cls)}:
         raise CommandError(f"{cls.__name__} has fields {sorted(f.name for f in fields(cls))}")
     try:
         if cls is Snapshot:
             args["groups"] = tuple(args["groups"])
             _restore(args["groups"])  # checked whole here: a bad one is refused as it is read
+            args["records"] = bool(args.get("records", False))
+        elif cls is RecordOffsets:
+            args["offsets"] = tuple(
+                (str(t), int(p), tuple((int(o), int(r)) for o, r in pairs))
+                for t, p, pairs in args["offsets"]
+            )
         elif cls in (Lease, Settle):
             args["offsets"] = tuple(int(o) for o in args["offsets"])
         elif cls is DeleteGroup:
@@ -179,6 +206,8 @@ class GroupsState:
     applied_offset: int = -1
     # False while applying a log that starts after offset 0, until its first snapshot.
     whole: bool = True
+    # Its offsets count records (RecordOffsets applied); before, they were log positions.
+    records: bool = False
 
     def apply(self, command: Command, offset: int) -> str | None:
         """Apply a committed command at `offset`; returns why it changed nothing, or None."""
@@ -186,7 +215,15 @@ class GroupsState:
         self.applied_offset = offset
         if isinstance(command, Snapshot):
             self.groups = {g.name: g for g in _restore(command.groups)}
-            self.whole = True
+            self.whole, self.records = True, command.records
+            return None
+        if isinstance(command, RecordOffsets):
+            if self.records:
+                return "its offsets count records already"
+            turned = {(t, p): dict(pairs) for t, p, pairs in command.offsets}
+            for group in self.groups.values():
+                _count_records(group, turned)
+            self.records = True
             return None
         if not self.whole:
             return "before the first snapshot of a compacted log (it holds what this did)"
@@ -242,6 +279,30 @@ class GroupsState:
         return None
 
 
+def held_offsets(state: GroupsState) -> dict[TopicPartition, set[int]]:
+    """Every offset the state holds, by topic partition (what RecordOffsets turns)."""
+    out: dict[TopicPartition, set[int]] = {}
+    for group in state.groups.values():
+        for tp, offset in group.committed.items():
+            out.setdefault(tp, set()).add(offset)
+        for tp, window in group.queues.items():
+            out.setdefault(tp, set()).update((window.start, window.next, *window.records))
+    return out
+
+
+def _count_records(group: Group, turned: dict[TopicPartition, dict[int, int]]) -> None:
+    """The group's offsets as `turned` maps them (those it does not name stay)."""
+    for tp, offset in group.committed.items():
+        group.committed[tp] = turned.get(tp, {}).get(offset, offset)
+    for tp, window in group.queues.items():
+        to = turned.get(tp, {})
+        group.queues[tp] = SharePartition(
+            to.get(window.start, window.start),
+            to.get(window.next, window.next),
+            {to.get(o, o): r for o, r in window.records.items()},
+        )
+
+
 def snapshot_of(state: GroupsState) -> Snapshot:
     """The whole state as a command (plain msgpack types)."""
     return Snapshot(
@@ -266,7 +327,8 @@ def snapshot_of(state: GroupsState) -> Snapshot:
                 ],
             }
             for g in state.groups.values()
-        )
+        ),
+        state.records,
     )
 
 

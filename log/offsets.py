@@ -69,9 +69,27 @@ class OffsetTranslator:
         """(position, width) of every control batch, in order."""
         return list(zip(self._positions, self._widths, strict=True))
 
+    def to_wire(self) -> dict:
+        """Its state in plain msgpack types (a coordinator counting a partition's old
+        positions again: actors/coordinator.py)."""
+        return {
+            "start": self.start,
+            "start_records": self.start_records,
+            "controls": [list(c) for c in self.controls()],
+        }
+
+    @classmethod
+    def from_wire(cls, wire: dict) -> OffsetTranslator:
+        """As `to_wire` made it; ValueError, TypeError or KeyError if malformed."""
+        translator = cls(int(wire["start"]), int(wire["start_records"]))
+        for position, width in wire["controls"]:
+            translator.add_control(int(position), int(width))
+        return translator
+
     def add_control(self, position: int, width: int) -> None:
         """A control batch appended at `position` (after everything noted)."""
-        assert not self._positions or position >= self._positions[-1] + self._widths[-1]
+        if self._positions and position < self._positions[-1] + self._widths[-1]:
+            raise ValueError(f"a control batch at {position} is not after the last one")
         self._records.append(self.records_before(position))
         self._positions.append(position)
         self._widths.append(width)

@@ -200,6 +200,10 @@ class Log:
         only data came before it)."""
         return self._offsets.position_of(record)
 
+    def offset_map(self) -> dict:
+        """What `records_before` and `position_of` go by, in msgpack's types."""
+        return self._offsets.to_wire()
+
     def term_at(self, offset: int) -> int:
         """Term of the batch holding `offset`."""
         return self._segment_holding(offset).term_at(offset)

@@ -199,6 +199,23 @@ class PositionReply:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetMapRequest:
+    """How the partition's log counts records (log/offsets.py's translator, whole): a
+    coordinator turns the log positions that consumer groups kept before offsets counted
+    records into record offsets with it. Answered by the leader."""
+
+    TAG = 53
+    topic: str = "default"
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetMapReply:
+    TAG = 54
+    offset_map: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class LeaderRequest:
     """Who leads a partition, as the node asked believes: a client whose leader went
     silent asks the other nodes whether they elected another (quorumlog/client/leader_watch.py)."""
@@ -343,6 +360,8 @@ Message = (
     | OffsetForTimeReply
     | PositionRequest
     | PositionReply
+    | OffsetMapRequest
+    | OffsetMapReply
     | LeaderRequest
     | LeaderReply
     | StatusRequest
@@ -360,7 +379,12 @@ Message = (
 
 # A call on one partition, answered by its replica (actors/group.py, `answer`).
 PartitionCall = (
-    AppendRequest | ReadRequest | EndOffsetRequest | OffsetForTimeRequest | PositionRequest
+    AppendRequest
+    | ReadRequest
+    | EndOffsetRequest
+    | OffsetForTimeRequest
+    | PositionRequest
+    | OffsetMapRequest
 )
 
 # The types the codec knows before the node registers its own.
@@ -378,6 +402,7 @@ REPLY_TYPES = frozenset(
         EndOffsetReply,
         OffsetForTimeReply,
         PositionReply,
+        OffsetMapReply,
         LeaderReply,
         StatusReply,
         AdminReply,

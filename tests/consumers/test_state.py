@@ -6,18 +6,23 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from quorumlog.consumers.queue import Lease, RecordState, Settle
 from quorumlog.consumers.state import (
     CommandError,
     Commit,
     DeleteOffsets,
     GroupError,
     GroupsState,
+    RecordOffsets,
     ResetOffsets,
     SetMembers,
+    Snapshot,
     check_group_name,
     check_member_settings,
     from_wire,
     groups_partition,
+    held_offsets,
+    snapshot_of,
     to_wire,
 )
 
@@ -43,6 +48,8 @@ def test_commands_survive_their_wire_form():
         Commit("g", "m1", (("t", 0, 42),)),
         ResetOffsets("g", (("t", 1, 0),)),
         DeleteOffsets("g", (("t", 1),)),
+        RecordOffsets((("t", 0, ((5, 3), (9, 6))),)),
+        Snapshot(({"name": "g"},)[:0], records=True),
     ):
         wire = msgpack.unpackb(msgpack.packb(to_wire(command)), raw=False)
         assert from_wire(wire) == command
@@ -129,3 +136,37 @@ def test_offsets_are_deleted_except_of_a_topic_active_members_consume():
     assert state.apply(DeleteOffsets("other", (("audit", 0), ("audit", 5))), 4) is None
     assert state.groups["other"].committed == {("events", 0): 3}
     assert state.apply(DeleteOffsets("nobody", (("audit", 0),)), 5) == "unknown group 'nobody'"
+
+
+def test_positions_kept_by_0_4_are_turned_into_record_offsets_once():
+    """0.4's offsets were log positions: RecordOffsets maps every one the state holds,
+    committed positions and queue windows alike, and a snapshot says which it counts."""
+    state = state_with_members()
+    state.apply(Commit("billing", "m1", (("events", 0, 9),)), 1)
+    queue = SetMembers("jobs", "queue", ("events",), 1, (("q", 10_000),), ())
+    state.apply(queue, 2)
+    state.apply(Lease("jobs", "events", 1, "q", (1, 2, 4)), 3)  # 3: a barrier, skipped
+    state.apply(Settle("jobs", "events", 1, "q", (1,), "ack"), 4)
+    assert not state.records
+    held = held_offsets(state)
+    assert held == {("events", 0): {9}, ("events", 1): {2, 4, 5}}
+    # events/0: positions 0 and 5 were barriers; events/1: 0 and 3.
+    turned = RecordOffsets((("events", 0, ((9, 7),)), ("events", 1, ((2, 1), (4, 2), (5, 3)))))
+    assert state.apply(turned, 5) is None
+    assert state.records
+    assert state.groups["billing"].committed == {("events", 0): 7}
+    window = state.groups["jobs"].queues[("events", 1)]
+    assert (window.start, window.next, sorted(window.records)) == (1, 3, [1, 2])
+    assert window.records[2].state is RecordState.LEASED
+    assert state.apply(turned, 6) == "its offsets count records already"
+    restored = GroupsState()
+    restored.apply(from_wire(msgpack.unpackb(msgpack.packb(to_wire(snapshot_of(state))))), 0)
+    assert restored.records and restored.groups["jobs"].queues == state.groups["jobs"].queues
+
+
+def test_a_snapshot_of_0_4_counts_positions():
+    wire = to_wire(Snapshot(()))
+    del wire["records"]  # 0.4 wrote none
+    state = GroupsState(records=True)
+    state.apply(from_wire(wire), 0)
+    assert not state.records
