@@ -37,12 +37,21 @@ $(VENV)/.chromium:
 	fi
 	@if command -v chromium >/dev/null; then touch $@; fi
 
+# Apache Kafka 4.4's Java programs (broker, tools, clients, Streams, Connect) for the tests
+# that drive quorumlog with Kafka's own tools, fetched once from Maven Central by the
+# pom in java/kafka/ (no Kafka tarball: registries only) into .cache/kafka-4.4/lib. Without
+# java 17+ or mvn, or when the fetch fails, those tests are skipped, saying why; the stamp
+# is left out so that the next run tries again.
+KAFKA_JAVA := .cache/kafka-4.4
+$(KAFKA_JAVA)/.fetched: java/kafka/pom.xml | $(VENV)/.base
+	@$(BIN)/python -m quorumlog.bench.kafka_java fetch && mkdir -p $(@D) && touch $@ || true
+
 run: $(VENV)/.base
 	$(BIN)/quorumlog dev
 
 # The simulations are pure CPU and independent: they run on both cores; the rest (real
 # processes, Spark) one test at a time.
-test: $(VENV)/.full $(VENV)/.chromium
+test: $(VENV)/.full $(VENV)/.chromium $(KAFKA_JAVA)/.fetched
 	$(BIN)/python -m pytest -q -n 2 tests/sim
 	$(BIN)/python -m pytest -q --ignore=tests/sim
 
