@@ -167,3 +167,18 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         assert offsets[100:] == [r.offset for r in rest], "skipped to the log start, then all"
     finally:
         cluster.stop_all()
+
+
+def test_offsets_count_records_across_a_leader_change(spark, cluster, filled):
+    """The Nth record is at offset N-1 for Spark too: a new leader's barrier takes none."""
+    leader = cluster.wait_for_leader()
+    cluster.kill(leader)
+    cluster.start(leader)
+    cluster.wait_for_leader()
+    with cluster.client(timeout=30.0) as client:
+        first = client.append([b"after-%d" % i for i in range(10)])
+        end = client.end_offset(linearizable=True) + 1
+    df = _read(spark, cluster.brokers, startingOffset="earliest", endingOffset=end)
+    offsets = sorted(r.offset for r in df.select("offset").collect())
+    assert filled.start == 0 and offsets == list(range(end))
+    assert first == end - 10
