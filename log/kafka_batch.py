@@ -294,12 +294,6 @@ def encode_batch(
     )
 
 
-def empty_batch(base_offset: int, leader_epoch: int, count: int, timestamp_ms: int) -> bytes:
-    """A batch covering `count` offsets with no records in it (what compaction leaves in
-    Kafka): consumers step over quorumlog's control batches with it."""
-    return _seal(base_offset, leader_epoch, 0, count - 1, timestamp_ms, timestamp_ms, 0, [])
-
-
 def _seal(
     base_offset: int,
     leader_epoch: int,

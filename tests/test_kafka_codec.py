@@ -26,7 +26,6 @@ from quorumlog.log.kafka_batch import (
     UnsupportedCompressionError,
     check_for_append,
     check_records,
-    empty_batch,
     encode_batch,
     parse_header,
     placed,
@@ -199,22 +198,6 @@ def test_batches_built_by_kafka_python_read_back(codec):
     assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 1, 5)
     check_for_append(header)
     assert read_back(batch) == as_read(RECORDS)
-
-
-def test_an_empty_batch_covers_its_offsets_with_no_records():
-    batch = empty_batch(500, -1, 3, 1_700_000_000_000)
-    header = parse_header(batch)
-    assert header.base_offset == 500
-    assert header.last_offset_delta == 2
-    assert header.records_count == 0
-    assert header.base_timestamp == header.max_timestamp == 1_700_000_000_000
-    assert records_of(batch, header) == []
-    reader = DefaultRecordBatch(bytearray(batch))
-    assert reader.validate_crc()
-    assert reader.next_offset == 503
-    assert list(reader) == []
-    with pytest.raises(BatchError):
-        check_for_append(header)  # a producer's batch must hold its records
 
 
 def test_placed_moves_a_batch_and_keeps_its_crc_valid():

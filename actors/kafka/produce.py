@@ -41,8 +41,7 @@ class Produce:
         self.rng = rng
 
     async def init_producer_id(self, request, version: int) -> dict:
-        if request.transactional_id is not None:
-            return {"error_code": K.unsupported_version, "producer_id": -1, "producer_epoch": -1}
+        """An idempotent producer's id (a transactional one is refused before: transactions.py)."""
         return {"producer_id": self.rng.getrandbits(PRODUCER_ID_BITS), "producer_epoch": 0}
 
     async def submit(self, request, version: int) -> Callable[[], Awaitable[dict | None]]:
