@@ -109,3 +109,18 @@ def test_python_without_the_package_is_told_why_not_a_missing_submodule(tmp_path
     )
     assert bare.returncode == 1
     assert "quorumlog is not installed for" in bare.stderr.splitlines()[-1], bare.stderr
+
+
+def test_a_command_loads_no_test_library_and_writes_nothing_where_it_runs(tmp_path):
+    """kio imports hypothesis when it can (this venv has it), which then writes
+    `.hypothesis/` into the working directory: a node must do neither."""
+    code = (
+        "import sys, quorumlog.cli.main, quorumlog.actors.kafka.api;"
+        "assert 'kio' in sys.modules;"
+        "print(sys.modules.get('hypothesis'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert (out.returncode, out.stdout.strip()) == (0, "None"), out.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -8,9 +8,14 @@ import signal
 import sys
 from importlib.metadata import entry_points
 
-import click
+# kio registers strategies with hypothesis whenever it can import it (a dev venv has it):
+# a node would load a test library and write `.hypothesis/` into its working directory.
+# No command needs it.
+sys.modules.setdefault("hypothesis", None)
 
-from quorumlog.cli import (
+import click  # noqa: E402
+
+from quorumlog.cli import (  # noqa: E402
     cluster_commands,
     commands,
     group_commands,
@@ -19,9 +24,9 @@ from quorumlog.cli import (
     status_command,
     topic_commands,
 )
-from quorumlog.cli.commands import read_secret
-from quorumlog.server import server
-from quorumlog.server.logs import configure_logging
+from quorumlog.cli.commands import read_secret  # noqa: E402
+from quorumlog.server import server  # noqa: E402
+from quorumlog.server.logs import configure_logging  # noqa: E402
 
 
 class OneLineErrors(click.Group):
