@@ -30,6 +30,10 @@ from quorumlog.raft.configs import config_batch, config_of
 
 @dataclass(frozen=True)
 class Replica:
+    """One data directory's copy of a group, its offsets counted in records as readers
+    count them (docs/offsets.md); a commit past its log is counted as if only records
+    came after."""
+
     data_dir: str
     last_offset: int
     last_term: int
@@ -126,10 +130,10 @@ def _replica(data_dir: str, group_dir: str) -> Replica:
         meta = store.load()
         return Replica(
             data_dir,
-            log.dirty_offset,
+            log.records_before(log.dirty_offset + 1) - 1,
             log.last_term,
             meta.current_term,
-            meta.known_commit_offset,
+            log.records_before(meta.known_commit_offset + 1) - 1,
             _config_version(log, meta.config, meta.config_offset),
         )
     finally:
