@@ -36,7 +36,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     1: (4, 11),  # Fetch
     2: (1, 5),  # ListOffsets
     3: (0, 13),  # Metadata
-    8: (2, 7),  # OffsetCommit
+    8: (2, 9),  # OffsetCommit (v9: the consumer protocol's members, by member epoch)
     9: (1, 5),  # OffsetFetch
     10: (0, 2),  # FindCoordinator
     11: (0, 5),  # JoinGroup
@@ -65,6 +65,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     46: (0, 0),  # ListPartitionReassignments
     47: (0, 0),  # OffsetDelete
     60: (0, 2),  # DescribeCluster
+    68: (0, 1),  # ConsumerGroupHeartbeat (KIP-848)
+    69: (0, 1),  # ConsumerGroupDescribe
 }
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from quorumlog.actors.kafka import acls
 from quorumlog.actors.kafka.admin import KafkaAdmin
 from quorumlog.actors.kafka.cluster import Cluster, KafkaBrokers
+from quorumlog.actors.kafka.consumer_groups import ConsumerGroups
 from quorumlog.actors.kafka.fetch import Fetch
 from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.actors.kafka.produce import Produce
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from quorumlog.actors.node import Node
 
 PRODUCE = 0
+CONSUMER_GROUP_HEARTBEAT = 68  # its handler is given the client's id
 SASL = {HANDSHAKE: lambda s: s.handshake, AUTHENTICATE: lambda s: s.authenticate}
 
 Answer = Callable[[], Awaitable[dict | None]]
@@ -39,7 +41,9 @@ class KafkaApi:
         self.produce = Produce(node, rng)
         self.groups = KafkaGroups(node, brokers, rng)
         groups = self.groups
-        node.kafka_members = groups.members_of
+        self.consumer_groups = ConsumerGroups(node, groups)
+        consumers = self.consumer_groups
+        node.kafka_members = lambda name: groups.members_of(name) + consumers.members_of(name)
         admin = KafkaAdmin(node, groups)
         self.handlers = {
             1: fetch.fetch,
@@ -72,6 +76,8 @@ class KafkaApi:
             46: admin.list_partition_reassignments,
             47: groups.offset_delete,
             60: cluster.describe_cluster,
+            CONSUMER_GROUP_HEARTBEAT: consumers.heartbeat,
+            69: consumers.describe,
         }
         assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 
@@ -87,6 +93,8 @@ class KafkaApi:
         )
 
         async def answer() -> dict:
+            if request.api_key == CONSUMER_GROUP_HEARTBEAT:
+                return await handler(request.body, request.version, request.client_id or "")
             return await handler(request.body, request.version)
 
         return answer

@@ -41,6 +41,7 @@ from quorumlog.consumers.state import GROUPS_TOPIC, DeleteOffsets, ResetOffsets,
 from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
+    from quorumlog.actors.kafka.consumer_groups import ConsumerGroups
     from quorumlog.actors.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
@@ -102,6 +103,8 @@ class KafkaGroups:
         self.rng = rng
         self.groups: dict[str, KafkaGroup] = {}
         self._nursery: trio.Nursery | None = None
+        # The consumer protocol's groups (actors/kafka/consumer_groups.py), once it sets this.
+        self.consumer_protocol: ConsumerGroups | None = None
 
     def members_of(self, name: str) -> int:
         """How many Kafka members the group has here (its coordinator keeps them)."""
@@ -161,6 +164,8 @@ class KafkaGroups:
             c, group = await self.group(request.group_id)
             native = c.state.groups.get(group.name)
             if native is not None and native.members:
+                raise GroupFailure(K.inconsistent_group_protocol)
+            if self.consumer_protocol and self.consumer_protocol.members_of(group.name):
                 raise GroupFailure(K.inconsistent_group_protocol)
             member = self._joining_member(group, request, version)
         except GroupFailure as failure:
@@ -337,7 +342,14 @@ class KafkaGroups:
         ]
         try:
             c, group = await self.group(request.group_id)
-            if generation >= 0 or request.member_id or group.members:
+            consumers = self.consumer_protocol
+            if consumers is not None and consumers.members_of(group.name):
+                refusal = consumers.commit_refusal(
+                    group.name, request.member_id, generation, version
+                )
+                if refusal is not None:
+                    raise GroupFailure(refusal)
+            elif generation >= 0 or request.member_id or group.members:
                 _member(group, request.member_id, generation)
                 if group.state == COMPLETING:
                     raise GroupFailure(K.rebalance_in_progress)

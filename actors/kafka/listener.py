@@ -48,6 +48,7 @@ async def serve_kafka(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(brokers.run)
         nursery.start_soon(api.groups.run)
+        nursery.start_soon(api.consumer_groups.run)
         listeners = await nursery.start(
             partial(trio.serve_tcp, host=host), _connection_handler(api, secret), port
         )

@@ -18,10 +18,11 @@ def listening(port: int) -> bool:
     return True
 
 
-def kafka_cluster(root: str) -> Iterator[ProcessCluster]:
-    """A started 3-node cluster whose Kafka listeners accept connections; stopped after,
-    and its logs checked for bugs. For a module-scoped fixture: `yield from ...`."""
-    c = ProcessCluster(root, kafka_ports=free_ports(3))
+def kafka_cluster(root: str, env: dict[str, str] | None = None) -> Iterator[ProcessCluster]:
+    """A started 3-node cluster whose Kafka listeners accept connections (`env`: more of
+    the nodes' environment); stopped after, and its logs checked for bugs. For a
+    module-scoped fixture: `yield from ...`."""
+    c = ProcessCluster(root, kafka_ports=free_ports(3), env=env or {})
     c.start_all()
     try:
         c.wait_for_leader()
