@@ -71,18 +71,25 @@ class Fetch:
     def _read(
         self, topic: str, partition: int, offset: int, max_bytes: int
     ) -> tuple[GroupActor | None, dict]:
+        # Empty records, never null, with an error too: librdkafka fails to parse a
+        # partition whose records are null ("Protocol parse failure for Fetch").
         group, error = self._leader(topic, partition)
         if group is None:
-            return None, {"partition_index": partition, "error_code": error}
+            return None, {"partition_index": partition, "error_code": error, "records": b""}
         end = group.last_record(group.view.commit_offset) + 1
         answer = {
             "partition_index": partition,
             "high_watermark": end,
             "last_stable_offset": end,
             "log_start_offset": group.record_start(),
+            "records": b"",
         }
+        if offset > group.last_record(group.log.dirty_offset) + 1:
+            # Past the log's end, as Kafka answers it: the client resets its position (a
+            # fetch between the committed and the log's end waits instead).
+            return group, {**answer, "error_code": K.offset_out_of_range}
         if max_bytes <= 0:
-            return group, {**answer, "records": b"", "error_code": K.none}
+            return group, {**answer, "error_code": K.none}
         reply = read_committed(group, offset, max_bytes)
         if isinstance(reply, ErrorReply):
             return group, {**answer, "error_code": kafka_error(reply)}

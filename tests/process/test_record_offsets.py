@@ -158,3 +158,42 @@ def test_offsets_count_records_across_leader_kills_and_replica_changes(cluster):
         assert seen == stored
     finally:
         consumer.close()
+
+
+def test_a_kafka_fetch_past_the_end_is_out_of_range_and_the_consumer_resets(cluster):
+    """As Kafka answers it: the consumer's reset policy takes it back to the records (its
+    partition's records empty, not null, which librdkafka could not parse)."""
+    with cluster.client(timeout=30) as c:
+        c.create_topic("short", partitions=1, replicas=3)
+        c.append([b"s%d" % i for i in range(5)], topic="short", partition=0)
+    consumer = kafka_consumer(cluster, "short-readers")
+    try:
+        consumer.assign([TopicPartition("short", 0, 1000)])
+        seen: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 5 and time.monotonic() < deadline:
+            for message in consumer.consume(10, 1.0):
+                assert message.error() is None, message.error()
+                seen.append((message.offset(), message.value()))
+        assert seen == [(i, b"s%d" % i) for i in range(5)]
+    finally:
+        consumer.close()
+
+
+def test_a_kafka_fetch_before_a_trim_is_out_of_range_and_the_consumer_resets(cluster):
+    with cluster.client(timeout=30) as c:
+        c.create_topic("trimmed", partitions=1, replicas=3)
+        c.append([b"t%d" % i for i in range(5)], topic="trimmed", partition=0)
+        assert c.trim_topic("trimmed", 0, 2) == 2
+    consumer = kafka_consumer(cluster, "trimmed-readers")
+    try:
+        consumer.assign([TopicPartition("trimmed", 0, 0)])
+        seen: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 3 and time.monotonic() < deadline:
+            for message in consumer.consume(10, 1.0):
+                assert message.error() is None, message.error()
+                seen.append((message.offset(), message.value()))
+        assert seen == [(i, b"t%d" % i) for i in range(2, 5)]
+    finally:
+        consumer.close()
