@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from quorumlog.actors.node import Node
 
 PRODUCE = 0
-CONSUMER_GROUP_HEARTBEAT = 68  # its handler is given the client's id
+CONSUMER_GROUP_HEARTBEAT = 68  # its handler is given the client's id and host
 SASL = {HANDSHAKE: lambda s: s.handshake, AUTHENTICATE: lambda s: s.authenticate}
 
 Answer = Callable[[], Awaitable[dict | None]]
@@ -81,7 +81,7 @@ class KafkaApi:
         }
         assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 
-    async def submit(self, request: Request, sasl: SaslSession) -> Answer:
+    async def submit(self, request: Request, sasl: SaslSession, host: str = "") -> Answer:
         """What answers `request` on a connection. Appends are queued before this returns,
         so requests on one connection append in the order they came."""
         if request.api_key == PRODUCE:
@@ -94,7 +94,8 @@ class KafkaApi:
 
         async def answer() -> dict:
             if request.api_key == CONSUMER_GROUP_HEARTBEAT:
-                return await handler(request.body, request.version, request.client_id or "")
+                client = (request.client_id or "", host)
+                return await handler(request.body, request.version, client)
             return await handler(request.body, request.version)
 
         return answer

@@ -53,6 +53,7 @@ STABLE, UNREVOKED, UNRELEASED = "stable", "unrevoked_partitions", "unreleased_pa
 class ConsumerMember:
     member_id: str
     client_id: str
+    client_host: str
     rebalance_timeout_s: float
     last_seen: float
     epoch: int = 0
@@ -80,6 +81,7 @@ class ConsumerGroup:
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     partitions_seen: dict[str, int] = field(default_factory=dict)  # of subscribed topics
+    stale: bool = False  # its epoch moves on at the next assignment (once per change)
 
     def state(self) -> str:
         if not self.members:
@@ -128,13 +130,15 @@ class ConsumerGroups:
 
     # ------------------------------------------------------------------- heartbeat
 
-    async def heartbeat(self, request, version: int, client_id: str = "") -> dict:
+    async def heartbeat(self, request, version: int, client: tuple[str, str] = ("", "")) -> dict:
+        """`client`: its id and host, which describe shows."""
         try:
             _check(request, version)
             group = await self._group(request.group_id)
-            member = self._member(group, request, client_id)
+            member = self._member(group, request, client)
             if request.member_epoch in (LEAVE, STATIC_LEAVE):
                 self._remove(group, member, "left")
+                self._maybe_assign(group)
                 return {"member_id": member.member_id, "member_epoch": request.member_epoch}
             owned = _owned(request, self._topic_names())
             if owned is not None:
@@ -148,7 +152,7 @@ class ConsumerGroups:
         except Refused as refused:
             return {"error_code": refused.error, "error_message": refused.message}
 
-    def _member(self, group: ConsumerGroup, request, client_id: str) -> ConsumerMember:
+    def _member(self, group: ConsumerGroup, request, client: tuple[str, str]) -> ConsumerMember:
         now = trio.current_time()
         member_id = request.member_id
         member = group.members.get(member_id)
@@ -158,8 +162,8 @@ class ConsumerGroups:
             if member is not None:  # it starts over: what it held is free again
                 self._remove(group, member, "rejoined")
             timeout_s = request.rebalance_timeout.total_seconds()
-            member = group.members[member_id] = ConsumerMember(member_id, client_id, timeout_s, now)
-            group.epoch += 1
+            member = group.members[member_id] = ConsumerMember(member_id, *client, timeout_s, now)
+            group.stale = True
             logger.info("kafka_consumer_joined", group=group.name, member=member_id)
         elif member is None:
             raise Refused(K.unknown_member_id, f"Member {member_id} is not in group {group.name}.")
@@ -199,8 +203,7 @@ class ConsumerGroups:
             chosen = _chosen_assignor(group)
             changed |= chosen != group.assignor
             group.assignor = chosen
-        if changed:
-            group.epoch += 1
+        group.stale |= changed
 
     def _subscriptions(self, group: ConsumerGroup) -> tuple[dict[str, set[str]], dict[str, int]]:
         """Each member's topics (its names and what its regex matches) and the partition
@@ -220,9 +223,10 @@ class ConsumerGroups:
         subscriptions, counts = self._subscriptions(group)
         if counts != group.partitions_seen:  # a topic came, went or grew
             group.partitions_seen = counts
-            group.epoch += 1
-        if group.assignment_epoch == group.epoch:
+            group.stale = True
+        if not group.stale:
             return
+        group.epoch, group.stale = group.epoch + 1, False
         current = {m.member_id: m.assigned | m.revoking for m in group.members.values()}
         group.target = assign(group.assignor, subscriptions, counts, current)
         group.assignment_epoch = group.epoch
@@ -270,7 +274,7 @@ class ConsumerGroups:
     def _remove(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
-        group.epoch += 1
+        group.stale = True
         logger.info("kafka_consumer_removed", group=group.name, member=member.member_id, why=why)
 
     def _expire(self) -> None:
@@ -339,7 +343,7 @@ class ConsumerGroups:
             "rack_id": member.rack_id,
             "member_epoch": member.epoch,
             "client_id": member.client_id,
-            "client_host": "",  # the listener does not pass the peer's address on
+            "client_host": member.client_host,
             "subscribed_topic_names": member.topics,
             "subscribed_topic_regex": member.regex,
             "assignment": {"topic_partitions": names(member.assigned, with_names=True)},

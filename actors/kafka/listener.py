@@ -70,6 +70,7 @@ def _connection_handler(api: KafkaApi, secret: bytes | None):
 
 async def _serve_connection(api: KafkaApi, stream: trio.SocketStream, sasl: SaslSession) -> None:
     send, receive = trio.open_memory_channel[Pending](IN_FLIGHT_MAX)
+    host = _client_host(stream)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_write_answers, stream, receive, nursery.cancel_scope)
         async with send:
@@ -82,13 +83,21 @@ async def _serve_connection(api: KafkaApi, stream: trio.SocketStream, sasl: Sasl
                     if request.body is None:
                         slot.resolve(kafka.unsupported_response(request))
                         continue
-                    answer = await api.submit(request, sasl)
+                    answer = await api.submit(request, sasl, host)
                     nursery.start_soon(_answer, request, answer, slot)
             except (kafka.FrameError, SaslRefused) as exc:
                 logger.warning("kafka_connection_refused", error=str(exc))
                 send.close()  # the answers so far go out, then the connection closes
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 nursery.cancel_scope.cancel()
+
+
+def _client_host(stream: trio.SocketStream) -> str:
+    """The client's address as Kafka shows it ("/127.0.0.1"); "" if it is gone already."""
+    try:
+        return "/" + str(stream.socket.getpeername()[0])
+    except OSError:
+        return ""
 
 
 async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None:

@@ -14,6 +14,8 @@ import pytest
 from confluent_kafka import Consumer
 
 from quorumlog import Record
+from quorumlog.bench import kafka_java
+from quorumlog.bench.kafka_java import CONSOLE_CONSUMER, CONSUMER_GROUPS, run_tool
 from quorumlog.cli.localcluster import ProcessCluster
 from tests.process.kafka_support import kafka_cluster
 from tests.process.test_topics import wait_until
@@ -175,3 +177,81 @@ def test_committed_offsets_are_where_the_next_member_resumes(cluster):
         assert second.seen == late  # nothing committed is read again
     finally:
         second.consumer.close()
+
+
+def java_tool(cluster: ProcessCluster, main_class: str, *args: str) -> str:
+    """A Kafka 4.4 tool's output; it must exit 0."""
+    done = run_tool(main_class, ["--bootstrap-server", cluster.kafka_bootstrap, *args], 90)
+    assert done.returncode == 0, f"{main_class} {args} exited {done.returncode}:\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_kafka_java_console_consumer_of_the_consumer_protocol_and_its_describe(cluster):
+    why = kafka_java.why_unavailable()
+    if why is not None:
+        pytest.skip(f"Kafka's Java tools are not available: {why}")
+    written = fill(cluster, "kip848-java", per_partition=5)
+    out = java_tool(
+        cluster,
+        *(CONSOLE_CONSUMER, "--topic", "kip848-java", "--group", "kip848-java"),
+        *("--consumer-property", "group.protocol=consumer", "--from-beginning"),
+        *("--max-messages", str(len(written)), "--timeout-ms", "30000"),
+    )
+    assert f"Processed a total of {len(written)} messages" in out, out
+    assert {line.encode() for line in out.splitlines()} >= written
+    rows = table(java_tool(cluster, CONSUMER_GROUPS, "--describe", "--group", "kip848-java"))
+    assert sorted(
+        (r["PARTITION"], r["CURRENT-OFFSET"], r["LAG"], r["CONSUMER-ID"]) for r in rows
+    ) == [(str(p), "5", "0", "-") for p in range(PARTITIONS)], (
+        rows
+    )  # committed as the consumer closed, and no member left
+
+    # A live member of the consumer protocol, as the tool describes it.
+    live = subprocess.Popen(
+        kafka_java.java_command(
+            CONSOLE_CONSUMER,
+            [
+                *("--bootstrap-server", cluster.kafka_bootstrap, "--topic", "kip848-java"),
+                *("--group", "kip848-java", "--consumer-property", "group.protocol=consumer"),
+                *("--consumer-property", "client.id=kip848-live"),
+            ],
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+
+        def member_rows() -> list[dict[str, str]]:
+            args = ("--describe", "--group", "kip848-java", "--members", "--verbose")
+            return table(java_tool(cluster, CONSUMER_GROUPS, *args))
+
+        wait_until(lambda: len(member_rows()) == 1, 60, "the live member described")
+        (member,) = member_rows()
+        assert (member["HOST"], member["CLIENT-ID"], member["#PARTITIONS"]) == (
+            "/127.0.0.1",
+            "kip848-live",
+            "4",
+        ), member
+        assert member["CURRENT-ASSIGNMENT"] == member["TARGET-ASSIGNMENT"] == "kip848-java:0,1,2,3"
+        assert member["CURRENT-EPOCH"] == member["TARGET-EPOCH"], member
+        args = ("--describe", "--group", "kip848-java", "--state", "--verbose")
+        (state,) = table(java_tool(cluster, CONSUMER_GROUPS, *args))
+        assert (state["ASSIGNMENT-STRATEGY"], state["STATE"], state["#MEMBERS"]) == (
+            "uniform",
+            "Stable",
+            "1",
+        ), state
+    finally:
+        live.kill()
+        live.wait()
+
+
+def table(output: str) -> list[dict[str, str]]:
+    """The rows of a kafka-consumer-groups table, by column name."""
+    lines = [line.split() for line in output.splitlines() if line.strip()]
+    header = next(i for i, words in enumerate(lines) if words and words[0] == "GROUP")
+    return [
+        dict(zip(lines[header], words, strict=True))
+        for words in lines[header + 1 :]
+        if len(words) == len(lines[header])
+    ]
