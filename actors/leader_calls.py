@@ -44,11 +44,16 @@ class UnknownTopic(Exception):
         self.topic = topic
 
 
+class OutOfRange(Exception):
+    """The partition's leader holds no record at the offset asked (a trim or retention
+    dropped it): asking again would not help."""
+
+
 async def ask_partition_leader(
     node: Node, tp: TopicPartition, message: PartitionCall, answer: type[M]
 ) -> M:
     """`message` answered by the leader of a topic partition, here or elsewhere, retried
-    while leadership moves; UnknownTopic, or PassBack after ASK_S."""
+    while leadership moves; UnknownTopic, OutOfRange, or PassBack after ASK_S."""
     hint = None  # the leader the last reply named
     ask: int | None = None
     reply: Message | None = None
@@ -67,6 +72,8 @@ async def ask_partition_leader(
             if isinstance(reply, ErrorReply):
                 if reply.code is ErrorCode.UNKNOWN_TOPIC and reply.leader_id is None:
                     raise UnknownTopic(tp[0], reply.message)
+                if reply.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise OutOfRange(reply.message)
                 hint = reply.leader_id
             await trio.sleep(ASK_RETRY_S)
     logger.warning(

@@ -27,7 +27,7 @@ from quorumlog.actors.coordination import (
     membership,
 )
 from quorumlog.actors.coordinator import Coordinator
-from quorumlog.actors.leader_calls import ask_partition_leader
+from quorumlog.actors.leader_calls import OutOfRange, ask_partition_leader
 from quorumlog.actors.lease_reads import ReadAhead, holds, read_batches, records_at
 from quorumlog.actors.replicated import Submitted
 from quorumlog.consumers.assignment import TopicPartition
@@ -173,7 +173,10 @@ async def _lease_partition(
         if o in leasing.offsets or len(offsets) == wanted:
             continue
         if not holds(blobs, o):
-            blobs.update((await read_batches(co, tp, o, 1, o + 1))[0])
+            try:
+                blobs.update((await read_batches(co, tp, o, 1, o + 1))[0])
+            except OutOfRange:
+                continue  # trimmed since it was leased: nothing to deliver again
         offsets.append(o)
     first = max(window.next, leasing.next)
     fresh = min(wanted - len(offsets), window.bound - first)
@@ -186,7 +189,12 @@ async def _lease_partition(
             if first >= end:
                 _, end = await co.offsets_of(tp)
             if first < end:
-                read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
+                try:
+                    read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
+                except OutOfRange:
+                    # Trimmed (or retention) before the window's next: it skips what is gone.
+                    first = (await co.offsets_of(tp))[0]
+                    read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
                 ahead.read_under_lock(first, read, reached)
         taken, fresh_offsets = ahead.take(first, fresh, window.bound)
         blobs.update(taken)

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from quorumlog import Client, QuorumLogError
+from quorumlog import Consumer as NativeConsumer
 from quorumlog.bench.partitions import groups_settled
 from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from tests.process.kafka_support import kafka_cluster
@@ -197,3 +198,22 @@ def test_a_kafka_fetch_before_a_trim_is_out_of_range_and_the_consumer_resets(clu
         assert seen == [(i, b"t%d" % i) for i in range(2, 5)]
     finally:
         consumer.close()
+
+
+def test_a_queue_group_reads_a_trimmed_partition_from_its_start(cluster):
+    """Its window began at 0, before the trim: it skips what is gone (it asked the
+    partition for offset 0 for ever)."""
+    with cluster.client(timeout=30) as c:
+        c.create_topic("trimmed-queue", partitions=1, replicas=3)
+        c.append([b"q%d" % i for i in range(5)], topic="trimmed-queue", partition=0)
+        assert c.trim_topic("trimmed-queue", 0, 3) == 3
+    with NativeConsumer(
+        cluster.brokers, group="trimmed-jobs", topics=["trimmed-queue"], mode="queue", timeout=30
+    ) as jobs:
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 2 and time.monotonic() < deadline:
+            for record in jobs.poll(max_records=10, timeout=1.0):
+                jobs.ack(record)
+                got.append((record.offset, record.value))
+    assert got == [(3, b"q3"), (4, b"q4")]
