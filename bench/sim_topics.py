@@ -253,7 +253,6 @@ class TopicChaos:
                         )
         return problems
 
-
     def _records_before(self, route: Route, position: int) -> int:
         """The record offset at `position` of a partition's log, by a replica holding it."""
         for sim in self.cluster.nodes.values():
