@@ -5,18 +5,25 @@ over, and committed offsets are where a later member resumes."""
 
 from __future__ import annotations
 
+import io
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from confluent_kafka import Consumer
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
 
 from quorumlog import Record
 from quorumlog.bench import kafka_java
 from quorumlog.bench.kafka_java import CONSOLE_CONSUMER, CONSUMER_GROUPS, run_tool
 from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.transport.kafka import make
 from tests.process.kafka_support import kafka_cluster
 from tests.process.test_topics import wait_until
 
@@ -102,6 +109,8 @@ def test_two_members_share_and_the_one_left_gets_all_when_the_other_closes(clust
 KILLED_MEMBER = """
 import sys
 from confluent_kafka import Consumer
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
 consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
                      "group.protocol": "consumer", "enable.auto.commit": False})
 consumer.subscribe([sys.argv[3]])
@@ -255,3 +264,233 @@ def table(output: str) -> list[dict[str, str]]:
         for words in lines[header + 1 :]
         if len(words) == len(lines[header])
     ]
+
+
+class Wire:
+    """Kafka requests as kio builds them, to one broker, answers read at the same version."""
+
+    def __init__(self, address: str):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=15)
+        self.correlation = 0
+
+    def ask(self, key: int, version: int, values: dict):
+        self.correlation += 1
+        schema = load_request_schema(key, version)
+        out = io.BytesIO()
+        header = {
+            "request_api_key": key,
+            "request_api_version": version,
+            "correlation_id": self.correlation,
+            "client_id": "kip848-wire",
+        }
+        entity_writer(schema.__header_schema__)(out, make(schema.__header_schema__, header))
+        entity_writer(schema)(out, make(schema, values))
+        self.sock.sendall(struct.pack(">i", out.tell()) + out.getvalue())
+        (size,) = struct.unpack(">i", self._exactly(4))
+        frame = self._exactly(size)
+        response = load_response_schema(key, version)
+        header_read, at = entity_reader(response.__header_schema__)(frame, 0)
+        assert header_read.correlation_id == self.correlation
+        return entity_reader(response)(frame, at)[0]
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            assert chunk, "connection closed"
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def coordinator_of(bootstrap: str, group: str) -> Wire:
+    """A connection to the group's coordinator (FindCoordinator v2, retried until known)."""
+    first = Wire(bootstrap.split(",")[0])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            found = first.ask(10, 2, {"key_type": 0, "key": group})
+            if found.error_code == 0:
+                return Wire(f"{found.host}:{found.port}")
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+    finally:
+        first.close()
+
+
+def topic_id(bootstrap: str, topic: str) -> uuid.UUID:
+    wire = Wire(bootstrap.split(",")[0])
+    try:
+        answer = wire.ask(3, 12, {"topics": [{"name": topic}], "allow_auto_topic_creation": False})
+        return answer.topics[0].topic_id
+    finally:
+        wire.close()
+
+
+def heartbeat(wire: Wire, group: str, member: str, epoch: int, **fields) -> tuple:
+    """A ConsumerGroupHeartbeat v1 and its answer as (error, epoch, assigned partitions or
+    None when the answer carries no assignment)."""
+    answer = wire.ask(
+        68, 1, {"group_id": group, "member_id": member, "member_epoch": epoch, **fields}
+    )
+    partitions = None
+    if answer.assignment is not None:
+        partitions = sorted(p for t in answer.assignment.topic_partitions for p in t.partitions)
+    return (answer.error_code.name, answer.member_epoch, partitions)
+
+
+def reconciliation(bootstrap: str, topic: str, group: str) -> dict:
+    """Two members of a group of `topic` (4 partitions) driven by hand: the first takes
+    every partition, the second joins while the first keeps listing all four for a while
+    (what the second is given meanwhile), then the first lists only what it is left and the
+    second gets the rest; then the errors of bad heartbeats, and the first leaving."""
+    tid = topic_id(bootstrap, topic)
+    wire = coordinator_of(bootstrap, group)
+    join = {"rebalance_timeout": 30000, "subscribed_topic_names": [topic], "topic_partitions": []}
+    members = {"member-a": [0, None], "member-b": [0, None]}  # epoch, assigned
+
+    def beat(member: str, owned: list[int] | None) -> tuple:
+        epoch, _ = members[member]
+        fields = join if epoch == 0 else {}
+        if owned is not None and epoch:
+            fields = {"topic_partitions": [{"topic_id": tid, "partitions": owned}]}
+        answer = heartbeat(wire, group, member, epoch, **fields)
+        while answer[0] == "coordinator_load_in_progress":  # a new Kafka's first minutes
+            time.sleep(0.5)
+            answer = heartbeat(wire, group, member, epoch, **fields)
+        assert answer[0] == "none", (member, answer)
+        members[member][0] = answer[1]
+        if answer[2] is not None:
+            members[member][1] = answer[2]
+        return answer
+
+    def until(condition, what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not condition():
+            assert time.monotonic() < deadline, (what, members)
+            time.sleep(0.1)
+
+    out: dict = {}
+    try:
+
+        def a_holds_all() -> bool:
+            beat("member-a", members["member-a"][1])
+            return members["member-a"][1] == [0, 1, 2, 3]
+
+        until(a_holds_all, "a with every partition")
+        given_meanwhile: set[int] = set()
+        for _ in range(15):  # a still lists all four: b may get none of them
+            beat("member-a", [0, 1, 2, 3])
+            beat("member-b", [])
+            given_meanwhile |= set(members["member-b"][1] or ())
+            time.sleep(0.1)
+        out["given to b while a lists all"] = sorted(given_meanwhile)
+        out["left to a"] = members["member-a"][1]
+
+        def b_holds_two() -> bool:
+            beat("member-a", members["member-a"][1])  # lists only what it is left
+            beat("member-b", None)
+            return len(members["member-b"][1] or ()) == 2
+
+        until(b_holds_two, "b with two partitions")
+        out["a, b"] = (members["member-a"][1], members["member-b"][1])
+        epoch = members["member-a"][0]
+        out["fenced"] = heartbeat(wire, group, "member-a", epoch + 5)[0]
+        out["unknown member"] = heartbeat(wire, group, "member-z", epoch)[0]
+        out["unknown assignor"] = heartbeat(wire, group, "c", 0, **join, server_assignor="nope")[0]
+        regex = {**join, "subscribed_topic_names": None, "subscribed_topic_regex": "("}
+        out["bad regex"] = heartbeat(wire, group, "c", 0, **regex)[0]
+        out["no subscription"] = heartbeat(
+            wire, group, "c", 0, rebalance_timeout=30000, topic_partitions=[]
+        )[0]
+        out["no group id"] = heartbeat(wire, "", "c", 0, **join)[0]
+        out["no member id"] = heartbeat(wire, group, "", 0, **join)[0]
+        out["leave"] = heartbeat(wire, group, "member-a", -1)[:2]
+        return out
+    finally:
+        wire.close()
+
+
+# What a Kafka 4.4 KRaft cluster (3 brokers, bench/kafka_java.py's KafkaBrokers) answered
+# to `reconciliation`, recorded by running it there.
+KAFKA_44_RECONCILIATION = {
+    "given to b while a lists all": [],
+    "left to a": [0, 1],
+    "a, b": ([0, 1], [2, 3]),
+    "fenced": "fenced_member_epoch",
+    "unknown member": "unknown_member_id",
+    "unknown assignor": "unsupported_assignor",
+    "bad regex": "invalid_regular_expression",
+    "no subscription": "invalid_request",
+    "no group id": "invalid_request",
+    "no member id": "invalid_request",
+    "leave": ("none", -1),
+}
+
+
+def test_reconciliation_and_bad_heartbeats_are_answered_as_kafka_4_4_answers(cluster):
+    with cluster.client(timeout=30) as c:
+        c.create_topic("kip848-wire", partitions=PARTITIONS, replicas=3)
+    answers = reconciliation(cluster.kafka_bootstrap, "kip848-wire", "kip848-wire")
+    assert answers == KAFKA_44_RECONCILIATION
+    assert all(proc.poll() is None for proc in cluster.procs.values())
+
+
+def classic_join(wire: Wire, group: str, protocol_type: str) -> str:
+    answer = wire.ask(
+        11,
+        5,
+        {
+            "group_id": group,
+            "session_timeout": 30000,
+            "rebalance_timeout": 30000,
+            "protocol_type": protocol_type,
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+    return answer.error_code.name
+
+
+def test_a_group_is_of_one_protocol_and_describe_shows_this_ones(cluster):
+    """As Kafka 4.4 answered (same requests): a classic join to a group with members of
+    this protocol is refused, and a heartbeat of this protocol to a classic group."""
+    with cluster.client(timeout=30) as c:
+        c.create_topic("kip848-mixed", partitions=2, replicas=3)
+    join = {
+        "rebalance_timeout": 30000,
+        "subscribed_topic_names": ["kip848-mixed"],
+        "topic_partitions": [],
+    }
+    wire = coordinator_of(cluster.kafka_bootstrap, "kip848-new")
+    try:
+        assert heartbeat(wire, "kip848-new", "member-a", 0, **join)[0] == "none"
+        for protocol_type in ("consumer", "connect"):
+            refused = classic_join(wire, "kip848-new", protocol_type)
+            assert refused == "inconsistent_group_protocol"
+        described = wire.ask(69, 1, {"group_ids": ["kip848-new"]}).groups[0]
+        assert (described.error_code.name, described.group_state) == ("none", "Stable")
+        assert (described.assignor_name, described.group_epoch) == ("uniform", 1)
+        (member,) = described.members
+        assert (member.member_id, member.client_id, member.client_host) == (
+            "member-a",
+            "kip848-wire",
+            "/127.0.0.1",
+        )
+        assert (member.member_epoch, member.subscribed_topic_names) == (1, ("kip848-mixed",))
+        assert member.member_type == 1  # of this protocol
+        assigned = {(t.topic_name, tuple(t.partitions)) for t in member.assignment.topic_partitions}
+        assert assigned == {("kip848-mixed", (0, 1))}
+    finally:
+        wire.close()
+    wire = coordinator_of(cluster.kafka_bootstrap, "kip848-old")
+    try:
+        assert classic_join(wire, "kip848-old", "connect") == "none"
+        answer = wire.ask(68, 1, {"group_id": "kip848-old", "member_id": "q", **join})
+        assert answer.error_code.name == "group_id_not_found", answer
+        described = wire.ask(69, 1, {"group_ids": ["kip848-old"]}).groups[0]
+        assert described.error_code.name == "group_id_not_found"
+    finally:
+        wire.close()
