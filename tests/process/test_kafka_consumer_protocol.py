@@ -494,3 +494,42 @@ def test_a_group_is_of_one_protocol_and_describe_shows_this_ones(cluster):
         assert described.error_code.name == "group_id_not_found"
     finally:
         wire.close()
+
+
+def test_a_regex_subscription_with_the_range_assignor(cluster):
+    with cluster.client(timeout=30) as c:
+        for topic in ("kip848-re-a", "kip848-re-b", "kip848-other"):
+            c.create_topic(topic, partitions=2, replicas=3)
+    configs = [
+        {**member_config(cluster, "kip848-re"), "group.remote.assignor": "range"} for _ in range(2)
+    ]
+    members = [Consumer(config) for config in configs]
+    for member in members:
+        member.subscribe(["^kip848-re-.*"])
+    try:
+
+        def assignments() -> list:
+            for member in members:
+                member.poll(0.1)
+            return [sorted((tp.topic, tp.partition) for tp in m.assignment()) for m in members]
+
+        # range: per topic, the member of the lower id gets partition 0 of each; the
+        # topic the pattern does not match is no one's.
+        expected = [
+            [("kip848-re-a", 0), ("kip848-re-b", 0)],
+            [("kip848-re-a", 1), ("kip848-re-b", 1)],
+        ]
+        wait_until(
+            lambda: sorted(assignments()) == expected, 30, "one partition of each topic each"
+        )
+        wire = coordinator_of(cluster.kafka_bootstrap, "kip848-re")
+        try:
+            described = wire.ask(69, 1, {"group_ids": ["kip848-re"]}).groups[0]
+        finally:
+            wire.close()
+        assert described.assignor_name == "range"
+        regexes = {m.subscribed_topic_regex for m in described.members}
+        assert regexes == {"(^kip848-re-.*)"}  # as librdkafka sends it
+    finally:
+        for member in members:
+            member.close()
