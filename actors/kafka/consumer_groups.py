@@ -20,7 +20,6 @@ GROUP_ID_NOT_FOUND, a classic join to one with members of this protocol is refus
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,6 +31,7 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.groups import GroupFailure, KafkaGroups
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.consumers.server_assignors import ASSIGNORS, assign
+from quorumlog.consumers.topic_patterns import PatternRefused, compile_pattern
 
 if TYPE_CHECKING:
     from quorumlog.actors.node import Node
@@ -43,6 +43,7 @@ logger = structlog.get_logger("quorumlog.kafka")
 HEARTBEAT_INTERVAL_MS = int(os.environ.get("QUORUMLOG_CONSUMER_HEARTBEAT_INTERVAL_MS", "5000"))
 SESSION_TIMEOUT_MS = int(os.environ.get("QUORUMLOG_CONSUMER_SESSION_TIMEOUT_MS", "45000"))
 EXPIRE_EVERY_S = 0.25
+MATCHES_KEPT = 1024  # regex subscriptions whose matches are remembered
 JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
 MEMBER_ID_CHARS_MAX = 200
 CONSUMER_MEMBER = 1  # ConsumerGroupDescribe's member type of this protocol's members
@@ -105,6 +106,8 @@ class ConsumerGroups:
         self.node = node
         self.classic = classic
         self.groups: dict[str, ConsumerGroup] = {}
+        # Each regex subscription's matches, and the topic names they were matched against.
+        self._matches: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         classic.consumer_protocol = self
 
     def members_of(self, name: str) -> int:
@@ -209,15 +212,26 @@ class ConsumerGroups:
         """Each member's topics (its names and what its regex matches) and the partition
         count of every subscribed topic that exists."""
         topics = self.node.controller_actor.state.topics
+        names = frozenset(topics)
         subscriptions: dict[str, set[str]] = {}
         for member in group.members.values():
             wanted = {t for t in member.topics if t in topics}
             if member.regex is not None:
-                pattern = re.compile(member.regex)  # checked on arrival
-                wanted |= {t for t in topics if not t.startswith("__") and pattern.fullmatch(t)}
+                wanted |= self._matching(member.regex, names)
             subscriptions[member.member_id] = wanted
         counts = {t: len(topics[t].partitions) for s in subscriptions.values() for t in s}
         return subscriptions, counts
+
+    def _matching(self, regex: str, names: frozenset[str]) -> frozenset[str]:
+        """The topics `regex` matches, remembered until the topics change."""
+        known = self._matches.get(regex)
+        if known is None or known[0] != names:
+            pattern = compile_pattern(regex)  # checked on arrival
+            matched = frozenset(t for t in names if not t.startswith("__") and pattern.fullmatch(t))
+            if len(self._matches) >= MATCHES_KEPT:
+                self._matches.clear()
+            known = self._matches[regex] = (names, matched)
+        return known[1]
 
     def _maybe_assign(self, group: ConsumerGroup) -> None:
         subscriptions, counts = self._subscriptions(group)
@@ -412,11 +426,12 @@ def _check(request, version: int) -> None:
         )
     if request.subscribed_topic_regex:
         try:
-            re.compile(request.subscribed_topic_regex)
-        except re.error as exc:
+            compile_pattern(request.subscribed_topic_regex)
+        except PatternRefused as why:
             raise Refused(
                 K.invalid_regular_expression,
-                f"SubscribedTopicRegex {request.subscribed_topic_regex} is not a valid regular expression: {exc}",
+                f"SubscribedTopicRegex {request.subscribed_topic_regex} is not a valid regular "
+                f"expression: {why}",
             ) from None
 
 
