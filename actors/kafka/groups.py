@@ -497,8 +497,8 @@ class KafkaGroups:
         return {"groups": out}
 
     async def list_groups(self, request, version: int) -> dict:
-        """The groups this node coordinates: Kafka's with members, and every group whose
-        offsets its `__groups` partitions hold."""
+        """The groups this node coordinates: Kafka's with members (of either protocol), and
+        every group whose offsets its `__groups` partitions hold."""
         names: dict[str, str] = {}
         for c in self.node.coordinator.coordinations.values():
             if c.replica.view.is_leader:
@@ -507,6 +507,10 @@ class KafkaGroups:
         for name, group in self.groups.items():
             if group.members:
                 names[name] = group.protocol_type
+        if self.consumer_protocol is not None:
+            for name, consumer_group in self.consumer_protocol.groups.items():
+                if consumer_group.members:
+                    names[name] = CONSUMER
         return {"groups": [{"group_id": n, "protocol_type": t} for n, t in sorted(names.items())]}
 
 

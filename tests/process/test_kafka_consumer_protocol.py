@@ -483,6 +483,8 @@ def test_a_group_is_of_one_protocol_and_describe_shows_this_ones(cluster):
         assert member.member_type == 1  # of this protocol
         assigned = {(t.topic_name, tuple(t.partitions)) for t in member.assignment.topic_partitions}
         assert assigned == {("kip848-mixed", (0, 1))}
+        listed = {(g.group_id, g.protocol_type) for g in wire.ask(16, 2, {}).groups}
+        assert ("kip848-new", "consumer") in listed  # before it committed anything
     finally:
         wire.close()
     wire = coordinator_of(cluster.kafka_bootstrap, "kip848-old")
