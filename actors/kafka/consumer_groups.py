@@ -68,6 +68,7 @@ class ConsumerMember:
     assigned: frozenset[TopicPartition] = frozenset()  # given and not to be revoked
     revoking: frozenset[TopicPartition] = frozenset()  # given, to be revoked first
     owned: frozenset[TopicPartition] = frozenset()  # what its last heartbeat listed
+    since: dict[TopicPartition, int] = field(default_factory=dict)  # epoch it was given at
     revoking_since: float = 0.0
     sent: tuple[int, frozenset[TopicPartition]] | None = None  # last assignment answered
 
@@ -270,6 +271,7 @@ class ConsumerGroups:
             tp for m in group.members.values() if m is not member for tp in m.assigned | m.revoking
         }
         member.assigned = frozenset(tp for tp in target if tp not in held)
+        member.since = {tp: member.since.get(tp, member.epoch) for tp in member.assigned}
         member.state = STABLE if member.assigned == target else UNRELEASED
 
     def _answer(self, group: ConsumerGroup, member: ConsumerMember, request) -> dict:
@@ -294,20 +296,31 @@ class ConsumerGroups:
     def _expire(self) -> None:
         now = trio.current_time()
         for group in self.groups.values():
-            for member in list(group.members.values()):
-                if now - member.last_seen > SESSION_TIMEOUT_MS / 1000:
-                    self._remove(group, member, "session timeout")
-                elif (
-                    member.state == UNREVOKED
-                    and now - member.revoking_since > member.rebalance_timeout_s
-                ):
-                    self._remove(group, member, "rebalance timeout")
+            try:
+                self._expire_members(group, now)
+            except Exception:  # a bug: this group's expiry only, never the listener
+                logger.exception("kafka_consumer_expiry_failed", group=group.name)
+
+    def _expire_members(self, group: ConsumerGroup, now: float) -> None:
+        for member in list(group.members.values()):
+            if now - member.last_seen > SESSION_TIMEOUT_MS / 1000:
+                self._remove(group, member, "session timeout")
+            elif (
+                member.state == UNREVOKED
+                and now - member.revoking_since > member.rebalance_timeout_s
+            ):
+                self._remove(group, member, "rebalance timeout")
+        if group.stale:
+            self._maybe_assign(group)  # at once: describe shows the new target
 
     # ------------------------------------------------------------------- offsets
 
-    def commit_refusal(self, name: str, member_id: str, epoch: int, version: int) -> K | None:
-        """Why an OffsetCommit to `name` is refused if it is a group of this protocol with
-        members (None if it may go on): Kafka's checks of a member's epoch."""
+    def commit_refusal(
+        self, name: str, member_id: str, epoch: int, version: int, partitions: list
+    ) -> K | None:
+        """Why an OffsetCommit of `partitions` to `name` is refused if it is a group of this
+        protocol with members (None if it may go on), as Kafka checks a member's epoch: its
+        current one, or an earlier one at which it already held every partition committed."""
         group = self.groups.get(name)
         if group is None or not group.members:
             return None
@@ -318,7 +331,11 @@ class ConsumerGroups:
             return K.unknown_member_id
         if version < 9:
             return K.unsupported_version  # as Kafka: this protocol's members commit with v9+
-        if epoch != member.epoch:
+        if epoch > member.epoch:
+            return K.stale_member_epoch
+        if epoch < member.epoch and any(
+            member.since.get(tp, epoch + 1) > epoch for tp in partitions
+        ):
             return K.stale_member_epoch
         return None
 

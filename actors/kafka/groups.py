@@ -344,8 +344,9 @@ class KafkaGroups:
             c, group = await self.group(request.group_id)
             consumers = self.consumer_protocol
             if consumers is not None and consumers.members_of(group.name):
+                committed = [(topic, partition) for topic, partition, _ in offsets]
                 refusal = consumers.commit_refusal(
-                    group.name, request.member_id, generation, version
+                    group.name, request.member_id, generation, version, committed
                 )
                 if refusal is not None:
                     raise GroupFailure(refusal)

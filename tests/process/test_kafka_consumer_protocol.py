@@ -342,6 +342,21 @@ def heartbeat(wire: Wire, group: str, member: str, epoch: int, **fields) -> tupl
     return (answer.error_code.name, answer.member_epoch, partitions)
 
 
+def commit(wire: Wire, group: str, member: str, epoch: int, version: int, topic: str, p: int):
+    """An OffsetCommit of offset 0 of one partition, and its error."""
+    answer = wire.ask(
+        8,
+        version,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": epoch,
+            "member_id": member,
+            "topics": [{"name": topic, "partitions": [{"partition_index": p}]}],
+        },
+    )
+    return answer.topics[0].partitions[0].error_code.name
+
+
 def reconciliation(bootstrap: str, topic: str, group: str) -> dict:
     """Two members of a group of `topic` (4 partitions) driven by hand: the first takes
     every partition, the second joins while the first keeps listing all four for a while
@@ -408,6 +423,19 @@ def reconciliation(bootstrap: str, topic: str, group: str) -> dict:
         )[0]
         out["no group id"] = heartbeat(wire, "", "c", 0, **join)[0]
         out["no member id"] = heartbeat(wire, group, "", 0, **join)[0]
+        partition = members["member-a"][1][0]
+        for case, member, member_epoch, version in [
+            ("commit", "member-a", epoch, 9),
+            ("commit, a stale epoch", "member-a", epoch - 1, 9),
+            ("commit v7 by a member", "member-a", epoch, 7),
+            ("commit, no member", "", -1, 9),
+            ("commit, another's id", "member-z", epoch, 9),
+        ]:
+            out[case] = commit(wire, group, member, member_epoch, version, topic, partition)
+        b_epoch, b_partitions = members["member-b"]
+        out["commit by b, an epoch before it held the partition"] = commit(
+            wire, group, "member-b", b_epoch - 1, 9, topic, b_partitions[0]
+        )
         out["leave"] = heartbeat(wire, group, "member-a", -1)[:2]
         return out
     finally:
@@ -427,6 +455,12 @@ KAFKA_44_RECONCILIATION = {
     "no subscription": "invalid_request",
     "no group id": "invalid_request",
     "no member id": "invalid_request",
+    "commit": "none",
+    "commit, a stale epoch": "none",  # a held the partition at that epoch already
+    "commit v7 by a member": "unsupported_version",
+    "commit, no member": "unknown_member_id",
+    "commit, another's id": "unknown_member_id",
+    "commit by b, an epoch before it held the partition": "stale_member_epoch",
     "leave": ("none", -1),
 }
 
