@@ -30,7 +30,7 @@ def record_pool(record_bytes: int = RECORD_BYTES, count: int = POOL_RECORDS) -> 
     return [data[i * record_bytes : (i + 1) * record_bytes] for i in range(count)]
 
 
-def _calls(pool: list[bytes], records_per_call: int) -> list[list[bytes]]:
+def record_calls(pool: list[bytes], records_per_call: int) -> list[list[bytes]]:
     n = records_per_call
     return [[pool[(i * n + j) % len(pool)] for j in range(n)] for i in range(len(pool) // n or 1)]
 
@@ -48,7 +48,7 @@ async def async_run(
 ) -> AppendRun:
     """Closed loop through one shared AsyncClient; calls started in the warm-up are not
     counted (nor, with a `meter`, the CPU used before the measured interval)."""
-    calls = _calls(record_pool(), records_per_call)
+    calls = record_calls(record_pool(), records_per_call)
     run = AppendRun()
     issued = 0
     async with AsyncClient(brokers, timeout=30) as client:
@@ -104,7 +104,7 @@ def threads_run(
     partition: int = 0,
 ) -> AppendRun:
     """Closed loop of `threads` threads through one shared blocking Client."""
-    calls = _calls(record_pool(), records_per_call)
+    calls = record_calls(record_pool(), records_per_call)
     run = AppendRun()
     lock = threading.Lock()
     counter = iter(range(1 << 62))

@@ -1,83 +1,45 @@
 """`quorumlog bench kafka`: Kafka clients through the Kafka listener, beside quorumlog's own
 clients on the same cluster in the same run.
 
-- produce: confluent-kafka's Producer (librdkafka's batching, acks=all; with its defaults,
-  then idempotent, which librdkafka limits to one request in flight per partition) against
-  an `AsyncClient` (64 appends of 64 records in flight, acks=quorum), 1 KiB records into a
-  topic of one partition; records/s and the p50/p99 from produce() to the delivery report
-  (they include the wait in librdkafka's queue: everything is handed over at once);
+- produce: confluent-kafka's Producer in a closed loop (bench/kafka_producer.py) against
+  the `AsyncClient` (acks=quorum), 1 KiB records into topics of one partition of three
+  replicas: acks=all without idempotence and linger.ms=0 with 1 and 64 sends in flight,
+  and librdkafka's defaults with idempotence (linger.ms=5) at 64 calls of 64 records in
+  flight; the AsyncClient with the same calls in flight. Each case runs on the Kafka path
+  and right after natively, in every round (bench/rounds.py): records/s, p50/p99 per call,
+  the three nodes' CPU per record (/proc), and the ratios Kafka path / native;
 - consume: confluent-kafka's Consumer (assigned the partition, from offset 0) against a
-  `Client.read` loop over the same records, each timed from its first record.
-Targets: both Kafka figures >= 0.8x of the native one.
+  `Client.read` loop over the same records (those the Kafka path produced), each timed
+  from its first record.
+Targets: the Kafka path >= 0.8x of the native one.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 
 import trio
 
-from quorumlog import AsyncClient
+from quorumlog.bench.clients import async_run
+from quorumlog.bench.kafka_producer import IDEMPOTENT_DEFAULTS, NO_IDEMPOTENCE, kafka_run
 from quorumlog.bench.report import print_table
-from quorumlog.bench.workload import IncompressibleRecords, latency_fields, running_cluster
+from quorumlog.bench.resources import CpuMeter
+from quorumlog.bench.rounds import paired_ratio, round_fields
+from quorumlog.bench.workload import running_cluster
 
-RECORD_BYTES = 1024
-NATIVE_BATCH = 64
-NATIVE_IN_FLIGHT = 64
-FULL, QUICK, TINY = 200_000, 50_000, 2_000
-
-
-def _kafka_produce(bootstrap: str, topic: str, count: int, idempotent: bool) -> dict:
-    from confluent_kafka import Producer
-
-    source = IncompressibleRecords(RECORD_BYTES, seed=3)
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "enable.idempotence": idempotent, "acks": "all"}
-    )
-    latencies: list[float] = []
-    failures: list[str] = []
-
-    def delivered(error, message) -> None:
-        # The message's timestamp is librdkafka's clock when it was produced (ms).
-        if error is not None:
-            failures.append(str(error))
-        latencies.append(time.time() - message.timestamp()[1] / 1000)
-
-    started = time.perf_counter()
-    for value in source.take(count):
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=delivered)
-                break
-            except BufferError:  # librdkafka's queue is full: let it drain
-                producer.poll(0.01)
-        producer.poll(0)
-    producer.flush(120)
-    took = time.perf_counter() - started
-    if failures or len(latencies) != count:
-        raise RuntimeError(f"kafka produce: {len(latencies)} of {count} acked, {failures[:3]}")
-    return {"records_per_s": round(count / took), **latency_fields(latencies)}
-
-
-async def _native_produce(brokers: str, topic: str, count: int) -> dict:
-    source = IncompressibleRecords(RECORD_BYTES, seed=4)
-    calls = [source.take(NATIVE_BATCH) for _ in range(count // NATIVE_BATCH)]
-    latencies: list[float] = []
-    async with AsyncClient(brokers, timeout=60) as client:
-        started = trio.current_time()
-
-        async def worker(mine: list[list[bytes]]) -> None:
-            for records in mine:
-                sent = trio.current_time()
-                await client.append(records, topic=topic, acks="quorum")
-                latencies.append(trio.current_time() - sent)
-
-        async with trio.open_nursery() as nursery:
-            for i in range(NATIVE_IN_FLIGHT):
-                nursery.start_soon(worker, calls[i::NATIVE_IN_FLIGHT])
-        took = trio.current_time() - started
-    return {"records_per_s": round(len(calls) * NATIVE_BATCH / took), **latency_fields(latencies)}
+# (the Kafka path's name, its producer settings, calls in flight, records per call):
+# "linger 0" is acks=all, no idempotence, linger.ms=0; "idempotent" librdkafka's defaults.
+CASES = (
+    ("linger 0", NO_IDEMPOTENCE, 1, 1),
+    ("linger 0", NO_IDEMPOTENCE, 64, 1),
+    ("idempotent", IDEMPOTENT_DEFAULTS, 64, 64),
+)
+FULL_S, QUICK_S, TINY_S = 5.0, 2.0, 0.5
+FULL_ROUNDS = 3  # each figure is the median of this many rounds (one with --quick)
+CONSUMED = {"full": 200_000, "quick": 50_000, "tiny": 2_000}  # at most, records read back
+KAFKA_TOPIC, NATIVE_TOPIC = "bench-kafka", "bench-native"
 
 
 def _kafka_consume(bootstrap: str, topic: str, count: int) -> float:
@@ -112,38 +74,60 @@ def _native_consume(cluster, topic: str, count: int) -> float:
 
 
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
-    count = TINY if tiny else QUICK if quick else FULL
+    size = "tiny" if tiny else "quick" if quick else "full"
+    duration_s = {"tiny": TINY_S, "quick": QUICK_S, "full": FULL_S}[size]
+    rounds = FULL_ROUNDS if size == "full" else 1
+    kafka_runs: dict[int, list] = {i: [] for i in range(len(CASES))}
+    native_runs: dict[int, list] = {i: [] for i in range(len(CASES))}
     with running_cluster("kafka", kafka=True) as cluster:
         with cluster.client(timeout=60) as client:
-            client.create_topic("bench-kafka", partitions=1, replicas=3)
-            client.create_topic("bench-native", partitions=1, replicas=3)
-        kafka = _kafka_produce(cluster.kafka_bootstrap, "bench-kafka", count, idempotent=False)
-        idempotent = _kafka_produce(cluster.kafka_bootstrap, "bench-kafka", count, True)
-        native = trio.run(_native_produce, cluster.brokers, "bench-native", count)
-        kafka_read = _kafka_consume(cluster.kafka_bootstrap, "bench-kafka", count)
-        native_read = _native_consume(cluster, "bench-kafka", count)
-    return [
-        {
-            "figure": "produce, confluent-kafka (librdkafka's defaults, acks=all)",
-            **kafka,
-            "vs_native": round(kafka["records_per_s"] / native["records_per_s"], 2),
-        },
-        {
-            "figure": "produce, confluent-kafka, enable.idempotence=true",
-            **idempotent,
-            "vs_native": round(idempotent["records_per_s"] / native["records_per_s"], 2),
-        },
-        {
-            "figure": f"produce, AsyncClient ({NATIVE_IN_FLIGHT} x {NATIVE_BATCH} records, quorum)",
-            **native,
-        },
+            client.create_topic(KAFKA_TOPIC, partitions=1, replicas=3)
+            client.create_topic(NATIVE_TOPIC, partitions=1, replicas=3)
+        meter = CpuMeter(tuple(proc.pid for proc in cluster.procs.values()))
+        measure = {"duration_s": duration_s, "warmup_s": duration_s / 5, "meter": meter}
+        for _ in range(rounds):
+            for i, (_name, settings, window, per_call) in enumerate(CASES):
+                kafka_runs[i].append(
+                    kafka_run(
+                        cluster.kafka_bootstrap, KAFKA_TOPIC, window, per_call, settings, **measure
+                    )
+                )
+                native = partial(async_run, topic=NATIVE_TOPIC, **measure)
+                native_runs[i].append(trio.run(native, cluster.brokers, window, per_call, "quorum"))
+        count = min(CONSUMED[size], _records_in(cluster.kafka_bootstrap, KAFKA_TOPIC))
+        kafka_read = _kafka_consume(cluster.kafka_bootstrap, KAFKA_TOPIC, count)
+        native_read = _native_consume(cluster, KAFKA_TOPIC, count)
+    rows = []
+    for i, (name, _settings, window, per_call) in enumerate(CASES):
+        shape = {"window": window, "records_per_call": per_call}
+        native = {"figure": f"AsyncClient quorum w{window} x{per_call}"}
+        native.update(shape, **round_fields(native_runs[i]))
+        kafka = {"figure": f"confluent-kafka {name} w{window} x{per_call}"}
+        kafka.update(shape, **round_fields(kafka_runs[i]))
+        paired_ratio(kafka, native, "vs_native")
+        paired_ratio(kafka, native, "cpu_vs_native", field="server_cpu_us_per_record")
+        rows += [kafka, native]
+    rows.append(
         {
             "figure": "consume, confluent-kafka Consumer",
-            "records_per_s": round(kafka_read),
-            "vs_native": round(kafka_read / native_read, 2),
-        },
-        {"figure": "consume, Client.read loop", "records_per_s": round(native_read)},
-    ]
+            "records": count,
+            "records_s": kafka_read,
+            "vs_native": kafka_read / native_read,
+        }
+    )
+    rows.append({"figure": "consume, Client.read loop", "records": count, "records_s": native_read})
+    return rows
+
+
+def _records_in(bootstrap: str, topic: str) -> int:
+    """The partition's high watermark: offsets count records."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-kafka-size"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[1]
+    finally:
+        consumer.close()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ SCENARIOS = {
     "consume": "quorumlog.bench.consume",
     "kafka": "quorumlog.bench.kafka",
     "vs-nats": "quorumlog.bench.vs_nats",
+    "vs-kafka": "quorumlog.bench.vs_kafka",
     "gray": "quorumlog.bench.gray",
     "timestamps": "quorumlog.bench.timestamps",
     "witness": "quorumlog.bench.witness",

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,12 +40,8 @@ import trio
 from quorumlog.bench.clients import async_run, record_pool, threads_run
 from quorumlog.bench.report import print_table
 from quorumlog.bench.resources import CpuMeter
-from quorumlog.bench.workload import (
-    AppendRun,
-    latency_fields,
-    raw_disk_mb_s,
-    running_cluster,
-)
+from quorumlog.bench.rounds import paired_ratio, round_fields
+from quorumlog.bench.workload import AppendRun, raw_disk_mb_s, running_cluster
 from quorumlog.cli.localcluster import free_ports
 
 # (calls in flight, records per call): a sweep of windows for the plot, then big calls.
@@ -183,49 +178,13 @@ async def _nats_run(
 
 
 def _row(system: str, window: int, per_call: int, runs: list[AppendRun]) -> dict:
-    """One figure over its rounds: the median round's rate, percentiles over every call."""
-    rates = [run.records_s for run in runs]
-    records_s = statistics.median(rates)
     return {
         "figure": f"{system} {per_call} rec/call w{window}",
         "system": system,
         "window": window,
         "records_per_append": per_call,
-        "records_s": records_s,
-        "records_s_rounds": rates,
-        "mb_s": statistics.median([run.mb_s for run in runs]),
-        **latency_fields([lat for run in runs for lat in run.latencies_s]),
-        "errors": sum(run.errors for run in runs),
-        **_cpu_fields(runs),
+        **round_fields(runs),
     }
-
-
-def _cpu_fields(runs: list[AppendRun]) -> dict:
-    """CPU per acknowledged record over the measured interval, medians of the rounds: the
-    three servers' processes together, and the client's process (rows measured with a
-    meter only)."""
-    if not any(run.server_cpu_s for run in runs):
-        return {}
-    return {
-        f"{who}_cpu_us_per_record": statistics.median(
-            [
-                getattr(run, f"{who}_cpu_s") / run.records * 1e6 if run.records else 0.0
-                for run in runs
-            ]
-        )
-        for who in ("server", "client")
-    }
-
-
-def _ratio(row: dict, base: dict, key: str) -> None:
-    """`row[key]`: the median of its rounds' ratios to `base`'s, each round against the
-    one measured right before it (the rounds' ratios are kept beside, to show the noise)."""
-    rounds = [
-        mine / theirs if theirs else 0.0
-        for mine, theirs in zip(row["records_s_rounds"], base["records_s_rounds"], strict=True)
-    ]
-    row[key] = statistics.median(rounds)
-    row[f"{key}_rounds"] = rounds
 
 
 def run(quick: bool = False, tiny: bool = False) -> list[dict]:
@@ -271,11 +230,11 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     rows = [_row("NATS JetStream R3", *case, runs) for case, runs in nats_runs.items()]
     for (case, runs), nats_row in zip(our_runs.items(), list(rows), strict=True):
         row = _row("quorumlog acks=quorum", *case, runs)
-        _ratio(row, nats_row, "ratio_to_nats")
+        paired_ratio(row, nats_row, "ratio_to_nats")
         rows.append(row)
     row = _row(CLIENT_SYSTEM, THREADS, 1, thread_runs)
     same = next(r for r in rows if r["figure"] == f"quorumlog acks=quorum 1 rec/call w{THREADS}")
-    _ratio(row, same, "ratio_to_async")
+    paired_ratio(row, same, "ratio_to_async")
     rows.append(row)
     rows.append(_disk_row(DISK_MIB["tiny" if tiny else "quick" if quick else "full"]))
     big = next(r for r in rows if r["figure"] == "quorumlog acks=quorum 64 rec/call w64")
