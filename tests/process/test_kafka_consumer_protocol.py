@@ -357,6 +357,13 @@ def commit(wire: Wire, group: str, member: str, epoch: int, version: int, topic:
     return answer.topics[0].partitions[0].error_code.name
 
 
+MOVING_COORDINATOR = (
+    "coordinator_load_in_progress",
+    "not_coordinator",
+    "coordinator_not_available",
+)
+
+
 def reconciliation(bootstrap: str, topic: str, group: str) -> dict:
     """Two members of a group of `topic` (4 partitions) driven by hand: the first takes
     every partition, the second joins while the first keeps listing all four for a while
@@ -372,9 +379,14 @@ def reconciliation(bootstrap: str, topic: str, group: str) -> dict:
         fields = join if epoch == 0 else {}
         if owned is not None and epoch:
             fields = {"topic_partitions": [{"topic_id": tid, "partitions": owned}]}
+        nonlocal wire
         answer = heartbeat(wire, group, member, epoch, **fields)
-        while answer[0] == "coordinator_load_in_progress":  # a new Kafka's first minutes
+        deadline = time.monotonic() + 30
+        # A young cluster's coordinator may still load the group's partition or move it.
+        while answer[0] in MOVING_COORDINATOR and time.monotonic() < deadline:
             time.sleep(0.5)
+            wire.close()
+            wire = coordinator_of(bootstrap, group)
             answer = heartbeat(wire, group, member, epoch, **fields)
         assert answer[0] == "none", (member, answer)
         members[member][0] = answer[1]

@@ -22,6 +22,7 @@ from quorumlog.bench.kafka_java import (
     metadata,
     run_tool,
 )
+from tests.process.test_kafka_consumer_protocol import KAFKA_44_RECONCILIATION, reconciliation
 from tests.process.test_kafka_java_tools import described, group_table
 
 
@@ -93,3 +94,12 @@ def test_kafka_tools_against_kafka_itself(kafka):
     assert [r["NEW-OFFSET"] for r in executed] == ["0", "0"], executed
     rows = group_table(tool(kafka, CONSUMER_GROUPS, "--describe", "--group", "jk-g").stdout)
     assert sum(int(r["LAG"]) for r in rows) == 20, rows
+
+
+def test_kafka_answers_the_consumer_protocol_as_quorumlogs_test_recorded(kafka):
+    """tests/process/test_kafka_consumer_protocol.py holds Kafka 4.4's answers to its
+    hand-driven consumer group protocol (KIP-848) and checks quorumlog's against them:
+    here the same requests go to Kafka itself, so the record stays Kafka's."""
+    tool(kafka, TOPICS, "--create", "--topic", "kip848", "--partitions", "4")
+    answers = reconciliation(kafka.bootstrap, "kip848", "kip848")
+    assert answers == KAFKA_44_RECONCILIATION
