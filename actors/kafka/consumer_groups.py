@@ -120,7 +120,9 @@ class ConsumerGroups:
             await trio.sleep(EXPIRE_EVERY_S)
             self._expire()
 
-    async def _group(self, name: str) -> ConsumerGroup:
+    async def _group(self, name: str, create: bool = True) -> ConsumerGroup:
+        """The group of this protocol named so (Refused if it is not or, unless `create`,
+        if it does not exist yet)."""
         c, classic = await self.classic.group(name)  # GroupFailure if not its coordinator
         if classic.members:
             raise Refused(K.group_id_not_found, f"Group {name} is not a consumer group.")
@@ -129,6 +131,8 @@ class ConsumerGroups:
             raise Refused(K.group_id_not_found, f"Group {name} has quorumlog's native members.")
         group = self.groups.get(name)
         if group is None or group.term != c.term:
+            if not create:
+                raise Refused(K.group_id_not_found, f"Group {name} not found.")
             group = self.groups[name] = ConsumerGroup(name, c.term)
         return group
 
@@ -345,9 +349,7 @@ class ConsumerGroups:
         out = []
         for name in request.group_ids:
             try:
-                group = await self._group(name)
-                if not group.members and group.epoch == 0:
-                    raise Refused(K.group_id_not_found, f"Group {name} not found.")
+                group = await self._group(name, create=False)
             except GroupFailure as failure:
                 out.append(_described_error(name, failure.error, None))
                 continue
