@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
@@ -108,7 +108,7 @@ def test_two_members_share_and_the_one_left_gets_all_when_the_other_closes(clust
 
 KILLED_MEMBER = """
 import sys
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
@@ -307,18 +307,23 @@ class Wire:
 
 
 def coordinator_of(bootstrap: str, group: str) -> Wire:
-    """A connection to the group's coordinator (FindCoordinator v2, retried until known)."""
-    first = Wire(bootstrap.split(",")[0])
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            found = first.ask(10, 2, {"key_type": 0, "key": group})
-            if found.error_code == 0:
-                return Wire(f"{found.host}:{found.port}")
-            assert time.monotonic() < deadline, found
-            time.sleep(0.2)
-    finally:
-        first.close()
+    """A connection to the group's coordinator (FindCoordinator v2 to each bootstrap broker
+    in turn, until one names a coordinator that takes the connection)."""
+    deadline = time.monotonic() + 30
+    while True:
+        for address in bootstrap.split(","):
+            try:
+                first = Wire(address)
+                try:
+                    found = first.ask(10, 2, {"key_type": 0, "key": group})
+                finally:
+                    first.close()
+                if found.error_code == 0:
+                    return Wire(f"{found.host}:{found.port}")
+            except OSError:  # a broker down, or the coordinator named
+                pass
+        assert time.monotonic() < deadline, f"no coordinator of {group}"
+        time.sleep(0.2)
 
 
 def topic_id(bootstrap: str, topic: str) -> uuid.UUID:
@@ -594,3 +599,49 @@ def test_a_regex_subscription_with_the_range_assignor(cluster):
     finally:
         for member in members:
             member.close()
+
+
+def test_after_the_coordinator_is_killed_the_member_joins_the_next_and_resumes(cluster):
+    """Membership is the coordinator's memory: the next coordinator does not know the
+    member, which joins it again (UNKNOWN_MEMBER_ID, then epoch 0), its partitions lost,
+    and resumes from the committed offsets (3 of each partition's 5 records here, so the
+    last 2 are read again). Last in the module: it kills a node (started again after)."""
+    topic = group = "kip848-failover"
+    written = fill(cluster, topic, per_partition=5)
+    member = Member(cluster, group, topic)
+    try:
+        deadline = time.monotonic() + 30
+        while member.seen != written and time.monotonic() < deadline:
+            member.poll()
+        assert member.seen == written
+        committed = [TopicPartition(topic, p, 3) for p in range(PARTITIONS)]
+        member.consumer.commit(offsets=committed, asynchronous=False)
+        first = coordinator_of(cluster.kafka_bootstrap, group)
+        old = first.ask(10, 2, {"key_type": 0, "key": group}).node_id
+        first.close()
+        member.seen.clear()
+        cluster.kill(old, signal.SIGKILL)
+        try:
+
+            def joined_the_next() -> bool:
+                member.poll()
+                wire = coordinator_of(cluster.kafka_bootstrap, group)
+                try:
+                    found = wire.ask(69, 1, {"group_ids": [group]}).groups[0]
+                finally:
+                    wire.close()
+                return found.error_code == 0 and len(found.members) == 1
+
+            wait_until(joined_the_next, 60, "the member in the next coordinator's group")
+            again = {
+                b"%s-%d-%d" % (topic.encode(), p, i) for p in range(PARTITIONS) for i in (3, 4)
+            }
+            deadline = time.monotonic() + 30
+            while member.seen != again and time.monotonic() < deadline:
+                member.poll()
+            assert member.seen == again  # from the committed offsets on
+            assert member.partitions() == set(range(PARTITIONS))
+        finally:
+            cluster.start(old)
+    finally:
+        member.consumer.close()
