@@ -33,7 +33,7 @@ def test_batch_read_of_100000_records_in_partitions(spark, cluster, filled):
     assert df.schema.simpleString() == (
         "struct<offset:bigint,key:binary,value:binary,timestamp:timestamp>"
     )
-    assert df.rdd.getNumPartitions() == 2  # 100,000 offsets (and a few control batches)
+    assert df.rdd.getNumPartitions() == 2  # 100,000 offsets, one per record
     rows = df.orderBy("offset").collect()
     got = [(r.offset, r.key and bytes(r.key), bytes(r.value)) for r in rows]
     assert got == [(r.offset, r.key, r.value) for r in filled.records]
