@@ -26,7 +26,7 @@ def _ok(value: bytes, offset: int, acks: str = "quorum", part: Part = DEFAULT_PA
     return Append(value, acks, 0.0, 0.1, "ok", offset, *part)
 
 
-LOG = [(0, b"a"), (1, b"b"), (3, b"c")]  # offset 2 holds a control batch
+LOG = [(0, b"a"), (1, b"b"), (3, b"c")]  # a hole at 2: the checker goes by the log's offsets
 A0, A1 = Part("nemesis-a", 0), Part("nemesis-a", 1)
 
 
