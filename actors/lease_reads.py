@@ -27,8 +27,8 @@ READ_AHEAD_BYTES = 4 * 1024 * 1024
 
 
 class ReadAhead:
-    """The data batches of one partition from `start` to `end` (control batches between
-    are skipped), as read from its leader: committed, so never changed."""
+    """The data batches of one partition from `start` to `end`, as read from its leader:
+    committed, so never changed."""
 
     def __init__(self, tp: TopicPartition):
         self.tp = tp
@@ -106,8 +106,8 @@ async def read_batches(
     co: Coordinator, tp: TopicPartition, offset: int, max_records: int, below: int
 ) -> tuple[dict[int, bytes], int]:
     """The data batches holding the first `max_records` records from `offset` on, below
-    offset `below`, by base offset, and the offset the reads reached: control batches are
-    skipped, no record is decoded (a data batch's offsets are its records')."""
+    offset `below`, by base offset, and the offset the reads reached; no record is decoded
+    (a data batch's offsets are its records')."""
     out: dict[int, bytes] = {}
     count = 0
     while offset < below and count < max_records:

@@ -3,7 +3,7 @@ member, settle what members acked or released, expire leases, and move records d
 `max_deliveries` times to the dead-letter topic `TOPIC.dlq`.
 
 The coordinator reads the records it leases from their partition's leader and sends them
-with the lease, so that it knows which offsets are records (control batches are skipped)
+with the lease, so that it knows which offsets hold records (a trim may have taken some)
 and a member needs one call per poll. Leases are decided and submitted under the group's
 lock, and committed outside it: the next call decides while this one's lease commits,
 leaving out the offsets of leases submitted and not yet applied (`Leasing`), so two

@@ -111,8 +111,9 @@ class SharePartition:
         )
 
     def check_lease(self, offsets: tuple[int, ...]) -> str | None:
-        """New offsets (from `next` on) must increase; those skipped are control records
-        (leader barriers, configurations), never delivered and settled as they are."""
+        """New offsets (from `next` on) must increase; those skipped were trimmed away
+        (or, in 0.4's logs, were Raft's own batches), never delivered and settled as they
+        are."""
         last_new = self.next - 1
         for o in offsets:
             if o >= self.next:
@@ -181,8 +182,8 @@ class SharePartition:
                 self.available.add(o)
 
     def _advance(self) -> None:
-        """Move `start` past the settled front (offsets not in `records` below `next` are
-        control records: settled from the start)."""
+        """Move `start` past the settled front (offsets not in `records` below `next` were
+        skipped by a lease: settled from the start)."""
         while self.start < self.next:
             record = self.records.get(self.start)
             if record is not None and record.state not in SETTLED:
