@@ -114,12 +114,30 @@ async def _answer(request: kafka.Request, answer: Answer, slot: Pending) -> None
 async def _write_answers(
     stream: trio.SocketStream, slots: trio.MemoryReceiveChannel, scope: trio.CancelScope
 ) -> None:
-    """Each answer in the order its request came; a client gone ends the connection."""
+    """Each answer in the order its request came; a client gone ends the connection. The
+    answers ready behind the first go out with it, in one send (a producer pipelining its
+    appends gets many answers a round: one send each was a seventh of the leader's time)."""
     async with slots:
         try:
-            async for slot in slots:
-                data = await slot.wait()
-                if data is not None:
+            next_slot = None
+            while True:
+                try:
+                    slot = next_slot or await slots.receive()
+                except trio.EndOfChannel:
+                    return
+                next_slot = None
+                parts = [await slot.wait()]
+                while True:
+                    try:
+                        behind = slots.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    if not behind.done:
+                        next_slot = behind  # its turn comes after this send
+                        break
+                    parts.append(await behind.wait())
+                data = b"".join(p for p in parts if p is not None)
+                if data:
                     await stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             scope.cancel()
