@@ -68,6 +68,17 @@ def test_an_empty_partition_is_empty_to_every_client(cluster):
         consumer.close()
 
 
+def kafka_read(consumer: Consumer, count: int, within_s: float = 30) -> list[tuple[int, bytes]]:
+    """(offset, value) of the next `count` messages, or of those read within `within_s`."""
+    seen: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + within_s
+    while len(seen) < count and time.monotonic() < deadline:
+        for message in consumer.consume(min(count - len(seen), 1000), 1.0):
+            assert message.error() is None, message.error()
+            seen.append((message.offset(), message.value()))
+    return seen
+
+
 class Appender(threading.Thread):
     """One record per append, acks=quorum, until stopped; what was acknowledged."""
 
@@ -150,12 +161,7 @@ def test_offsets_count_records_across_leader_kills_and_replica_changes(cluster):
             count,
         )
         consumer.assign([TopicPartition("dense", 0, 0)])
-        seen: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + 60
-        while len(seen) < count and time.monotonic() < deadline:
-            for message in consumer.consume(1000, 1.0):
-                assert message.error() is None, message.error()
-                seen.append((message.offset(), message.value()))
+        seen = kafka_read(consumer, count, within_s=60)
         assert seen == stored
     finally:
         consumer.close()
@@ -170,12 +176,7 @@ def test_a_kafka_fetch_past_the_end_is_out_of_range_and_the_consumer_resets(clus
     consumer = kafka_consumer(cluster, "short-readers")
     try:
         consumer.assign([TopicPartition("short", 0, 1000)])
-        seen: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + 30
-        while len(seen) < 5 and time.monotonic() < deadline:
-            for message in consumer.consume(10, 1.0):
-                assert message.error() is None, message.error()
-                seen.append((message.offset(), message.value()))
+        seen = kafka_read(consumer, 5, within_s=30)
         assert seen == [(i, b"s%d" % i) for i in range(5)]
     finally:
         consumer.close()
@@ -189,12 +190,7 @@ def test_a_kafka_fetch_before_a_trim_is_out_of_range_and_the_consumer_resets(clu
     consumer = kafka_consumer(cluster, "trimmed-readers")
     try:
         consumer.assign([TopicPartition("trimmed", 0, 0)])
-        seen: list[tuple[int, bytes]] = []
-        deadline = time.monotonic() + 30
-        while len(seen) < 3 and time.monotonic() < deadline:
-            for message in consumer.consume(10, 1.0):
-                assert message.error() is None, message.error()
-                seen.append((message.offset(), message.value()))
+        seen = kafka_read(consumer, 3, within_s=30)
         assert seen == [(i, b"t%d" % i) for i in range(2, 5)]
     finally:
         consumer.close()
