@@ -20,6 +20,9 @@ it commits. Answers say what to do next:
 A client retrying after a try whose outcome it does not know (the connection broke, the
 answer timed out, leadership moved) marks the call `retry`: if the configuration already is
 what the call asks for, the first try made the change and the answer is success.
+A call marked `relay` (the mover's: actors/mover.py) that reaches a replica which does not
+lead is passed on once to the leader that replica knows, and its answer comes back: the
+caller may have no link to that leader.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import trio
 
 from quorumlog.actors.controller import TOPIC_OPS
+from quorumlog.actors.removal import CLUSTER_CONFIG_OP, cluster_config
 from quorumlog.membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
@@ -81,6 +85,7 @@ ADMIN_WAIT_S_DEFAULT = 30.0
 ADMIN_WAIT_S_MAX = 600.0
 # Pause before asking again where a forwarded call found no leader, or one that was busy.
 FORWARD_RETRY_S = 0.05
+RELAY_SLACK_S = 5.0  # a relayed call waits for the leader's answer this much past its own wait
 RETRY_LATER = frozenset(
     {ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN, ErrorCode.BUSY, ErrorCode.STEPPING_DOWN}
 )
@@ -105,6 +110,8 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
     part of one (`args["group"]` names the group)."""
     if request.op in TOPIC_OPS:
         return await node.controller_actor.handle(request)
+    if request.op == CLUSTER_CONFIG_OP:  # any node answers, from its view (actors/removal.py)
+        return AdminReply(cluster_config(node.controller.view))
     group_id = request.args.get("group")
     if group_id is not None:
         group = node.groups.get(group_id)
@@ -179,14 +186,17 @@ async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Messag
             if "revision" in args:
                 return await _move(group, request, scope)
             return await _dispatch(group, request.op, args)
+        why = _silent(group, request.op, args)
         return ErrorReply(
-            ErrorCode.TIMEOUT, f"{request.op} did not finish within {_wait_s(request):g} s"
+            ErrorCode.TIMEOUT, f"{request.op} did not finish within {_wait_s(request):g} s{why}"
         )
     except ChangeInProgressError as exc:
         return ErrorReply(ErrorCode.BUSY, str(exc))
     except (ConfigChangeError, InvalidConfigurationError, KeyError, TypeError, ValueError) as exc:
         return ErrorReply(ErrorCode.REFUSED, f"{request.op} refused: {_why(exc)}")
     except NotLeaderError as exc:
+        if args.get("relay") and exc.leader_id not in (None, group.node_id):
+            return await _relay(group, request, exc.leader_id)
         return group.not_leader(exc.leader_id)
     except LeadershipLost:
         return ErrorReply(
@@ -197,6 +207,22 @@ async def handle_group_admin(group: GroupActor, request: AdminRequest) -> Messag
         )
     except StepFailed as exc:
         return ErrorReply(ErrorCode.TIMEOUT, str(exc))
+
+
+async def _relay(group: GroupActor, request: AdminRequest, leader_id: int) -> Message:
+    """A call marked `relay` on a replica that does not lead, passed on once to the leader
+    it knows: the caller may have no link to it. The mover runs on the controller's
+    leader, which links only to the nodes it shares a group with, and a node removed from
+    the cluster leads its partitions' groups until they move (simulation seed 77020: no
+    move reached the removed leader of a group the controller's leader had no part in)."""
+    if group.transport is not None:
+        relayed = AdminRequest(request.op, {**request.args, "relay": False})
+        with trio.move_on_after(_wait_s(request) + RELAY_SLACK_S):
+            try:
+                return await group.transport.request(leader_id, relayed)
+            except ConnectionClosed:
+                pass
+    return group.not_leader(leader_id)
 
 
 async def _move(group: GroupActor, request: AdminRequest, scope: trio.CancelScope) -> Message:
@@ -449,6 +475,31 @@ def _most_up_to_date(core: RaftCore, candidates: frozenset[int]) -> int:
     if not candidates:
         raise ConfigChangeError("no other voter can take over the leadership")
     return max(sorted(candidates), key=progress_of)
+
+
+def _silent(group: GroupActor, op: str, args: dict[str, Any]) -> str:
+    """Why a change that timed out may have: the nodes it needs that this leader has no
+    link to (a node to add that is not running, say), with their addresses."""
+    if op in ("remove_member", "demote_member"):
+        return ""  # the node it names need not answer
+    named: dict[int, str | None] = {}
+    for key, address_key in (("node_id", "address"), ("new_id", "address")):
+        if isinstance(args.get(key), int):
+            named[args[key]] = args.get(address_key)
+    members = args.get("members")
+    if isinstance(members, dict):
+        named.update({int(k): v for k, v in members.items() if str(k).isdigit()})
+    silent = [
+        f"node {n} at {address or group.address_of(n) or '?'}"
+        for n, address in sorted(named.items())
+        if n != group.node_id and not group.peer_alive(n)
+    ]
+    if not silent:
+        return ""
+    return (
+        f": {', '.join(silent)} cannot be reached (is it running? a new node is started with "
+        "`quorumlog serve --join`)"
+    )
 
 
 def _why(exc: Exception) -> str:

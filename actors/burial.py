@@ -5,8 +5,13 @@ still counted it (the change leaving it out not yet committed), the group could 
 acknowledgement it relied on; so every CHECK_S this node asks the partition's leader for
 the nodes its group counts or may count (the configuration in effect and the last
 committed), and only once neither holds this node does it lay a tombstone
-(actors/tombstones.py): the log goes, the term and vote stay. A node removed from the
-cluster no longer learns where its replicas went and deletes nothing.
+(actors/tombstones.py): the log goes, the term and vote stay.
+
+A node removed from the cluster no longer learns where its replicas went (the controller's
+log stops reaching it), so it asks about every replica it holds but `default`'s (which
+follows membership): the leader its replica last knew, else its leader table's, passes the
+question on to the group's leader if it no longer leads (a `relay` call: actors/admin.py).
+A replica it still leads stays until a move makes it step down.
 """
 
 from __future__ import annotations
@@ -32,33 +37,24 @@ CHECK_S = 5.0
 async def bury_moved_replicas(node: Node) -> None:
     while True:
         await trio.sleep(CHECK_S)
-        if not node.is_member():
-            continue
-        for key in moved_off(node):
-            if await _left_out(node, key) and key in node.partitions:
+        if node.is_member():
+            keys = [key for key in node.partitions if node.moved_off(key)]
+        else:
+            keys = [key for key in node.partitions if key[0] != DEFAULT_TOPIC]
+        for key in keys:
+            if await _left_out(node, key):
                 await node.bury_partition(key)
-
-
-def moved_off(node: Node) -> list[tuple[str, int]]:
-    """This node's replicas of partitions the controller places elsewhere now."""
-    state = node.controller_actor.state
-    found = []
-    for key, group in node.partitions.items():
-        topic = state.topics.get(key[0])
-        if key[0] == DEFAULT_TOPIC or topic is None or not 0 <= key[1] < len(topic.partitions):
-            continue
-        placed = topic.partitions[key[1]]
-        if placed.group_id == group.group_id and node.id not in placed.replicas:
-            found.append(key)
-    return found
 
 
 async def _left_out(node: Node, key: tuple[str, int]) -> bool:
     """Whether the partition's leader says its group counts this node no more."""
-    leader = node.controller_actor.leader_hint(*key)
+    group = node.partitions[key]
+    leader = group.view.leader_id
+    if leader is None or leader == node.id:
+        leader = node.controller_actor.leader_hint(*key)
     if leader is None or leader == node.id:
         return False
-    request = AdminRequest("group_members", {"group": node.partitions[key].group_id})
+    request = AdminRequest("group_members", {"group": group.group_id, "relay": True})
     with trio.move_on_after(ASK_S):
         try:
             reply = await node.request(leader, request)

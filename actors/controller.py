@@ -25,6 +25,7 @@ import trio
 from quorumlog.actors import rebalancer, topic_calls, topic_changes
 from quorumlog.actors.leader_calls import UnknownTopic
 from quorumlog.actors.leader_sync import LeaderTableSync
+from quorumlog.actors.outcomes import Outcomes
 from quorumlog.actors.replicated import PassBack, append_command, committed_batches, not_leader
 from quorumlog.controller.commands import (
     Command,
@@ -92,7 +93,7 @@ class ControllerActor:
         self.sync = LeaderTableSync(self)
         self.leaders = self.sync.table
         self.changed = trio.Event()  # set (and replaced) whenever state or leaders change
-        self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
+        self._results = Outcomes()  # why a command did nothing, for the call that proposed it
         self._next_offset = 0  # the next controller log offset to apply
 
     @property
@@ -127,8 +128,10 @@ class ControllerActor:
     async def _name_cluster(self) -> None:
         """A new cluster (or one from before ids) gets its id from its first current
         controller leader; on failure the next round tries again."""
+        config = self.group.view.committed_config
+        addresses = () if config is None else tuple(sorted(config.addresses.items()))
         try:
-            await self.propose(NameCluster(f"{self._rng.getrandbits(64):016x}"))
+            await self.propose(NameCluster(f"{self._rng.getrandbits(64):016x}", addresses))
         except PassBack as failed:
             logger.info("cluster_naming_failed", reply=str(failed.reply))
         finally:
@@ -188,7 +191,7 @@ class ControllerActor:
             return
         why = self.state.apply(command, offset)
         if why is not None:
-            self._results[offset] = why  # for the call that proposed it, if on this node
+            self._results.put(offset, why)
         if isinstance(command, DeleteTopic):
             self.leaders.forget_topic(command.name)
         logger.info("controller_applied", node_id=self.node.id, offset=offset, command=str(command))
@@ -221,10 +224,7 @@ class ControllerActor:
                 await node.remove_tombstone(key)
         for key, placed in wanted.items():
             if key not in node.partitions:
-                # A replica placed at creation bootstraps the group with its peers; one
-                # placed by a move joins it, added by the group's leader (actors/mover.py).
-                config = None if state.was_moved(placed) else self._bootstrap_config(placed)
-                await node.add_partition(placed, config, self._settings(placed))
+                await node.add_partition(placed, self._first_config(placed), self._settings(placed))
         for key in list(node.partitions):
             topic = state.topics.get(key[0])
             if topic is not None and key in node.partitions and key[1] < len(topic.partitions):
@@ -232,12 +232,27 @@ class ControllerActor:
                     key, topic.settings, topic.partitions[key[1]].log_start
                 )
 
-    def _bootstrap_config(self, placed: Partition) -> Configuration:
-        """The set the partition was placed on, even with a node that has left since (a
-        topic created or grown as a node was removed; simulation seed 201 of the topic
-        changes once crashed every node that applied the two so): the mover replaces it."""
-        addresses = {n: self.state.addresses[n] for n in placed.replicas}
-        return Configuration.bootstrap(addresses)
+    def _first_config(self, placed: Partition) -> Configuration | None:
+        """The configuration this node's new replica starts with. A replica placed at
+        creation bootstraps the group with its peers, with the set it was made on (even
+        with a node that has left since: simulation seed 201 of the topic changes once
+        crashed every node that applied the two so; the mover replaces it), and does so
+        even where the partition moved since: a node that applies the creation and a move
+        at once must still count for the group's first quorum (seed 80174: the creation
+        set was 4, 3, 5; node 4 applied both and never made its replica, node 3 made it
+        as a joiner, and node 5 alone never had a quorum to make the move with). A replica
+        placed by a move, or placed again after one buried it here (its tombstone), joins
+        the group, added by its leader (actors/mover.py): its group's configuration has
+        moved on from the first."""
+        node = self.node
+        key = (placed.topic, placed.partition)
+        if (
+            node.id not in placed.created_replicas
+            or node.storage.tombstones.get(key) == placed.group_id
+        ):
+            return None
+        addresses = self.state.addresses
+        return Configuration.bootstrap({n: addresses[n] for n in placed.created_replicas})
 
     def _settings(self, placed: Partition) -> TopicSettings:
         return self.state.topics[placed.topic].settings
@@ -330,6 +345,9 @@ class ControllerActor:
             return isinstance(reply, AdminReply) and name not in reply.result["topics"]
         return False
 
+    def outcomes_kept(self) -> int:
+        return len(self._results)
+
     async def propose(self, command: Command) -> str | None:
         """Append a command with acks=quorum; once applied here, why it did nothing (or
         None)."""
@@ -338,7 +356,7 @@ class ControllerActor:
         )
         while self._next_offset <= offset:
             await self.changed.wait()
-        return self._results.pop(offset, None)
+        return self._results.take(offset)
 
     def live_brokers(self) -> list[int]:
         """The brokers that answered this node's heartbeats within LIVE_BEATS intervals

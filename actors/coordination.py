@@ -17,6 +17,7 @@ import trio
 
 from quorumlog.actors.lease_reads import ReadAhead
 from quorumlog.actors.mailbox import Pending
+from quorumlog.actors.outcomes import Outcomes
 from quorumlog.actors.replicated import (
     Submitted,
     append_command,
@@ -148,7 +149,7 @@ class Coordination:
         # queue mode: leases submitted and not yet applied (the window learns them then)
         self.leasing: dict[tuple[str, TopicPartition], Leasing] = {}
         self.read_ahead: dict[tuple[str, TopicPartition], ReadAhead] = {}
-        self._results: dict[int, str | None] = {}  # offset -> why a command did nothing
+        self._results = Outcomes()  # why a command did nothing, for the call that proposed it
         self._proposed_from = 0  # commands before it were not proposed by this leader
         self.gate = AppendGate()
         self.counting = trio.Lock()  # actors/group_offsets_upgrade.py, once
@@ -181,7 +182,7 @@ class Coordination:
         why = self.state.apply(command, offset)
         self.since_snapshot = 0 if isinstance(command, Snapshot) else self.since_snapshot + 1
         if offset >= self._proposed_from:
-            self._results[offset] = why
+            self._results.put(offset, why)
 
     def take_over(self, now: float) -> None:
         """This replica leads in a new term: every member gets a fresh session."""
@@ -199,6 +200,9 @@ class Coordination:
         """Led here, applied up to this term, its offsets counted as records."""
         view = self.replica.view
         return view.settled and view.term == self.term and self.state.records
+
+    def outcomes_kept(self) -> int:
+        return len(self._results)
 
     async def propose(self, command: Command) -> str | None:
         """Append with acks=quorum; once applied, why it did nothing (or None)."""
@@ -222,7 +226,7 @@ class Coordination:
         """Once a submitted command is committed and applied: why it did nothing, or None."""
         offset = await committed(submitted)
         self.catch_up()  # committed now: apply it here before answering
-        return self._results.pop(offset, None)
+        return self._results.take(offset)
 
     async def snapshot_if_due(self, now: float) -> None:
         """Append a snapshot of the whole state once enough commands came since the last

@@ -136,6 +136,9 @@ class Coordinator:
         """The end of every partition the groups led here consume, for their lag."""
         while True:
             await trio.sleep(LAG_REFRESH_S)
+            topics = self.node.controller_actor.state.topics
+            # A deleted topic's ends go with it (issue 51).
+            self.ends = {tp: end for tp, end in self.ends.items() if tp[0] in topics}
             for c in self._led():
                 for group in list(c.state.groups.values()):
                     for tp in self._known_partitions(group):
@@ -161,7 +164,7 @@ class Coordinator:
                     committed, end = group.committed.get(tp), self.ends.get(tp)
                     lag = None if committed is None or end is None else max(end - committed, 0)
                     row = {"group": group.name, "topic": tp[0], "partition": tp[1]}
-                    rows.append({**row, "committed": committed, "end": end, "lag": lag})
+                    rows.append({**row, "committed": committed, **partition_ends(end), "lag": lag})
         return rows
 
     async def _expire_sessions(self, c: Coordination) -> None:
@@ -339,3 +342,10 @@ class Coordinator:
         return await ask_node(
             self.node, leader_of(self.node, (GROUPS_TOPIC, partition), replica), request
         )
+
+
+def partition_ends(next_offset: int | None) -> dict[str, int | None]:
+    """A partition's end as users read it everywhere: "end" the offset of its last record
+    (as `end_offset()`, -1 when empty), "next_offset" the offset its next record takes
+    (Kafka's end offset, what `committed` is measured against)."""
+    return {"end": None if next_offset is None else next_offset - 1, "next_offset": next_offset}

@@ -3,19 +3,23 @@
 Every node keeps a recent fsync latency for itself (its flusher's passes, smoothed; a pass
 still running counts for as long as it runs, so a stalled disk is slow, not silent) and for
 each peer it exchanges heartbeat batches with: both the batches and their replies carry the
-sender's own figure. A node's disk is *slow* while its latency is above `slow_fsync_min_s`
-and above `slow_fsync_factor` times the median of the other nodes' figures. So a cluster
-whose disks are all slow has none slow, and a node with no figures to compare has none.
+sender's own figure. A starved process (actors/stall_watch.py) counts as a slow disk: while
+STALLS_MIN stalls fall within STALL_WINDOW_S, its figure is at least the longest of them. A
+node is *slow* while its figure is above `slow_fsync_min_s` and above `slow_fsync_factor`
+times the median of the other nodes' figures. So a cluster whose disks are all slow has
+none slow, nor one whose processes all stall together (a machine short of CPU for all of
+them: were each to hand its leaderships away, they would bounce between the nodes, and the
+moves cost the CPU they lack), and a node with no figures to compare has none.
 
 What follows from it (TiKV evicts leaders from slow stores the same way):
 - a leader whose own disk stayed slow for `slow_fsync_for_s` hands each group it leads to
   the caught-up voter with the fastest disk (`hand_over_from_slow_disk`);
 - a node that was slow that long within the last `slow_fsync_cooldown_s` is *avoided*:
-  never a target of such a hand-over or of the leader balancer, and its own campaigns
-  start an election timeout late, so that a healthy voter wins first (it still wins when
-  no healthy one can: no availability is given up). Shorter slowness (a burst of writes,
-  a node starting, a disk slow a second in every ten) changes nothing, and a disk that
-  stays slow moves leadership once.
+  never a target of such a hand-over or of the leader balancer (its peers know it from its
+  figure), and its own campaigns start an election timeout late, so that a healthy voter
+  wins first (it still wins when no healthy one can: no availability is given up).
+  Shorter slowness (a burst of writes, a node starting, a disk slow a second in every ten)
+  changes nothing, and a disk that stays slow moves leadership once.
 
 `DiskHealth` is plain state (no trio, no clock: times are passed in); the task below
 applies it to the node's groups.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +49,10 @@ REPORT_STALE_S = 5.0  # a peer's figure older than this is not compared with
 CHECK_INTERVAL_S = 0.25
 HAND_OVERS_PER_CHECK_MAX = 64  # many partitions move a little at a time, not in one storm
 UNKNOWN_US = -1  # on the wire: no fsync measured yet
+# A process starved: this many stalls within this window (one or two may be a collector's
+# pause or a burst of load on a busy machine).
+STALLS_MIN = 3
+STALL_WINDOW_S = 5.0
 
 
 @dataclass(slots=True)
@@ -69,7 +78,8 @@ class DiskHealth:
         self.disks: dict[int, Disk] = {node_id: Disk()}
         self._pass_started_s: float | None = None
         self._judged_s = -math.inf
-        self.stalled_s = -math.inf  # when this node's process last stood still (stall_watch)
+        # (when, seconds) of this process's last stalls (actors/stall_watch.py)
+        self._stalls: deque[tuple[float, float]] = deque(maxlen=STALLS_MIN)
 
     # ----------------------------------------------------------------------- inputs
 
@@ -88,6 +98,17 @@ class DiskHealth:
             # Not after every pass (one per quorum append at low load): slowness that
             # counts lasts seconds, and judging compares medians of every node's figure.
             self.judge(now)
+
+    def process_stalled(self, stood_still_s: float, now: float) -> None:
+        self._stalls.append((now, stood_still_s))
+
+    def _starved_s(self, now: float) -> float:
+        """The longest of this process's last STALLS_MIN stalls while they all fall within
+        STALL_WINDOW_S (a starved process), else 0."""
+        stalls = self._stalls
+        if len(stalls) < STALLS_MIN or now - stalls[0][0] >= STALL_WINDOW_S:
+            return 0.0
+        return max(stood_still_s for _, stood_still_s in stalls)
 
     def peer_reported(self, peer: int, latency_us: int, now: float) -> None:
         if latency_us == UNKNOWN_US or peer == self.node_id:
@@ -131,15 +152,18 @@ class DiskHealth:
 
     def _latency_s(self, node_id: int, now: float) -> float:
         latency = self.disks[node_id].latency_s
-        if node_id == self.node_id and self._pass_started_s is not None:
-            return max(latency, now - self._pass_started_s)
-        return latency
+        if node_id != self.node_id:
+            return latency
+        running_s = 0.0 if self._pass_started_s is None else now - self._pass_started_s
+        return max(latency, running_s, self._starved_s(now))
 
     # ----------------------------------------------------------------------- questions
 
-    def own_latency_us(self) -> int:
+    def own_latency_us(self, now: float) -> int:
+        """This node's figure for its peers (its starved process counts: module docstring)."""
         own = self.disks[self.node_id]
-        return round(own.latency_s * 1e6) if own.heard_s > -math.inf else UNKNOWN_US
+        figure = max(own.latency_s, self._starved_s(now))
+        return UNKNOWN_US if own.heard_s == -math.inf and not figure else round(figure * 1e6)
 
     def should_hand_over(self, now: float) -> bool:
         """This node's disk has been slow for `slow_fsync_for_s` without a break."""
@@ -147,13 +171,10 @@ class DiskHealth:
         return since is not None and now - since >= self._settings.slow_fsync_for_s
 
     def avoided(self, node_id: int, now: float) -> bool:
-        """Slow for `slow_fsync_for_s`, now or within the cooldown (or, this node, its
-        process starved within it): no leadership for this node while another can lead."""
-        cooldown_s = self._settings.slow_fsync_cooldown_s
-        if node_id == self.node_id and now - self.stalled_s < cooldown_s:
-            return True
+        """Slow for `slow_fsync_for_s`, now or within the cooldown: no leadership for this
+        node while another can lead."""
         disk = self.disks.get(node_id)
-        return disk is not None and now - disk.last_slow_s < cooldown_s
+        return disk is not None and now - disk.last_slow_s < self._settings.slow_fsync_cooldown_s
 
     def fastest(self, candidates: list[int], now: float) -> int | None:
         """The candidate with the fastest disk among those not avoided (unknown counts

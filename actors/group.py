@@ -105,6 +105,7 @@ class GroupActor(GroupHandle, AppendIntake):
         self.settings = settings
         self.stats = stats
         self._on_changed = on_changed
+        self.peer_alive = peer_alive  # whether this node's link to a peer is up
         self.log = storage.log
         self.core = RaftCore(
             node_id,
@@ -211,6 +212,10 @@ class GroupActor(GroupHandle, AppendIntake):
     def last_record(self, position: int) -> int:
         """The offset of the last record at or before `position` (-1: none)."""
         return self.core.log.records_before(position + 1) - 1
+
+    def producer_appends_uncommitted(self) -> int:
+        """The idempotent appends its core holds in log order (status's `tables`)."""
+        return self.core.producers.uncommitted
 
     def record_start(self) -> int:
         """The first record offset readers may read."""

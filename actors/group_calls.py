@@ -19,7 +19,7 @@ from quorumlog.actors.coordination import (
     member_id,
     membership,
 )
-from quorumlog.actors.coordinator import Calls, Coordinator
+from quorumlog.actors.coordinator import Calls, Coordinator, partition_ends
 from quorumlog.actors.leader_calls import ASK_RETRY_S, ASK_S, UnknownTopic, ask_partition_leader
 from quorumlog.actors.read_index import end_offset
 from quorumlog.actors.replicated import PassBack
@@ -132,15 +132,15 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
     sessions = c.sessions.get(name, {})
     for tp in tps:
         committed = group.committed.get(tp)
-        end = offsets[tp][1]
+        next_offset = offsets[tp][1]
         owner = next((m for m, s in sessions.items() if s.owned and tp in s.owned), None)
         rows.append(
             {
                 "topic": tp[0],
                 "partition": tp[1],
                 "committed": committed,
-                "end": end,
-                "lag": None if committed is None else max(end - committed, 0),
+                **partition_ends(next_offset),
+                "lag": None if committed is None else max(next_offset - committed, 0),
                 "owner": owner if group.mode == "stream" else None,
             }
         )

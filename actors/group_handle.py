@@ -39,6 +39,9 @@ class GroupView:
     serves_clients: bool  # leads and may answer clients (a witness leading does not)
     config: Configuration | None  # in effect (the latest in the log)
     committed_config: Configuration | None
+    # Where `committed_config` sits in the group's log: the order of committed
+    # configurations, the same on every replica (I2; actors/removal.py compares them).
+    committed_config_offset: int
     transfer_to: int | None  # a leadership transfer under way, to this node
     quiet: bool  # idle: no timers run (raft/quiescence.py)
     elections_started: int
@@ -60,6 +63,7 @@ def view_of(core: RaftCore) -> GroupView:
         serves_clients=core.serves_clients,
         config=core.config,
         committed_config=core.configs.committed,
+        committed_config_offset=core.configs.committed_offset,
         transfer_to=None if core.transfer is None else core.transfer[0],
         quiet=core.quiet,
         elections_started=core.elections_started,
@@ -76,6 +80,7 @@ def view_key(core: RaftCore) -> tuple:
         core.commit_offset,
         core.config,
         core.configs.committed,
+        core.configs.committed_offset,
         core.transfer,
         core.quiet,
         core.elections_started,

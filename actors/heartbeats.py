@@ -41,6 +41,12 @@ if TYPE_CHECKING:
 
 logger = structlog.get_logger("quorumlog.heartbeats")
 
+# A group named by a leader's beats but not hosted here for this long is forgotten (its
+# topic was deleted: issue 51). One still being made here is named by every beat until it
+# is: what its leader last said must stay for it (dropping it at once, in on_batch, left
+# 150 of 1,000 new groups leaderless after a node was lost).
+UNHOSTED_FORGOTTEN_S = 10.0
+
 
 def pack_ids(ids: Iterable[int]) -> bytes:
     return array("q", ids).tobytes()
@@ -116,7 +122,7 @@ class BeatReceiver:
     """The last full entry of each (leader node, group), to read ids by."""
 
     def __init__(self) -> None:
-        self._full: dict[tuple[int, int], tuple[int, int]] = {}
+        self._full: dict[int, dict[int, tuple[int, int]]] = {}  # group -> leader node -> entry
 
     def receive(
         self, sender: int, ids: list[int], full: list[list[int]]
@@ -124,18 +130,25 @@ class BeatReceiver:
         """(Heartbeats of the full entries, ids known, ids whose full entry is unknown)."""
         beats = []
         for group_id, term, commit in full:
-            self._full[(sender, group_id)] = (term, commit)
+            self._full.setdefault(group_id, {})[sender] = (term, commit)
             beats.append(
                 Heartbeat(group=group_id, term=term, leader_id=sender, leader_commit=commit)
             )
         known, unknown = [], []
         for group_id in ids:
-            (known if (sender, group_id) in self._full else unknown).append(group_id)
+            (known if sender in self._full.get(group_id, ()) else unknown).append(group_id)
         return beats, known, unknown
 
     def heartbeat(self, sender: int, group_id: int) -> Heartbeat:
-        term, commit = self._full[(sender, group_id)]
+        term, commit = self._full[group_id][sender]
         return Heartbeat(group=group_id, term=term, leader_id=sender, leader_commit=commit)
+
+    def __len__(self) -> int:
+        return sum(len(leaders) for leaders in self._full.values())
+
+    def forget(self, group_id: int) -> None:
+        """A group this node does not host (any more): its entries go (issue 51)."""
+        self._full.pop(group_id, None)
 
 
 class HeartbeatManager:
@@ -163,6 +176,7 @@ class HeartbeatManager:
         self.answered_by: dict[int, float] = {}
         self._quiet_following: dict[int, int] = {}  # quiet follower group -> leader node
         self._quiet_leading: set[int] = set()
+        self._pruned_at = 0.0
 
     # ------------------------------------------------------------------- groups' side
 
@@ -171,6 +185,9 @@ class HeartbeatManager:
 
     def not_leading(self, group_id: int) -> None:
         self._led.pop(group_id, None)
+        # A quiet leader may step down in a round that did not wake it (a timer's): left
+        # here, the node's task died on its missing entry in `_watch_peers`.
+        self._quiet_leading.discard(group_id)
 
     def quiet_follower(self, group_id: int, leader_id: int) -> None:
         self._quiet_following[group_id] = leader_id
@@ -187,6 +204,11 @@ class HeartbeatManager:
         self.active(group_id)
         self._led.pop(group_id, None)
         self.named.pop(group_id, None)
+        self._receiver.forget(group_id)
+
+    def table_sizes(self) -> dict[str, int]:
+        """What this node keeps per group it hears of (status's `tables`)."""
+        return {"heartbeat_entries": len(self._receiver), "heartbeat_groups_named": len(self.named)}
 
     def contacts_for(self, group_id: int, leading: bool) -> dict[int, float]:
         """What the node heard that a waking group's core has not seen: for a leader,
@@ -222,7 +244,7 @@ class HeartbeatManager:
                 continue  # a quiet follower of the sender: the timestamp is all it needs
             if (group := groups.get(group_id)) is not None:
                 group.deliver_nowait(sender, self._receiver.heartbeat(sender, group_id))
-        fsync_us = self._disk_health.own_latency_us()
+        fsync_us = self._disk_health.own_latency_us(now)
         self._send(sender, HeartbeatBatchReply(message.seq, pack_ids(unknown), fsync_us))
 
     def on_batch_reply(self, sender: int, message: HeartbeatBatchReply) -> None:
@@ -242,16 +264,27 @@ class HeartbeatManager:
         interval = self._settings.heartbeat_interval_s
         while True:
             await trio.sleep(interval)
+            now = trio.current_time()
+            fsync_us = self._disk_health.own_latency_us(now)
             peers = {p for led in self._led.values() for p in led.peers}
             for peer in sorted(peers):
                 seq, ids, full = self._batcher.batch(peer, self._led)
                 if ids or full:
                     full_bytes = msgpack.packb(full, use_bin_type=True)
-                    fsync_us = self._disk_health.own_latency_us()
                     message = HeartbeatBatch(seq, pack_ids(ids), full_bytes, fsync_us)
                     self._send(peer, message)
                     self._stats.heartbeats_sent += 1
-            self._watch_peers(trio.current_time())
+            self._watch_peers(now)
+            if now - self._pruned_at >= UNHOSTED_FORGOTTEN_S:
+                self._pruned_at = now
+                self._forget_unhosted(now)
+
+    def _forget_unhosted(self, now: float) -> None:
+        groups = self._groups()
+        for group_id, (_, at) in list(self.named.items()):
+            if group_id not in groups and now - at >= UNHOSTED_FORGOTTEN_S:
+                del self.named[group_id]
+                self._receiver.forget(group_id)
 
     def _watch_peers(self, now: float) -> None:
         """Wake quiet followers their leader's node stopped naming, and quiet leaders that

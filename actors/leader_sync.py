@@ -68,10 +68,7 @@ class LeaderTableSync:
             # that names no leader (seed 5007: the leader's own table said none, for good).
             self._unknown[(topic, partition)] = group
             return
-        view = group.view
-        entry = LeaderEntry(topic, partition, view.leader_id, view.term, revision)
-        if self.table.update(entry):
-            self._outgoing[entry.key] = entry
+        if self._take_own(self._own_entry(topic, partition, group, revision)):
             self._ctl.signal()
 
     def topics_applied(self) -> None:
@@ -83,6 +80,15 @@ class LeaderTableSync:
             elif self._revision(*key) is not None:
                 del self._unknown[key]
                 self.local_changed(*key, group)
+        for topic in {entry.topic for entry in self.table if self._deleted(entry)}:
+            self.table.forget_topic(topic)
+
+    def _deleted(self, entry: LeaderEntry) -> bool:
+        """An entry of a topic this node's state saw made and then go: a peer's update
+        that crossed the deletion would keep it for good (issue 51). A topic made after
+        what the state applied is kept: this node lags."""
+        state = self._ctl.state
+        return entry.topic not in state.topics and entry.revision <= state.applied_offset
 
     def on_updates(self, sender: int, message: LeaderUpdates) -> None:
         try:
@@ -90,7 +96,11 @@ class LeaderTableSync:
         except (TypeError, ValueError, msgpack.UnpackException) as exc:
             logger.warning("bad_leader_updates", error=str(exc))
             return
-        if self.table.merge(entries):
+        taken = self.table.merge(e for e in entries if not self._deleted(e))
+        for entry in taken:
+            if entry.leader_id == self._ctl.node.id:
+                self._correct_own(entry)
+        if taken:
             self._ctl.signal()
         if message.full and self._ctl.group.view.is_leader:
             # The sender knows only what changed since it last heard: without the whole
@@ -163,7 +173,7 @@ class LeaderTableSync:
         key = (self.table.version, self._ctl.applied_through)
         if self._digest is None or self._digest[0] != key:
             rows = sorted(
-                (e.topic, e.partition, -1 if e.leader_id is None else e.leader_id, e.term)
+                (e.topic, e.partition, -1 if e.leader_id is None else e.leader_id, e.term, e.ended)
                 for e in self.table
                 if self._is_placed(e)
             )
@@ -187,14 +197,51 @@ class LeaderTableSync:
         """This node's replicas whose partition the state holds (the others are announced
         once it does: `topics_applied`)."""
         return [
-            LeaderEntry(t, p, g.view.leader_id, g.view.term, revision)
+            self._own_entry(t, p, g, revision)
             for (t, p), g in self._ctl.node.partitions.items()
             if (revision := self._revision(t, p)) is not None
         ]
 
+    def _own_entry(
+        self, topic: str, partition: int, group: GroupActor, revision: int
+    ) -> LeaderEntry:
+        """What this node's replica says of its partition. A replica that led its term
+        and no longer does (check-quorum stepped it down) says the term's leadership
+        ended: its entry must replace the one naming it, which no follower's can (issue
+        45). The table tells whether it led: only this node can have put an entry naming
+        itself there, for that term (or one naming it again after a restart, which
+        `_correct_own` answers)."""
+        view = group.view
+        if view.leader_id is None and not view.is_leader:
+            known = self.table.get(topic, partition)
+            if (
+                known is not None
+                and (known.revision, known.term) == (revision, view.term)
+                and (known.ended or known.leader_id == self._ctl.node.id)
+            ):
+                return LeaderEntry(topic, partition, None, view.term, revision, ended=True)
+        return LeaderEntry(topic, partition, view.leader_id, view.term, revision)
+
+    def _take_own(self, entry: LeaderEntry) -> bool:
+        if not self.table.update(entry):
+            return False
+        self._outgoing[entry.key] = entry
+        return True
+
+    def _correct_own(self, taken: LeaderEntry) -> None:
+        """Another node's table named this one as leader (`taken`): if this node's replica
+        knows better (it stepped down before a restart, say), send what it knows."""
+        group = self._ctl.node.partitions.get(taken.key)
+        if group is not None and self._revision(*taken.key) == taken.revision:
+            self._take_own(self._own_entry(taken.topic, taken.partition, group, taken.revision))
+
 
 def _pack(entries: list[LeaderEntry]) -> bytes:
+    # `ended` only where set: what a node of the release before reads stays the same.
     return msgpack.packb(
-        [[e.topic, e.partition, e.leader_id, e.term, e.revision] for e in entries],
+        [
+            [e.topic, e.partition, e.leader_id, e.term, e.revision, *([True] if e.ended else [])]
+            for e in entries
+        ],
         use_bin_type=True,
     )

@@ -38,6 +38,7 @@ from quorumlog.actors.mover import ReplicaMover
 from quorumlog.actors.node_replicas import NodeReplicas
 from quorumlog.actors.rebalancer import Rebalancer
 from quorumlog.actors.refusals import no_replica
+from quorumlog.actors.removal import RemovalWatch
 from quorumlog.actors.stall_watch import watch_stalls
 from quorumlog.actors.stats import NodeStats
 from quorumlog.actors.storage import GroupStorage, NodeStorage
@@ -141,12 +142,14 @@ class Node(NodeReplicas):
         self.rebalancer = Rebalancer(self)
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
+        self._addresses_of: dict[int, dict[int, str] | None] = {}  # group -> its config's
         self._manager: GroupManager | None = None
         self._replicas_changing = trio.Lock()  # actors/node_replicas.py
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
         # Members of Kafka's consumer groups this node coordinates: kept by its listener.
         self.kafka_members: Callable[[str], int] = lambda group: 0
         self.stopping = False  # told to stop: hands leadership over, takes none (shutdown.py)
+        self.removal = RemovalWatch(self)  # whether the cluster still counts it (removal.py)
 
     def _group(self, storage: GroupStorage) -> GroupActor:
         return GroupActor(
@@ -205,11 +208,18 @@ class Node(NodeReplicas):
             nursery.start_soon(self.rebalancer.run)
             nursery.start_soon(bury_moved_replicas, self)
             nursery.start_soon(self.coordinator.run)
+            nursery.start_soon(self.removal.run)
             task_status.started(self)
 
     def _group_changed(self, group: GroupActor) -> None:
         """A group's configuration, leader or term changed."""
-        self._update_peers()
+        config = group.view.config
+        addresses = None if config is None else dict(config.addresses)
+        if self._addresses_of.get(group.group_id) != addresses:
+            # Links follow configurations only: were every term or leader change to walk
+            # every group, a node's elections would cost it groups x changes.
+            self._addresses_of[group.group_id] = addresses
+            self._update_peers()
         key = self._keys.get(group.group_id)
         if key is not None:
             self.controller_actor.sync.local_changed(*key, group)
@@ -295,6 +305,7 @@ class Node(NodeReplicas):
             g.under_replicated(now) for g in self.partitions.values()
         )
         out["disk_bytes"] = sum(g.log.size_bytes for g in self.groups.values())
+        out["tables"] = self.table_sizes()
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address
         # Fsync latencies of this node and the peers it heard from, and which are slow
@@ -302,7 +313,27 @@ class Node(NodeReplicas):
         out["disks"] = self.disk_health.to_json(trio.current_time())
         if self.controller_actor.is_current():  # the controller's leader: it rebalances
             out["rebalance"] = self.rebalancer.progress()
+        # The cluster's configuration as this node knows it, to order the answers of
+        # several nodes by (a removed node's is old: quorumlog/client/protocol.py).
+        out.update(self.removal.what())
+        if out["removed"]:
+            out["role"] = "removed"
         return out
+
+    def table_sizes(self) -> dict[str, int]:
+        """The sizes of what this node keeps per group, partition or command: each is back
+        where it was once the topics made since are deleted (issue 51)."""
+        groups = self.groups.values()
+        return {
+            "groups": len(self.groups),
+            "open_segment_files": sum(g.log.segment_count for g in groups),
+            "leader_entries": len(self.controller_actor.leaders),
+            **self.heartbeats.table_sizes(),
+            "producer_appends_uncommitted": sum(g.producer_appends_uncommitted() for g in groups),
+            "lag_ends": len(self.coordinator.ends),
+            "command_outcomes": self.controller_actor.outcomes_kept()
+            + sum(c.outcomes_kept() for c in self.coordinator.coordinations.values()),
+        }
 
     # ------------------------------------------------------------------- the handler
 
@@ -361,7 +392,14 @@ class Node(NodeReplicas):
         its commit offset and leader frozen at the move: it must not answer for the
         partition (a reader would see its end stand still)."""
         group = self.partitions.get((topic, partition))
-        if group is None or topic == DEFAULT_TOPIC:
+        if group is None:
+            return group
+        if self.removal.removed:
+            # Its replicas' logs stand still, but a group that still counts it (the mover
+            # has not placed it elsewhere yet) may still have it lead: it serves until the
+            # move makes it step down (the only copy of a partition of one replica, say).
+            return group if group.view.is_leader else None
+        if topic == DEFAULT_TOPIC:
             return group
         if not self.is_member():
             return None
@@ -373,6 +411,8 @@ class Node(NodeReplicas):
     def leader_of(self, topic: str, partition: int) -> LeaderReply:
         """The leader of a partition and its term, as this node's replica knows them, or
         else its leader table."""
+        if not self.is_member():
+            return LeaderReply(None, None, -1)  # what it knows is of an old configuration
         group = self.replica(topic, partition)
         if group is not None:
             leader, term = group.view.leader_id, group.view.term
@@ -388,7 +428,8 @@ class Node(NodeReplicas):
         cannot even rebuild its state (nobody sends it the controller's log): every view
         it has is frozen or empty, so it answers no calls but sends callers elsewhere."""
         cluster = self.controller.view.config
-        return cluster is None or cluster.is_joint or self.id in cluster.members
+        in_config = cluster is None or cluster.is_joint or self.id in cluster.members
+        return in_config and not self.removal.removed
 
     def not_a_member(self) -> ErrorReply:
         """Retriable: the client asks the other brokers."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
-from quorumlog.controller.state import Partition
+from quorumlog.controller.state import DEFAULT_TOPIC, Partition
 from quorumlog.log.config import TopicSettings
 from quorumlog.membership.config import Configuration
 
@@ -107,10 +107,28 @@ class NodeReplicas:
             "replica_removed", node_id=self.id, topic=key[0], partition=key[1], group=group_id
         )
 
+    def moved_off(self: Node, key: tuple[str, int]) -> bool:
+        """Whether this node's replica of a partition is one the controller now places
+        elsewhere (a partition of `default` follows membership instead)."""
+        group = self.partitions.get(key)
+        topic = self.controller_actor.state.topics.get(key[0])
+        if group is None or key[0] == DEFAULT_TOPIC or topic is None:
+            return False
+        if not 0 <= key[1] < len(topic.partitions):
+            return False
+        placed = topic.partitions[key[1]]
+        return placed.group_id == group.group_id and self.id not in placed.replicas
+
     async def bury_partition(self: Node, key: tuple[str, int]) -> None:
         """Stop a replica that moved off this node, which its group no longer counts, and
-        delete its log, keeping its term and vote (actors/tombstones.py)."""
+        delete its log, keeping its term and vote (actors/tombstones.py). Checked again
+        once it holds the lock: a move that placed it here again while its group's leader
+        was asked would lose the new replica, which nothing would make again (seed 80100:
+        the learner the move added never caught up). A node removed from the cluster is
+        placed nowhere (actors/burial.py)."""
         async with self._replicas_changing:
+            if key not in self.partitions or (self.is_member() and not self.moved_off(key)):
+                return
             group_id = await self._stop_replica(key)
             await self._run_sync(self.storage.bury, *key, self.storage.pop(*key))
         logger.info(
@@ -129,5 +147,6 @@ class NodeReplicas:
         await self.flusher.forget(group.group_id)
         self.heartbeats.forget(group.group_id)
         self.campaign_slots.forget(group.group_id)
+        self._addresses_of.pop(group.group_id, None)
         self._update_peers()
         return group.group_id

@@ -193,8 +193,16 @@ async def _lease_partition(
                     read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
                 except OutOfRange:
                     # Trimmed (or retention) before the window's next: it skips what is gone.
-                    first = (await co.offsets_of(tp))[0]
-                    read, reached = await read_batches(co, tp, first, fresh, min(end, window.bound))
+                    # Never back: a log start at or below `first` (a replica's answer that
+                    # crossed a leader change) leaves the read for the next lease.
+                    start = (await co.offsets_of(tp))[0]
+                    if start <= first:
+                        read, reached = {}, first
+                    else:
+                        first = start
+                        read, reached = await read_batches(
+                            co, tp, first, fresh, min(end, window.bound)
+                        )
                 ahead.read_under_lock(first, read, reached)
         taken, fresh_offsets = ahead.take(first, fresh, window.bound)
         blobs.update(taken)

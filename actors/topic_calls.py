@@ -215,7 +215,7 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
             {
                 "topic": name,
                 "partition": p.partition,
-                "leader_id": best["node_id"] if leading else (entry.leader_id if entry else None),
+                "leader_id": best["node_id"] if leading else _believed(entry, p.replicas, seen),
                 "replicas": list(p.replicas),
                 "term": best["term"] if best else (entry.term if entry else 0),
                 "commit_offset": max((s["commit_offset"] for s in seen), default=-1),
@@ -226,6 +226,29 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
             }
         )
     return out
+
+
+def _believed(entry: LeaderEntry | None, replicas: tuple[int, ...], seen: list[dict]) -> int | None:
+    """The table's leader, when no replica that answered leads: unless the answers rule it
+    out (issue 45). It said it is not the leader, in its term or a later one; or those that
+    answered without following it leave too few to make it a majority (its node down with
+    one replica of two left, say): it could commit no append, and steps down as soon as
+    check-quorum sees it."""
+    if entry is None or entry.leader_id is None:
+        return None
+    by_node = {s["node_id"]: s for s in seen}
+    own = by_node.get(entry.leader_id)
+    if own is not None and own["term"] >= entry.term:
+        return None  # it answered, and not as the leader
+    could_follow = [
+        n
+        for n in replicas
+        if (s := by_node.get(n)) is None
+        or (s["leader_id"] == entry.leader_id and s["term"] == entry.term)
+    ]
+    if seen and len(could_follow) <= len(replicas) // 2:
+        return None
+    return entry.leader_id
 
 
 def _replica_status(replicas: tuple[int, ...], seen: list[dict], leader: dict | None) -> list:

@@ -40,6 +40,12 @@ from quorumlog.server.logs import configure_logging
     help="nemesis: the faults to draw from (default: all; an unknown name lists them).",
 )
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="nemesis: faults per run.")
+@click.option(
+    "--minutes",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="soak: how long each variant runs (default 30, --quick 1).",
+)
 @click.option("--plot", is_flag=True, help="Also write PNG charts (matplotlib) beside the figures.")
 @remote_options
 @functools.partial(client_option_decorators, required=False)
@@ -51,6 +57,7 @@ def bench(
     seed: int | None,
     faults: str | None,
     steps: int | None,
+    minutes: float | None,
     plot: bool,
     **remote: object,
 ) -> None:
@@ -62,6 +69,7 @@ def bench(
       quorumlog bench storage --quick
       quorumlog bench all --quick --plot
       quorumlog bench sim --seeds 1000
+      quorumlog bench soak --minutes 30 --plot
       quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
       quorumlog bench produce -b 10.0.0.1:7001 --size 1024 --records 64 --window 16 --duration 30
     """
@@ -88,6 +96,8 @@ def bench(
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
         options: dict = {"seeds": seeds} if each == "sim" and seeds else {}
+        if each == "soak":
+            options = {"minutes": minutes}
         if each == "nemesis":
             from quorumlog.bench.nemesis import parse_faults
 

@@ -5,7 +5,8 @@
 - vs-nats: throughput against window, and latency percentiles, of quorumlog beside NATS;
 - recovery: the restarted follower's dirty and flushed offsets over time, lazy against
   flush-per-chunk;
-- failover: the gap of each kill beside the election timeout.
+- failover: the gap of each kill beside the election timeout;
+- soak: each node's resident memory and open files over time, with and without churn.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def plot(results: dict[str, list[dict]], prefix: str) -> list[str]:
         ("vs-nats", _vs_nats),
         ("recovery", _recovery),
         ("failover", _failover),
+        ("soak", _soak),
     ):
         rows = results.get(name)
         if not rows:
@@ -152,4 +154,20 @@ def _failover(plt, rows: list[dict]):
     axis.axhline(ELECTION_TIMEOUT_MAX_S, color="red", linestyle="--", label="election timeout max")
     axis.set(ylabel="seconds", title="SIGKILL the leader -> first acknowledged append")
     axis.legend()
+    return figure
+
+
+def _soak(plt, rows: list[dict]):
+    figure, axes = plt.subplots(2, len(rows), figsize=(6 * len(rows), 7), squeeze=False)
+    for column, row in enumerate(rows):
+        memory, files = axes[0][column], axes[1][column]
+        for node_id, series in sorted(row["samples"].items()):
+            minutes = [t / 60 for t, _, _ in series]
+            memory.plot(minutes, [rss for _, rss, _ in series], label=f"node {node_id}")
+            files.plot(minutes, [n for _, _, n in series], label=f"node {node_id}")
+        memory.set_title(row["figure"])
+        memory.set_ylabel("resident memory (MB)")
+        files.set_ylabel("open files")
+        files.set_xlabel("minutes")
+        memory.legend()
     return figure

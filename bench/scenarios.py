@@ -30,6 +30,7 @@ SCENARIOS = {
     "groups-log": "quorumlog.bench.groups_log",
     "rebalance": "quorumlog.bench.rebalance",
     "console": "quorumlog.bench.console",
+    "soak": "quorumlog.bench.soak",
 }
 
 

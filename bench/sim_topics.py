@@ -238,7 +238,9 @@ class TopicChaos:
         for topic in state.topics.values():
             for p in topic.partitions:
                 for i, sim in self._members():
-                    group = sim.node.partitions.get((p.topic, p.partition))
+                    # The replicas that answer readers: one moved off this node is idle
+                    # until buried, its log behind the partition's (Node.replica).
+                    group = sim.node.replica(p.topic, p.partition)
                     if group is None or group.group_id != p.group_id or not p.log_start:
                         continue
                     before = group.log.records_before(p.log_start) - 1

@@ -84,9 +84,14 @@ class TrimPartition:
 @dataclass(frozen=True, slots=True)
 class NameCluster:
     """The cluster's id, made once by the first controller leader that finds none (a new
-    cluster, or one from before ids): the first such command stands (transport/identity.py)."""
+    cluster, or one from before ids): the first such command stands (transport/identity.py).
+    With the addresses of the members it was named among: their first configuration is
+    kept in no log, so a node that replays the log after they left would not know where
+    they are, and its mover could not find a departed node still leading a partition it
+    must move (seed 40004: `ClusterState.addresses`)."""
 
     cluster_id: str
+    addresses: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,16 @@ def _check_topic_id(topic_id: Any) -> None:
         raise CommandError(f"bad CreateTopic: topic_id {topic_id!r} is not a UUID") from None
 
 
+def _addresses(pairs: Any) -> tuple[tuple[int, str], ...]:
+    try:
+        out = tuple((n, a) for n, a in pairs)
+    except (TypeError, ValueError):
+        raise CommandError("bad NameCluster: addresses are [node id, address] pairs") from None
+    if not all(type(n) is int and isinstance(a, str) for n, a in out):
+        raise CommandError("bad NameCluster: addresses are [node id, address] pairs")
+    return out
+
+
 def from_wire(wire: Any) -> Command:
     if not isinstance(wire, dict):
         raise CommandError(f"a command is a map, not {type(wire).__name__}")
@@ -176,6 +191,8 @@ def from_wire(wire: Any) -> Command:
         args["brokers"] = tuple(args["brokers"])
     if cls is AlterTopicConfig:
         _check_settings(args.get("settings"))
+    if cls is NameCluster and "addresses" in args:
+        args["addresses"] = _addresses(args["addresses"])
     if cls is CreateTopic and args.get("topic_id") is not None:
         _check_topic_id(args["topic_id"])
     try:

@@ -3,8 +3,12 @@ node keeps, fed by its own groups, by leader updates from other nodes and by rep
 
 Updates arrive in any order and from nodes that may know less: one is taken only if its
 (revision, term) is newer than what the table holds, so a late or stale update can never
-replace a newer belief. At equal (revision, term) a known leader replaces an unknown one
-(a term has at most one leader), never the reverse. This is half of the fix for KUDU-1353
+replace a newer belief. Within one (revision, term) a belief goes one way only: no leader
+heard of yet (an election), then its leader (a term has at most one), then "ended": that
+leader stepped down in the term (it lost check-quorum's majority) and, since a node never
+leads a term twice, the partition has no leader until a later term (issue 45: a table that
+could not say so named a leader that answered every append "not the leader"). This is
+half of the fix for KUDU-1353
 (a new master that answered from stale leader beliefs): the other half is how the table
 travels and is repaired (actors/leader_sync.py).
 """
@@ -22,16 +26,25 @@ class LeaderEntry:
     leader_id: int | None  # None: no leader known in this term (an election is on)
     term: int
     revision: int
+    # The leader of `term` stepped down (leader_id is None): only that leader's own node
+    # says so, of its own replica (actors/leader_sync.py).
+    ended: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
         return (self.topic, self.partition)
 
     def newer_than(self, other: LeaderEntry) -> bool:
-        mine, theirs = (self.revision, self.term), (other.revision, other.term)
-        if mine != theirs:
-            return mine > theirs
-        return other.leader_id is None and self.leader_id is not None
+        mine = (self.revision, self.term, self._stage)
+        return mine > (other.revision, other.term, other._stage)
+
+    @property
+    def _stage(self) -> int:
+        """Where in its term the entry is: 0 electing, 1 led, 2 ended."""
+        if self.ended:
+            assert self.leader_id is None, self
+            return 2
+        return 0 if self.leader_id is None else 1
 
 
 class LeaderTable:

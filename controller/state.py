@@ -59,6 +59,7 @@ class Partition:
     revision: int  # the controller offset that last set the replicas
     created_offset: int  # the controller offset that made the group (a create or a grow)
     log_start: int = 0  # where an operator's trim starts its readers (TrimPartition)
+    created_replicas: tuple[int, ...] = ()  # the set its group was made on (a create or a grow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +219,13 @@ class ClusterState:
                 self.rebalance = replace(
                     self.rebalance, brokers=tuple(brokers), ended_offset=offset
                 )
-            case NameCluster(cluster_id):
+            case NameCluster(cluster_id, addresses):
                 if self.cluster_id is not None:
                     return f"the cluster is named {self.cluster_id} already"
                 self.cluster_id = cluster_id
+                for node_id, address in addresses:
+                    # Later addresses (a restart sets the current members' first) stand.
+                    self.addresses.setdefault(node_id, address)
         return None
 
     def _put(self, partition: Partition) -> None:
@@ -238,7 +242,15 @@ class ClusterState:
         topic = self.topics[name]
         first = len(topic.partitions)
         added = [
-            Partition(name, first + i, self.next_group_id + i, tuple(r), offset, offset)
+            Partition(
+                name,
+                first + i,
+                self.next_group_id + i,
+                tuple(r),
+                revision=offset,
+                created_offset=offset,
+                created_replicas=tuple(r),
+            )
             for i, r in enumerate(replicas)
         ]
         self.next_group_id += len(added)

@@ -215,36 +215,57 @@ def check_records(batch: bytes | memoryview, header: KafkaHeader) -> int:
     """That the records of a checked batch decode (what `records_of` would read), without
     making them: a leader checks every batch a producer sends with this. Returns the
     largest timestamp they hold, which the time index goes by (the header's max_timestamp
-    is what the producer says; Kafka's broker does not trust it either)."""
+    is what the producer says; Kafka's broker does not trust it either).
+
+    The leader's hottest loop (about a microsecond a record): the one-byte varints most
+    fields are read inline, the longer ones by `_varint` (a call each cost a third more)."""
     body = memoryview(batch)[HEADER_BYTES : header.total_bytes]
     buf = kafka_compression.decompress(body, header.compression, DECOMPRESSED_BYTES_MAX)
     pos = 0
-    ts_delta_max = 0
+    ts_delta_max = -(1 << 63)
     try:
-        for i in range(header.records_count):
+        for _ in range(header.records_count):
             length, pos = _varint(buf, pos)
             end = pos + length
-            ts_delta, pos = _varint(buf, pos + 1)  # after the attributes
-            ts_delta_max = ts_delta if i == 0 else max(ts_delta_max, ts_delta)
-            pos = _varint(buf, pos)[1]  # the offset delta
-            for _ in range(2):  # key, value
+            b = buf[pos + 1]  # after the attributes: the timestamp delta
+            if b < 0x80:
+                ts_delta, pos = (b >> 1) ^ -(b & 1), pos + 2
+            else:
+                ts_delta, pos = _varint(buf, pos + 1)
+            if ts_delta > ts_delta_max:
+                ts_delta_max = ts_delta
+            b = buf[pos]  # the offset delta
+            pos = pos + 1 if b < 0x80 else _varint(buf, pos)[1]
+            b = buf[pos]  # the key (a negative size: null), unrolled with the value
+            if b < 0x80:
+                pos += 1 + max((b >> 1) ^ -(b & 1), 0)
+            else:
                 size, pos = _varint(buf, pos)
                 pos += max(size, 0)
-            count, pos = _varint(buf, pos)
-            for _ in range(count):
-                size, pos = _varint(buf, pos)
-                if size < 0:
-                    raise BatchError("a record header without a name")
-                pos += size
+            b = buf[pos]  # the value
+            if b < 0x80:
+                pos += 1 + max((b >> 1) ^ -(b & 1), 0)
+            else:
                 size, pos = _varint(buf, pos)
                 pos += max(size, 0)
+            if buf[pos] == 0:  # no headers
+                pos += 1
+            else:
+                count, pos = _varint(buf, pos)
+                for _ in range(count):
+                    size, pos = _varint(buf, pos)
+                    if size < 0:
+                        raise BatchError("a record header without a name")
+                    pos += size
+                    size, pos = _varint(buf, pos)
+                    pos += max(size, 0)
             if pos != end:
                 raise BatchError("a record's length does not match its fields")
     except IndexError:
         raise BatchError("records run past their batch") from None
     if pos != len(buf):
         raise BatchError("bytes left over after the batch's records")
-    return header.base_timestamp + ts_delta_max
+    return header.base_timestamp + (ts_delta_max if header.records_count else 0)
 
 
 # ----------------------------------------------------------------------- encoding

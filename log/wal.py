@@ -188,6 +188,11 @@ class Log:
         )
 
     @property
+    def segment_count(self) -> int:
+        """Its segments, each an open file while the log is."""
+        return len(self._segments)
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self._segments)
 

@@ -186,7 +186,7 @@ class RaftCore(
         # Follower: a complete copy of older records to move in, (its end, the leader).
         self.backfill_moving: tuple[int, int] | None = None
         self._replay_tail()
-        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
+        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
         # Outputs for the node actor.
         self.outbox: list[tuple[int, RaftMessage]] = []
         self.metadata_dirty = False
@@ -275,7 +275,7 @@ class RaftCore(
             self.verified_offset = -1
         if term > self.term:
             self._set_term(term, None)
-        self.role = Role.FOLLOWER if self._is_voter() else Role.LEARNER
+        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()
@@ -307,6 +307,7 @@ class RaftCore(
                 self._maybe_leave_joint()
                 self._maybe_promote()
                 self._abandon_stalled_learners()
+                self._release_departed()
                 self.pump()
         elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
             self._on_election_timeout(now)
@@ -314,6 +315,10 @@ class RaftCore(
     def step(self, sender: int, message: RaftMessage, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""
         self.now = now
+        if isinstance(message, VoteRequest):
+            # From a node no configuration lists, it missed its removal's commit: whatever
+            # its term, this leader tells it (raft/reconfiguration.py).
+            self.track_if_departed(sender)
         term = message.term
         if term > self.term:
             match message:

@@ -67,7 +67,7 @@ class ElectionRules:
             return False
         if self.node_stopping():
             return False
-        if not self._can_lead():
+        if not self._may_campaign():
             return self._witness_may_campaign()  # raft/witness.py
         return self._turn_waited or self._campaign_rank() == 0
 
@@ -85,7 +85,7 @@ class ElectionRules:
     def _on_election_timeout(self, now: float) -> None:
         if self.campaign_due(now):
             self._start_pre_vote(now)
-        elif self.node_stopping() or not self._can_lead():
+        elif self.node_stopping() or not self._may_campaign():
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
             self.timeouts_as_witness += 1
         else:

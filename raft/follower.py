@@ -179,6 +179,7 @@ class FollowerRules:
 
     def _commit_to(self, offset: int) -> None:
         self.commit_offset = offset
+        self.producers.forget_committed(offset)
         changed = self.configs.commit(offset)
         if changed:
             # The committed configuration is durable state too (seed 000: "made durable on
@@ -198,6 +199,8 @@ class FollowerRules:
             )
         if self.role is Role.LEADER and (changed or self._joint_left_behind()):
             self._leader_config_committed()
+        elif changed:
+            self._config_changed()  # left out of what committed: it only learns from now
 
     def _joint_left_behind(self) -> bool:
         """A joint configuration that committed under an earlier leader, not yet left: this
@@ -228,6 +231,7 @@ class FollowerRules:
             last_dirty=self.verified_offset,
             result=result,
             log_start=self.log.log_start_offset,
+            commit_offset=self.commit_offset,
             **conflict,
         )
 
@@ -242,4 +246,5 @@ class FollowerRules:
             heartbeat=True,
             log_start=self.log.log_start_offset,
             read_ctx=read_ctx,
+            commit_offset=self.commit_offset,
         )

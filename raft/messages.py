@@ -80,6 +80,9 @@ class AppendEntriesReply:
     # its join may lead only once it holds what the leader holds.
     log_start: int = 0
     read_ctx: int = 0  # the Heartbeat's, answered
+    # The follower's commit offset: a node the configuration no longer lists is replicated
+    # to until it says it holds its removal committed (raft/reconfiguration.py).
+    commit_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

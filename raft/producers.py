@@ -45,8 +45,10 @@ class _Recent:
 class ProducerTable:
     def __init__(self) -> None:
         self._producers: OrderedDict[int, _Recent] = OrderedDict()
-        # (first offset, producer, seq) in log order, so that a truncation of the tail
-        # costs what it removes. Old entries fall off: truncations only reach the tail.
+        # (first offset, producer, seq) in log order, of the appends not yet committed, so
+        # that a truncation of the tail costs what it removes: a truncation never reaches
+        # a committed offset, and committed entries leave (`forget_committed`). Kept for
+        # every append until then, this held a million tuples per replica (issue 51).
         self._order: deque[tuple[int, int, int]] = deque(maxlen=ORDER_MAX)
 
     def find(self, producer_id: int, seq: int) -> ProducerAppend | None:
@@ -79,6 +81,17 @@ class ProducerTable:
         if len(recent.appends) > APPENDS_PER_PRODUCER_MAX:
             forgotten, _ = recent.appends.popitem(last=False)
             recent.forgotten_max = max(recent.forgotten_max, forgotten)
+
+    @property
+    def uncommitted(self) -> int:
+        """Appends held in log order (those not yet committed)."""
+        return len(self._order)
+
+    def forget_committed(self, commit_offset: int) -> None:
+        """The appends up to `commit_offset` are committed: no truncation removes them."""
+        order = self._order
+        while order and order[0][0] <= commit_offset:
+            order.popleft()
 
     def truncate(self, from_offset: int) -> None:
         """Forget appends at or after `from_offset` (a truncated suffix)."""

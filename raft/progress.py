@@ -67,6 +67,13 @@ class Progress:
     # Asked to hold the whole log (a witness to be promoted): the copy of what it lacks.
     backfill_wanted: bool = False
     backfill: BackfillCopy | None = None
+    # The commit offset it last reported.
+    commit_offset: int = -1
+    # A node no configuration this leader knows lists any more (removed, or one that asked
+    # for votes): replicated to until it reports a commit at or past the committed
+    # configuration, which tells it that it was removed, or until this time passes
+    # (raft/reconfiguration.py `_sync_progress`). None: a member.
+    departing_until_s: float | None = None
 
     def sent(self, last_offset: int, size: int) -> None:
         self.inflight.append((last_offset, size))

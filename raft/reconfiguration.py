@@ -21,6 +21,11 @@ from quorumlog.raft.roles import NotLeaderError, Role
 
 logger = structlog.get_logger("quorumlog.raft")
 
+# Election timeouts a leader replicates to a node outside the configuration for it to learn
+# that its removal committed (`_sync_progress`): time for a live node to answer many times;
+# one that was down asks for votes once it is back, and is taken on again.
+DEPARTING_TIMEOUTS = 10
+
 
 class ReconfigurationRules:
     """RaftCore's membership rules (mixed into RaftCore, whose state they use)."""
@@ -33,7 +38,7 @@ class ReconfigurationRules:
         if self.role is Role.LEADER:
             self._sync_progress()
             return
-        voter = self._is_voter()
+        voter = self._takes_part()
         if self.role is Role.LEARNER and voter:
             self.role = Role.FOLLOWER
             self._reset_election_deadline(self.now)
@@ -41,25 +46,96 @@ class ReconfigurationRules:
             self.role = Role.LEARNER  # removed or demoted: never campaigns again
             self.votes.clear()
 
-    def _sync_progress(self) -> None:
-        """Replicate to every member of the current and the last committed configuration
-        (a removed node still learns of its removal)."""
+    def _needed_until_committed(self) -> bool:
+        """Left out of its latest configuration, not committed yet, while it may lead in
+        the committed one: until that change commits this node may be needed to lead, so
+        it still campaigns (Raft dissertation 4.2.2: "a server that is not part of its own
+        latest configuration should still start new elections"; its own vote does not
+        count, `vote_result` counts the configuration's voters). Seed 10089: C(new)
+        reached only the nodes it left out, and its leader, cut off from the one node in
+        C(new), stepped down; they refused that node their votes (its log was shorter)
+        and, taking themselves for learners, never campaigned: no one could lead again.
+        It learns that the change committed: a leader replicates to it until it says so
+        (`_sync_progress`)."""
+        committed = self.configs.committed
+        return (
+            self.configs.change_in_flight
+            and committed is not None
+            and committed.can_lead(self.id)
+            and not self._is_voter()
+        )
+
+    def _takes_part(self) -> bool:
+        """Whether this node follows (and may campaign) rather than only learns."""
+        return self._is_voter() or self._needed_until_committed()
+
+    def _may_campaign(self) -> bool:
+        """A voter that may lead, or one needed until its latest configuration commits."""
+        return self._can_lead() or self._needed_until_committed()
+
+    def _members(self) -> set[int]:
+        """Who a leader replicates to: the members of the current and the last committed
+        configuration, this node aside."""
         members = set(self.config.members)
         if self.configs.committed is not None:
             members |= self.configs.committed.members
         members.discard(self.id)
-        for peer in members - self.progress.keys():
-            floor = self._witness_floor(peer)
-            self.progress[peer] = Progress(
-                peer,
-                floor or self.log.dirty_offset + 1,  # a witness's log starts at its floor
-                last_contact_s=self.now,
-                last_reply_s=self.now,
-                advanced_s=self.now,
-                floor=floor,
-            )
+        return members
+
+    def _new_progress(self, peer: int) -> Progress:
+        floor = self._witness_floor(peer)
+        return Progress(
+            peer,
+            floor or self.log.dirty_offset + 1,  # a witness's log starts at its floor
+            last_contact_s=self.now,
+            last_reply_s=self.now,
+            advanced_s=self.now,
+            floor=floor,
+        )
+
+    def _sync_progress(self) -> None:
+        """Replicate to every member of the current and the last committed configuration,
+        and to a node they no longer list until it knows that: until it holds a commit at
+        or past the committed configuration, a node a change left out may campaign
+        (`_needed_until_committed`), and it would for good, a pre-vote every election
+        timeout, if no one told it (the leader that commits its removal is the last to
+        replicate to it). Bounded by DEPARTING_TIMEOUTS; one that asks for votes later
+        is taken on again (`track_if_departed`)."""
+        members = self._members()
+        for peer in members:
+            p = self.progress.get(peer)
+            if p is None or p.departing_until_s is not None:
+                self.progress[peer] = self._new_progress(peer)
         for peer in self.progress.keys() - members:
-            del self.progress[peer]
+            p = self.progress[peer]
+            if p.departing_until_s is None:
+                p.departing_until_s = self.now + self._departing_s()
+        self._release_departed()
+
+    def _departing_s(self) -> float:
+        return DEPARTING_TIMEOUTS * self.settings.election_timeout_max_s
+
+    def _release_departed(self) -> None:
+        """Stop replicating to a node outside the configuration once it holds its removal
+        committed, or once it had DEPARTING_TIMEOUTS election timeouts to learn it."""
+        for peer, p in list(self.progress.items()):
+            if p.departing_until_s is not None and (
+                p.commit_offset >= self.configs.committed_offset or self.now >= p.departing_until_s
+            ):
+                del self.progress[peer]
+
+    def track_if_departed(self, peer: int) -> None:
+        """A leader asked for a vote by a node no configuration it knows lists: one a change
+        left out that never learned the change committed (down then, or its leader stepped
+        down or crashed first), which would ask again every election timeout, waking quiet
+        groups. Replicate to it as to one just removed, until it learns."""
+        if self.role is not Role.LEADER or peer == self.id or peer in self.progress:
+            return
+        if peer in self._members():
+            return
+        p = self._new_progress(peer)
+        p.departing_until_s = self.now + self._departing_s()
+        self.progress[peer] = p
 
     def _witness_floor(self, peer: int) -> int:
         """Where the log of a new member starts: a witness joining as a learner needs only
@@ -150,6 +226,11 @@ class ReconfigurationRules:
             self.role is not Role.LEADER
             or self.configs.change_in_flight
             or self.transfer is not None  # appends wait for a transfer (`_maybe_leave_joint`)
+            # As an operator's change (actors/admin.py): Raft's rule for changes one at a
+            # time (dissertation, 4.1 errata). A new leader may not know yet what its
+            # predecessor committed: a change it did not see may still be in flight, and a
+            # promotion on top of it could leave two majorities that do not meet.
+            or self.term_at(self.commit_offset) != self.term
         ):
             return
         config = self.config

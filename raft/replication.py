@@ -203,6 +203,7 @@ class ReplicationRules:
             return
         p.last_contact_s = now
         p.log_start = reply.log_start
+        p.commit_offset = max(p.commit_offset, reply.commit_offset)
         is_append = not reply.heartbeat
         if is_append:
             p.last_reply_s = now
@@ -255,6 +256,8 @@ class ReplicationRules:
                 p.match_offset = reply.conflict_offset
                 p.flushed_offset = min(p.flushed_offset, p.match_offset)
             p.next_offset = self._next_after_hint(reply.conflict_offset, reply.conflict_term, p)
+        if p.departing_until_s is not None:
+            self._release_departed()  # it may know now that it was removed
 
     def _next_after_hint(self, hint_offset: int, hint_term: int, p: Progress) -> int:
         """Where to resume after a rejection: just past the last entry of ours that can

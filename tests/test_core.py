@@ -6,6 +6,7 @@ sent comes out of `take_outbox`. The in-memory disk stands in for the log's file
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -22,7 +23,9 @@ from quorumlog.membership.changes import (
     ConfigChangeError,
     add_learner,
     enter_joint,
+    leave_joint,
     make_electable,
+    remove,
 )
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch
@@ -45,6 +48,7 @@ from quorumlog.raft.messages import (
 )
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.raft_log import RaftLog
+from quorumlog.raft.reconfiguration import DEPARTING_TIMEOUTS
 from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
 from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
@@ -642,6 +646,124 @@ def test_a_leader_handing_over_leaves_c_old_new_to_the_target():
     core.tick(10.05 + SETTINGS.election_timeout_max_s + 0.01)
     assert core.is_leader and core.transfer is None
     assert core.log.dirty_offset == joint_offset + 1 and core.config.voters == {1, 2}
+
+
+def test_a_node_left_out_of_a_configuration_not_yet_committed_still_campaigns():
+    """Seed 10089: C(new) reached only the nodes it left out, and its leader stepped down.
+    They refused the one node in C(new) their votes (its log was shorter) and, taking
+    themselves for learners, never campaigned: no one could lead. Until C(new) commits, a
+    node it leaves out may be needed to lead (Raft dissertation 4.2.2)."""
+    joint = enter_joint(BOOTSTRAP, {2: PEERS[2], 3: PEERS[3]})
+    new = leave_joint(joint)
+    core = make_core(term=1)
+    leader_log = Log.open(MemoryFileSystem(), "/l", run_sync=run_inline)
+    leader_log.append([config_batch(joint)], term=1)
+    leader_log.append([config_batch(new)], term=1)
+    core.step(2, entries(2, 1, leader_log.read(0, 1 << 20).data, commit=0), now=1.0)
+    persist(core, 1.0)
+    assert core.configs.committed.is_joint and core.config == new
+    assert core.role is Role.FOLLOWER, "C(new) is not committed: it may be needed"
+    core.take_outbox()
+    for step in range(1, 8):  # leader 2 is silent: node 1 campaigns once its turn comes
+        core.tick(1.0 + step * SETTINGS.election_timeout_max_s)
+    asked = {to for to, m in core.take_outbox() if isinstance(m, VoteRequest)}
+    assert asked == {2, 3}, "it asks the voters of C(new)"
+    # Once C(new) commits, it only learns.
+    core.step(3, Heartbeat(group=0, term=5, leader_id=3, leader_commit=1), now=10.0)
+    core.step(3, entries(3, 5, prev_offset=1, prev_term=1, commit=1), now=10.0)
+    persist(core, 10.0)
+    assert core.commit_offset == 1 and core.role is Role.LEARNER
+
+
+def leader_that_removed_3() -> tuple[RaftCore, int]:
+    """Leader 1 of {1, 2, 3} has removed node 3, committed with node 2's answer; node 3
+    has not answered since. Returns the leader and the change's offset."""
+    leader = caught_up_leader()
+    change = leader.propose_config(remove(leader.config, 3))
+    persist(leader, 10.0)
+    leader.step(2, append_reply(2, leader.term, change, change), 10.0)
+    assert leader.configs.committed_offset == change and leader.config.voters == {1, 2}
+    return leader, change
+
+
+def test_a_leader_replicates_to_a_removed_node_until_it_holds_its_removal_committed():
+    """A node left out of a change may campaign until it holds the change committed (seed
+    10089); the leader that commits it is the last that replicates to it, and if it stopped
+    there the node would send a pre-vote every election timeout for good."""
+    leader, change = leader_that_removed_3()
+    assert 3 in leader.progress, "kept until it knows"
+    leader.take_outbox()
+    leader.tick(10.0 + SETTINGS.heartbeat_interval_s * 1.1)
+    assert 3 in {to for to, m in leader.take_outbox() if isinstance(m, Heartbeat)}
+    leader.step(3, append_reply(3, leader.term, change, change, commit_offset=change - 1), 10.1)
+    assert 3 in leader.progress, "it holds the change, not yet committed"
+    leader.step(
+        3, append_reply(3, leader.term, change, change, heartbeat=True, commit_offset=change), 10.1
+    )
+    assert 3 not in leader.progress and set(leader.progress) == {2}
+
+
+def test_a_leader_stops_replicating_to_a_removed_node_after_departing_timeouts():
+    leader, _ = leader_that_removed_3()
+    bound_s = DEPARTING_TIMEOUTS * SETTINGS.election_timeout_max_s
+    now = 10.0
+    while now < 10.0 + bound_s - 0.1:  # node 2 answers, node 3 never does
+        now += 0.1
+        leader.step(2, append_reply(2, leader.term, 1, 1, heartbeat=True), now)
+        leader.tick(now)
+    assert leader.is_leader and 3 in leader.progress
+    now += 0.2
+    leader.step(2, append_reply(2, leader.term, 1, 1, heartbeat=True), now)
+    leader.tick(now)
+    assert leader.is_leader and set(leader.progress) == {2}
+
+
+def test_a_leader_asked_for_votes_by_a_node_outside_its_configuration_replicates_to_it():
+    """A removed node that was down while its removal committed, or whose leader stepped
+    down or crashed first, asks for votes once back, whatever its term: the leader takes
+    it on until it holds the removal committed."""
+    leader, change = leader_that_removed_3()
+    leader.step(
+        3, append_reply(3, leader.term, change, change, heartbeat=True, commit_offset=change), 10.1
+    )
+    assert 3 not in leader.progress
+    leader.take_outbox()
+    stale = VoteRequest(
+        group=0, term=1, candidate_id=3, last_offset=0, last_term=1, pre_vote=True, transfer=False
+    )
+    leader.step(3, stale, 20.0)
+    assert 3 in leader.progress and leader.progress[3].departing_until_s is not None
+    leader.pump()
+    sent = [m for to, m in leader.take_outbox() if to == 3]
+    assert any(isinstance(m, VoteReply) and not m.granted for m in sent)
+    assert any(isinstance(m, AppendEntries) for m in sent), "a probe: it learns from there"
+    # A member asking for votes changes nothing.
+    leader.step(2, dataclasses.replace(stale, candidate_id=2), 20.0)
+    assert set(leader.progress) == {2, 3}
+
+
+def test_a_new_leader_promotes_a_learner_only_once_an_entry_of_its_term_committed():
+    """As an operator's change (actors/admin.py): a new leader may not know yet what its
+    predecessor committed, and a change on top of one it did not see could leave two
+    majorities that do not meet (Raft dissertation, 4.1 errata)."""
+    peers = {**PEERS, 4: "127.0.0.1:7004"}
+    config = Configuration(
+        version=1,
+        voters=frozenset({1, 2, 3}),
+        learners=frozenset({4}),
+        learners_to_promote=frozenset({4}),
+        addresses=peers,
+    )
+    core = make_core(config=config)
+    elect(core)  # its barrier at offset 0, not committed
+    core.step(4, append_reply(4, core.term, 0, 0), 10.0)
+    core.tick(10.01)
+    assert core.commit_offset == -1 and core.config == config, "not promoted yet"
+    persist(core, 10.0)
+    core.step(2, append_reply(2, core.term, 0, 0), 10.02)
+    assert core.commit_offset == 0
+    core.step(4, append_reply(4, core.term, 0, 0, heartbeat=True), 10.03)
+    assert core.config.is_voter(4), "promoted once its term's barrier committed"
 
 
 def test_a_leader_cut_off_from_the_majority_steps_down():

@@ -39,6 +39,7 @@ from quorumlog.transport.kafka import (
     SUPPORTED,
     FrameError,
     Request,
+    encode_response,
     parse_request,
     unsupported_response,
 )
@@ -542,3 +543,16 @@ def test_a_well_formed_header_over_any_body_parses_or_is_a_frame_error(
     assert request.client_id == client_id
     low, high = SUPPORTED[api]
     assert (request.body is not None) == (low <= version <= high)
+
+
+def test_make_fills_zeros_but_needs_a_nested_entity_given():
+    """`make` works out each entity's fields once: a field whose type has no zero (a
+    nested entity) is refused only when it is missing, not when another is made."""
+    describe = Request(69, 1, 9, "c", None)
+    assignment = {"topic_partitions": [{"topic_name": "t", "partitions": [0, 1]}]}
+    member = {"member_id": "m", "assignment": assignment, "target_assignment": assignment}
+    answer = encode_response(describe, {"groups": [{"group_id": "g", "members": [member]}]})
+    assert struct.unpack_from(">ii", answer) == (len(answer) - 4, 9)
+    del member["target_assignment"]
+    with pytest.raises(TypeError, match="no zero value"):
+        encode_response(describe, {"groups": [{"group_id": "g", "members": [member]}]})

@@ -59,3 +59,17 @@ def test_batches_without_a_producer_are_ignored():
     batch = make_data_batch([(None, b"v", 0, None)])
     table.note_batch(parse_header(batch))
     assert table.find(-1, -1) is None
+
+
+def test_committed_appends_leave_the_order_and_retries_still_find_them():
+    """The order exists for truncations, which never reach a committed offset: it holds
+    only the uncommitted tail (it kept every append, up to a million per replica, issue
+    51), while the windows still answer retries of committed appends."""
+    table = ProducerTable()
+    for seq in range(100):
+        table.note_batch(header(1, seq, seq * 10))
+    table.forget_committed(949)
+    assert len(table._order) == 5
+    assert table.find(1, 0).first_offset == 0, "a retry of a committed append"
+    table.truncate(970)
+    assert table.find(1, 96).first_offset == 960 and table.find(1, 97) is None

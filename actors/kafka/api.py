@@ -12,7 +12,7 @@ from quorumlog.actors.kafka.cluster import Cluster, KafkaBrokers
 from quorumlog.actors.kafka.consumer_groups import ConsumerGroups
 from quorumlog.actors.kafka.fetch import Fetch
 from quorumlog.actors.kafka.groups import KafkaGroups
-from quorumlog.actors.kafka.produce import Produce
+from quorumlog.actors.kafka.produce import Produce, ProduceAnswer
 from quorumlog.actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
 from quorumlog.actors.kafka.transactions import without_transactions
 from quorumlog.transport import kafka
@@ -81,9 +81,12 @@ class KafkaApi:
         }
         assert set(self.handlers) | {PRODUCE, *SASL} == set(kafka.SUPPORTED)
 
-    async def submit(self, request: Request, sasl: SaslSession, host: str = "") -> Answer:
-        """What answers `request` on a connection. Appends are queued before this returns,
-        so requests on one connection append in the order they came."""
+    async def submit(
+        self, request: Request, sasl: SaslSession, host: str = ""
+    ) -> Answer | ProduceAnswer:
+        """What answers `request` on a connection: a Produce's appends are queued before
+        this returns (requests on one connection append in the order they came), and
+        complete its answer as they are answered; any other request's answer is run."""
         if request.api_key == PRODUCE:
             return await self.produce.submit(request.body, request.version)
         handler = (

@@ -15,6 +15,7 @@ from quorumlog.actors.admin import forward_to_leader
 from quorumlog.actors.kafka import acls
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.kafka_ids import kafka_cluster_id
+from quorumlog.controller.state import Topic
 from quorumlog.controller.topic_config import ConfigError, changed_settings, kafka_settings
 from quorumlog.log.config import TopicSettings
 from quorumlog.transport.errors import ConnectionClosed
@@ -37,6 +38,7 @@ REFRESH_S = 2.0  # how often the other brokers' Kafka addresses are asked for
 ASK_S = 1.0
 RETRY_S = 0.2
 AUTO_CREATE_S = 5.0  # a client asks again if its topic has no leader yet
+LOADING_S = 2.0  # how long a Metadata waits for a topic its controller state may still lack
 BROKERS, CONTROLLERS = 1, 2  # DescribeCluster's endpoint types
 
 # quorumlog's answers, as Kafka's error codes (anything else: UNKNOWN_SERVER_ERROR).
@@ -65,11 +67,14 @@ def host_port(address: str) -> tuple[str, int]:
 
 class KafkaBrokers:
     """Every broker's Kafka address: this node's own, the others' as their status says,
-    asked in the background every REFRESH_S (a node's address is fixed while it runs)."""
+    asked in the background every REFRESH_S (a node's address is fixed while it runs, and
+    may change or go with a restart)."""
 
     def __init__(self, node: Node, own_address: str):
         self.node = node
-        self.addresses: dict[int, str] = {node.id: own_address}
+        # None: the broker answered that it serves no Kafka clients. It is never advertised:
+        # a client would connect to whatever address it had before (issue 44).
+        self.addresses: dict[int, str | None] = {node.id: own_address}
         self.asked = trio.Event()  # set after the first round of asking
 
     async def run(self) -> None:
@@ -91,8 +96,8 @@ class KafkaBrokers:
                 reply = await self.node.request(broker, StatusRequest())
             except ConnectionClosed:
                 return
-            if isinstance(reply, StatusReply) and reply.status.get("kafka_address"):
-                self.addresses[broker] = reply.status["kafka_address"]
+            if isinstance(reply, StatusReply):
+                self.addresses[broker] = reply.status.get("kafka_address")
 
     async def known(self) -> dict[int, str]:
         """The brokers whose Kafka address is known: once every broker's is, or ASK_S
@@ -100,7 +105,7 @@ class KafkaBrokers:
         with trio.move_on_after(ASK_S):
             await self.asked.wait()
         brokers = self.node.controller_actor.state.brokers
-        return {b: a for b, a in self.addresses.items() if b in brokers}
+        return {b: a for b, a in self.addresses.items() if b in brokers and a is not None}
 
 
 class Cluster:
@@ -113,6 +118,11 @@ class Cluster:
 
     async def metadata(self, request, version: int) -> dict:
         known = await self.brokers.known()
+        if not self.node.is_member():
+            # A removed node's state stands still (issue 50): it names the members it
+            # last learned of, not itself, and no leaders, so clients ask those members.
+            members = self.node.removal.members()
+            known = {b: a for b, a in known.items() if b in members and b != self.node.id}
         state = self.node.controller_actor.state
         if request.topics is None or (version == 0 and not request.topics):
             asked = [(name, None) for name in sorted(state.topics)]
@@ -124,7 +134,8 @@ class Cluster:
                 await self._create_missing([n for n in names if n not in state.topics])
         operations = getattr(request, "include_topic_authorized_operations", False)
         topics = [
-            self._topic(name, topic_id, version, known, operations) for name, topic_id in asked
+            await self._topic(name, topic_id, version, known, operations)
+            for name, topic_id in asked
         ]
         answer = {
             "brokers": [
@@ -145,10 +156,15 @@ class Cluster:
         return None if cluster_id is None else kafka_cluster_id(cluster_id)
 
     def _controller(self, known: dict[int, str]) -> int:
+        """The controller's leader if clients can reach it, else this broker, as Kafka names
+        any broker when clients cannot reach the controller: librdkafka's admin client
+        waits for ever on a Metadata that names none. Calls sent here are forwarded."""
         controller = self.node.controller.view.leader_id
-        return controller if controller in known else -1
+        if controller in known:
+            return controller
+        return self.node.id if self.node.id in known else -1
 
-    def _topic(
+    async def _topic(
         self,
         name: str | None,
         topic_id: uuid.UUID | None,
@@ -169,9 +185,9 @@ class Cluster:
             if topic is None:
                 return {**out, "topic_id": topic_id, "error_code": K.unknown_topic_id}
         else:
-            topic = state.topics.get(name)
-            if topic is None:
-                return {**out, "error_code": K.unknown_topic_or_partition}
+            topic = await self._named_topic(name)
+            if isinstance(topic, K):
+                return {**out, "error_code": topic}
         return {
             **out,
             "name": topic.name,
@@ -182,6 +198,24 @@ class Cluster:
                 for p in topic.partitions
             ],
         }
+
+    async def _named_topic(self, name: str) -> Topic | K:
+        """The topic `name` as this node's state holds it, or the error to answer. A node
+        that just restarted applies the controller's log only once it hears the commit
+        offset, and must not call a topic unknown meanwhile (a client told
+        UNKNOWN_TOPIC_OR_PARTITION may give up; librdkafka's admin does): a topic the
+        cluster may have is waited for up to LOADING_S, then answered LEADER_NOT_AVAILABLE,
+        which clients ask again about."""
+        controller = self.node.controller_actor
+        if name in controller.state.topics:
+            return controller.state.topics[name]
+        if await controller.topic_is_unknown(name):
+            return K.unknown_topic_or_partition
+        with trio.move_on_after(LOADING_S):
+            while name not in controller.state.topics:
+                await controller.changed.wait()
+            return controller.state.topics[name]
+        return K.leader_not_available
 
     async def describe_cluster(self, request, version: int) -> dict:
         """The brokers and controller as Metadata names them (a quorumlog node is both)."""
@@ -239,7 +273,12 @@ class Cluster:
         self, topic: str, partition: int, replicas: tuple[int, ...], known: dict[int, str]
     ) -> dict:
         leader = self.node.controller_actor.leader_hint(topic, partition)
-        if leader not in known:
+        if not self.node.is_member():
+            leader = -1  # its leader table is of an old configuration
+        elif leader not in known or (leader != self.node.id and not self.node.peer_alive(leader)):
+            # No leader, or one on a node this one has lost its link to (killed: nothing
+            # told the table it is gone, issue 45): retriable, where a client that tried
+            # the node would only time out.
             leader = -1
         return {
             "error_code": K.none if leader >= 0 else K.leader_not_available,

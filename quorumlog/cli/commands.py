@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
@@ -20,16 +19,32 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
+from quorumlog.cli.partition_reading import (
+    ALL_PARTITIONS,
+    PartitionChoice,
+    note_other_partitions,
+    parse_start,
+    partition_count,
+    read_batches,
+    say_if_past_the_end,
+    start_offsets,
+)
+from quorumlog.cli.record_format import (
+    FormatError,
+    json_records,
+    line_record,
+    parse_header,
+    records_writer,
+)
 from quorumlog.cli.times import TIME
 from quorumlog.client.client import Client
-from quorumlog.client.errors import OffsetOutOfRangeError, QuorumLogError, UnknownTopicError
+from quorumlog.client.errors import QuorumLogError, UnknownTopicError
 from quorumlog.client.partitioner import partition_of_key
 from quorumlog.client.protocol import DEFAULT_TOPIC, Record, parse_brokers, read_secret_file
 from quorumlog.transport.tls import TlsSetupError
 
 EXIT_OPERATIONAL = 1
 PRODUCE_CHUNK_RECORDS = 10_000
-FOLLOW_POLL_S = 0.2
 PROGRESS_RECORDS_MIN = 10_000
 PROGRESS_BYTES_MIN = 1 << 20
 stderr = Console(stderr=True)
@@ -57,8 +72,17 @@ def tls_options() -> dict[str, str | None]:
     return {k: meta.get(f"quorumlog.{k}") for k in ("tls_ca", "tls_cert", "tls_key")}
 
 
-def check_brokers(ctx: click.Context, param: click.Parameter, brokers: str | None) -> str | None:
-    """A bad broker list is bad usage (exit 2, naming -b), found before any connection."""
+MISSING_BROKERS = "give the brokers with -b/--brokers or QUORUMLOG_BROKERS"
+
+
+def check_brokers(
+    ctx: click.Context, param: click.Parameter, brokers: str | None, required: bool = False
+) -> str | None:
+    """A bad broker list is bad usage (exit 2, naming -b), found before any connection; so
+    is none where the command needs one (`required`; a group's -b is not: its subcommand
+    may name them, and says MISSING_BROKERS too when neither did)."""
+    if brokers is None and required:
+        raise click.UsageError(MISSING_BROKERS)
     if brokers is not None:
         try:
             parse_brokers(brokers)
@@ -91,9 +115,9 @@ def client_option_decorators(command: Callable, required: bool = True) -> Callab
                 "-b",
                 "--brokers",
                 envvar="QUORUMLOG_BROKERS",
-                required=required,
-                callback=check_brokers,
-                help="HOST:PORT,... of any nodes.",
+                show_envvar=True,
+                callback=functools.partial(check_brokers, required=required),
+                help="HOST:PORT,... of any nodes (needed: here or from the environment).",
             ),
             click.option(
                 "--timeout",
@@ -128,7 +152,7 @@ def member_options(command: Callable) -> Callable:
             secret_file or group[2],
         )
         if options[0] is None:
-            raise click.UsageError("give the brokers with -b/--brokers")
+            raise click.UsageError(MISSING_BROKERS)
         return command(options, **kwargs)
 
     return wrapper
@@ -161,12 +185,13 @@ def client_options(command: Callable) -> Callable:
 
 
 def topic_options(command: Callable) -> Callable:
-    """--topic and --partition (the README's command line)."""
+    """--topic and --partition of `produce` (the README's command line); `consume` has its
+    own --partition, which also takes `all`."""
     command = click.option(
         "--partition",
         type=click.IntRange(min=0),
         default=None,
-        help="Default: 0 to consume; to produce, by key (round robin if unkeyed).",
+        help="Default: by key (round robin if unkeyed).",
     )(command)
     return click.option("--topic", default=DEFAULT_TOPIC, show_default=True)(command)
 
@@ -182,6 +207,23 @@ def topic_options(command: Callable) -> Callable:
 )
 @topic_options
 @click.option("--key-separator", default=None, help="Split each line into KEY SEP VALUE.")
+@click.option(
+    "-H",
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A header on every record (repeatable).",
+)
+@click.option(
+    "--format",
+    "input_format",
+    type=click.Choice(["lines", "json"]),
+    default="lines",
+    show_default=True,
+    help="lines: one value (or KEY SEP VALUE) a line; json: one object a line, as "
+    "`consume --format json` prints: key, value, headers, partition, timestamp.",
+)
 @click.argument("source", type=click.File("rb"), default="-")
 def produce(
     client: Client,
@@ -189,25 +231,51 @@ def produce(
     topic: str,
     partition: int | None,
     key_separator: str | None,
+    headers: tuple[str, ...],
+    input_format: str,
     source: BinaryIO,
 ) -> None:
     """Append one record per input line; print "FIRST_OFFSET LAST_OFFSET" (with records
     in several partitions, "PARTITION FIRST_OFFSET LAST_OFFSET" per partition).
+
+    With --format json each line is an object such as
+    {"key": "alice", "value": "1", "headers": [{"key": "source", "value": "web"}]}:
+    bytes are a string when UTF-8, else {"base64": "..."}; "partition" and "timestamp"
+    (ms) are optional and kept ("topic" and "offset" are ignored), --partition overrides
+    the lines' partitions.
 
     \b
     Examples:
       seq 1000 | quorumlog produce -b 127.0.0.1:7001
       quorumlog produce -b 127.0.0.1:7001 --acks leader events.txt
       quorumlog produce -b 127.0.0.1:7001 --topic events --key-separator : orders.txt
+      quorumlog produce -b 127.0.0.1:7001 --topic events -H source=web -H trace=7f3a orders.txt
+      quorumlog consume -b 127.0.0.1:7001 --topic events --partition all --format json \\
+        | quorumlog produce -b 127.0.0.1:7001 --topic events-copy --format json
     """
+    if input_format == "json" and key_separator is not None:
+        raise click.UsageError("--key-separator reads lines of text: not with --format json")
+    try:
+        extra = [parse_header(h) for h in headers]
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="-H/--header") from None
     separator = key_separator.encode() if key_separator else None
     spans: dict[int, list[int]] = {}  # partition -> [first, last] offsets appended
-    count = 0
+    count = lines = 0
     columns = (TextColumn("producing"), BarColumn(), TransferSpeedColumn())
     with _progress(_file_bytes(source), PROGRESS_BYTES_MIN, *columns) as advance:
         for chunk in _line_chunks(source):
-            records = [_record(line, separator) for line in chunk]
-            for target, part in _by_partition(client, topic, partition, records):
+            if input_format == "json":
+                try:
+                    records, asked = json_records(chunk, lines, extra)
+                except FormatError as exc:
+                    raise click.UsageError(f"input {exc}") from None
+            else:
+                records, asked = [line_record(line, separator, extra) for line in chunk], None
+            lines += len(chunk)
+            if not records:
+                continue
+            for target, part in _by_partition(client, topic, partition, records, asked):
                 result = client.append(
                     part,
                     acks=KAFKA_ACKS.get(acks, acks),
@@ -218,7 +286,7 @@ def produce(
                 if result is not None:
                     span = spans.setdefault(result.partition, [result.first_offset, 0])
                     span[1] = result.last_offset
-            count += len(chunk)
+            count += len(records)
             advance(sum(len(v) + 1 for v in chunk))
     if count == 0:
         raise QuorumLogError("nothing to append: the input is empty")
@@ -233,25 +301,30 @@ def produce(
         click.echo(f"{target} {first} {last}")
 
 
-def _record(line: bytes, separator: bytes | None) -> Record:
-    if separator is None:
-        return Record(line)
-    key, found, value = line.partition(separator)
-    return Record(value, key=key) if found else Record(line)
-
-
 def _by_partition(
-    client: Client, topic: str, partition: int | None, records: list[Record]
+    client: Client,
+    topic: str,
+    partition: int | None,
+    records: list[Record],
+    asked: list[int | None] | None = None,
 ) -> list[tuple[int | None, list[Record]]]:
-    """One append per partition: keyed records each to their key's partition."""
-    if partition is not None or all(r.key is None for r in records):
+    """One append per partition: a record to the partition its line asked for (`asked`),
+    else a keyed record to its key's partition; --partition overrides both."""
+    if asked is None:
+        asked = [None] * len(records)
+    if partition is not None or all(
+        r.key is None and p is None for r, p in zip(records, asked, strict=True)
+    ):
         return [(partition, records)]
-    count = client.topics().get(topic)
-    if count is None:
-        raise UnknownTopicError(f"unknown topic {topic!r}")
+    count = None
     groups: dict[int | None, list[Record]] = {}
-    for r in records:
-        target = None if r.key is None else partition_of_key(r.key, count)
+    for r, target in zip(records, asked, strict=True):
+        if target is None and r.key is not None:
+            if count is None:
+                count = client.topics().get(topic)
+                if count is None:
+                    raise UnknownTopicError(f"unknown topic {topic!r}")
+            target = partition_of_key(r.key, count)
         groups.setdefault(target, []).append(r)
     return list(groups.items())
 
@@ -293,7 +366,7 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
     "start",
     default="earliest",
     show_default=True,
-    help="earliest, latest or an offset.",
+    help="earliest, latest or an offset (with --partition all: that offset in each partition).",
 )
 @click.option(
     "--from-time",
@@ -306,7 +379,24 @@ def _progress(total: int | None, minimum: int, *columns) -> Iterator[Callable[[i
 )
 @click.option("--follow", is_flag=True, help="Keep waiting for new records (Ctrl-C to stop).")
 @click.option("--with-offsets", is_flag=True, help='Print "OFFSET<TAB>VALUE".')
-@topic_options
+@click.option("--topic", default=DEFAULT_TOPIC, show_default=True)
+@click.option(
+    "--partition",
+    type=PartitionChoice(),
+    default=None,
+    metavar="P|all",
+    help="A partition, or all of them: all. Default: 0 (a note on stderr if there are more).",
+)
+@click.option(
+    "--format",
+    "output_format",
+    default=None,
+    metavar="json|TEMPLATE",
+    help="json: one object a line (topic, partition, offset, timestamp, key, value, headers; "
+    'bytes that are not UTF-8 as {"base64": "..."}). TEMPLATE: kcat\'s %t %p %o %k %v %h %T '
+    "%% and \\n \\t, or {topic} {partition} {offset} {key} {value} {headers} {timestamp}; "
+    "a newline ends each record unless the template ends with one.",
+)
 @click.option("--group", "group_name", default=None, help="Consume as a member of this group.")
 @click.option(
     "--mode",
@@ -323,21 +413,30 @@ def consume(
     follow: bool,
     with_offsets: bool,
     topic: str,
-    partition: int | None,
+    partition: int | str | None,
+    output_format: str | None,
     group_name: str | None,
     mode: str,
 ) -> None:
     """Print committed records, one value per line.
+
+    Without --partition only partition 0 is read (a note on stderr says so when the topic
+    has more); --partition all reads every partition, each in offset order, merged as they
+    arrive. Headers print as NAME=VALUE,NAME=VALUE (%h).
 
     \b
     Examples:
       quorumlog consume -b 127.0.0.1:7001 --from earliest --max 10
       quorumlog consume -b 127.0.0.1:7001 --from latest --follow --with-offsets
       quorumlog consume -b 127.0.0.1:7001 --from-time -10m --max 100
+      quorumlog consume -b 127.0.0.1:7001 --topic events --partition all --follow
+      quorumlog consume -b 127.0.0.1:7001 --topic events --partition all --format '%p %o %k=%v %h'
+      quorumlog consume -b 127.0.0.1:7001 --topic events --format '{offset} {timestamp} {value}'
+      quorumlog consume -b 127.0.0.1:7001 --topic events --partition all --format json
       quorumlog consume -b 127.0.0.1:7001 --topic events --group billing --follow
     """
+    ctx = click.get_current_context()
     if from_time is not None:
-        ctx = click.get_current_context()
         if ctx.get_parameter_source("start") is not ParameterSource.DEFAULT:
             raise click.UsageError("--from and --from-time: give one")
         if group_name is not None:
@@ -345,88 +444,46 @@ def consume(
                 "a group member starts where its group is: move it with "
                 "`group reset-offsets --to-time`, not --from-time"
             )
+    if output_format is not None and with_offsets:
+        raise click.UsageError("--format and --with-offsets: give one (--format '%o\\t%v')")
+    try:
+        write = records_writer(output_format, with_offsets)
+    except FormatError as exc:
+        raise click.BadParameter(str(exc), param_hint="--format") from None
     if group_name is not None:
         if partition is not None:
             raise click.UsageError("a group member is given its partitions: drop --partition")
+        if output_format is not None:
+            raise click.UsageError("--format is not available with --group yet")
         from quorumlog.cli.group_commands import consume_in_group  # it builds on this module
 
         consume_in_group(client, group_name, mode, start, max_records, follow, with_offsets, topic)
         return
-    where = {"topic": topic, "partition": partition or 0}
-    if from_time is None:
-        offset = _start_offset(client, start, where)
+    first = parse_start(start)
+    if partition == ALL_PARTITIONS:
+        partitions = list(range(partition_count(client, topic)))
     else:
-        offset = _time_offset(client, from_time, where)
+        if partition is None:
+            note_other_partitions(client, topic)
+        partitions = [partition or 0]
+    positions = start_offsets(client, topic, partitions, first, from_time)
     out = sys.stdout.buffer
     printed = 0
     try:
         columns = (TextColumn("consuming"), BarColumn(), TextColumn("{task.completed:,} records"))
         with _progress(max_records, PROGRESS_RECORDS_MIN, *columns) as advance:
-            while max_records is None or printed < max_records:
-                # As many as one read carries (1 MiB): asked for fewer, each read fetched and
-                # decoded a whole megabyte again for a thousand small records (quadratic).
-                want = (
-                    READ_RECORDS
-                    if max_records is None
-                    else min(READ_RECORDS, max_records - printed)
-                )
-                records = client.read(offset, want, **where)
-                if not records:
-                    if not follow:
-                        if printed == 0:
-                            _say_if_past_the_end(client, offset, where)
-                        break
-                    time.sleep(FOLLOW_POLL_S)
-                    continue
-                if with_offsets:
-                    out.write(b"".join([b"%d\t%s\n" % (r.offset, r.value) for r in records]))
-                else:
-                    out.write(b"\n".join([r.value for r in records]) + b"\n")
+            first_positions = dict(positions)
+            for records in read_batches(client, topic, positions, max_records, follow):
+                out.write(write(records))
                 out.flush()
                 printed += len(records)
                 advance(len(records))
-                offset = records[-1].offset + 1
+            if printed == 0 and not follow:
+                say_if_past_the_end(client, topic, first_positions)
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (| head): not an error
 
 
-READ_RECORDS = 1_000_000
 KAFKA_ACKS = {"all": "quorum"}
-
-
-def _say_if_past_the_end(client: Client, offset: int, where: dict) -> None:
-    """Nothing printed from an offset past the next one: say where the log ends (it is
-    not an error: --follow would wait there)."""
-    end = client.end_offset(**where)
-    if offset > end + 1:
-        click.echo(
-            f"{where['topic']}/{where['partition']} ends at offset {end}: nothing at {offset} "
-            "yet (--follow waits for it)",
-            err=True,
-        )
-
-
-def _time_offset(client: Client, from_time: int, where: dict) -> int:
-    """The first offset stamped at or after `from_time`; past the end, the end (the end is
-    asked first: a record committed between the two calls is then not skipped)."""
-    end = client.end_offset(**where)
-    found = client.offset_for_time(from_time, **where)
-    return end + 1 if found is None else found
-
-
-def _start_offset(client: Client, start: str, where: dict) -> int:
-    if start == "earliest":
-        return client.start_offset(**where)
-    if start == "latest":
-        return client.end_offset(**where) + 1
-    try:
-        offset = int(start)
-    except ValueError:
-        raise click.UsageError(
-            f"--from takes earliest, latest or an offset, not {start!r}"
-        ) from None
-    if offset < 0:
-        raise OffsetOutOfRangeError(f"offset {offset} is negative")
-    return offset

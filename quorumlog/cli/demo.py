@@ -177,10 +177,10 @@ def _read_all(client: Client) -> dict[int, bytes]:
 
 def _report(tour: Tour) -> None:
     table = Table(title="quorumlog demo")
-    table.add_column("")
-    table.add_column("")
-    for what, value in tour.figures:
-        table.add_row(what, value)
+    table.add_column("what")
+    table.add_column("result")
+    for i, (what, value) in enumerate(tour.figures):
+        table.add_row(what, value, end_section=i == len(tour.figures) - 1)
     for what, ok in tour.checks:
         table.add_row(what, "[green]ok[/]" if ok else "[red]FAILED[/]")
     tour.console.print(table)

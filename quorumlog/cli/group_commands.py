@@ -15,6 +15,7 @@ from quorumlog.cli.commands import (
     run_with_client,
     tls_options,
 )
+from quorumlog.cli.tables import header_option, print_table
 from quorumlog.cli.times import TIME
 from quorumlog.client.client import Client
 from quorumlog.client.consumer import Consumer
@@ -42,16 +43,19 @@ def group(
 
 @group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per group.")
+@header_option
 @member_options
-def group_list(options: tuple, as_json: bool) -> None:
+def group_list(options: tuple, as_json: bool, header: bool | None) -> None:
     """Print "GROUP MODE MEMBERS" per group."""
 
     def body(client: Client) -> None:
-        for row in client.groups():
-            if as_json:
+        groups = client.groups()
+        if as_json:
+            for row in groups:
                 click.echo(json.dumps(row))
-            else:
-                click.echo(f"{row['group']} {row['mode']} {row['members']}")
+            return
+        rows = [(g["group"], g["mode"], g["members"]) for g in groups]
+        print_table(("GROUP", "MODE", "MEMBERS"), rows, header)
 
     run_with_client(*options, body)
 
@@ -59,23 +63,30 @@ def group_list(options: tuple, as_json: bool) -> None:
 @group.command("describe")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+@header_option
 @member_options
-def group_describe(options: tuple, name: str, as_json: bool) -> None:
-    """Print "TOPIC PARTITION COMMITTED END LAG OWNER" per partition ("-": none)."""
+def group_describe(options: tuple, name: str, as_json: bool, header: bool | None) -> None:
+    """Print "TOPIC PARTITION COMMITTED END LAG OWNER" per partition ("-": none).
+
+    END is the offset of the partition's last record (as `topic describe` shows it);
+    COMMITTED is the next offset the group reads (Kafka's position), so a group that read
+    everything shows COMMITTED = END + 1 and LAG 0. --json adds "next_offset", the offset
+    the partition's next record will take (Kafka's end offset).
+    """
 
     def body(client: Client) -> None:
-        for row in client.describe_group(name)["partitions"]:
-            if as_json:
+        rows = client.describe_group(name)["partitions"]
+        if as_json:
+            for row in rows:
                 click.echo(json.dumps({"group": name, **row}))
-                continue
-            shown = ["-" if v is None else v for v in _columns(row)]
-            click.echo(" ".join(str(v) for v in shown))
+            return
+        print_table(COLUMNS, [[row[k] for k in _COLUMN_KEYS] for row in rows], header)
 
     run_with_client(*options, body)
 
 
-def _columns(row: dict) -> list:
-    return [row[k] for k in ("topic", "partition", "committed", "end", "lag", "owner")]
+COLUMNS = ("TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "OWNER")
+_COLUMN_KEYS = ("topic", "partition", "committed", "end", "lag", "owner")
 
 
 @group.command("reset-offsets")

@@ -67,6 +67,9 @@ class ProcessCluster:
     auto_create_topics: bool = False  # Kafka clients create the topics they name (`dev`)
     http_ports: list[int] = field(default_factory=list)  # each node's console, if any
     http_allow_writes: bool = False  # the console's produce form (`dev`)
+    # Nodes in a process group of their own, out of reach of the terminal's Ctrl-C: `dev`
+    # stops them itself, with one signal each.
+    own_process_group: bool = False
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +95,9 @@ class ProcessCluster:
 
     def data_dir(self, node_id: int) -> str:
         return os.path.join(self.root, f"node{node_id}")
+
+    def log_path(self, node_id: int) -> str:
+        return os.path.join(self.root, f"node{node_id}.log")
 
     def start(
         self,
@@ -120,9 +126,15 @@ class ProcessCluster:
             args += ["--http-listen", f"127.0.0.1:{self.http_ports[node_id - 1]}"]
         if self.http_allow_writes:
             args.append("--http-allow-writes")
-        log = open(os.path.join(self.root, f"node{node_id}.log"), "ab")  # noqa: SIM115
+        log = open(self.log_path(node_id), "ab")  # noqa: SIM115
         env = {**os.environ, **self.env} if self.env else None
-        proc = subprocess.Popen(args + (extra or []), stdout=log, stderr=log, env=env)
+        proc = subprocess.Popen(
+            args + (extra or []),
+            stdout=log,
+            stderr=log,
+            env=env,
+            process_group=0 if self.own_process_group else None,
+        )
         self.procs[node_id] = proc
         return proc
 
@@ -172,6 +184,14 @@ class ProcessCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.procs.clear()
+
+    def kill_all(self) -> None:
+        """SIGKILL every node: loses nothing acknowledged with acks=quorum."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
         self.procs.clear()
 
     def peak_rss_mb(self) -> dict[int, float]:

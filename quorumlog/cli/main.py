@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import sys
 from importlib.metadata import entry_points
@@ -26,6 +27,7 @@ from quorumlog.cli import (  # noqa: E402
 )
 from quorumlog.cli.commands import read_secret  # noqa: E402
 from quorumlog.server import server  # noqa: E402
+from quorumlog.server.listeners import Listeners  # noqa: E402
 from quorumlog.server.logs import configure_logging  # noqa: E402
 
 
@@ -164,7 +166,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
 @click.option(
     "--auto-create-partitions",
     type=click.IntRange(min=1),
-    default=1,
+    default=Listeners.auto_create_partitions,
     show_default=True,
     envvar="QUORUMLOG_AUTO_CREATE_PARTITIONS",
     help="Partitions of a topic created so.",
@@ -172,7 +174,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
 @click.option(
     "--auto-create-replicas",
     type=click.IntRange(min=1),
-    default=3,
+    default=Listeners.auto_create_replicas,
     show_default=True,
     envvar="QUORUMLOG_AUTO_CREATE_REPLICAS",
     help="Replicas of each (every node, in a smaller cluster).",
@@ -229,8 +231,11 @@ def serve(
     Example (a new 3-node cluster; start all three the same way):
       quorumlog serve --id 1 --data /var/lib/ql/1 --listen 127.0.0.1:7001 \\
           --peers 1=127.0.0.1:7001,2=127.0.0.1:7002,3=127.0.0.1:7003
-    A restart needs only --id, --data and --listen. Every flag can also come from the
-    environment (QUORUMLOG_ID, QUORUMLOG_DATA, ...) or the [node] table of --config.
+    A restart needs only --id, --data and --listen: the configuration, and the Kafka and
+    HTTP listeners with their settings (--kafka-listen, --http-*, --auto-create-*, --tls-*),
+    are read from --data; a listener flag given again replaces the one kept there. Every
+    flag can also come from the environment (QUORUMLOG_ID, QUORUMLOG_DATA, ...) or the
+    [node] table of --config.
     """
     configure_logging(log_format)
     config = ctx.meta["quorumlog.config"]
@@ -239,7 +244,21 @@ def serve(
         raise click.UsageError("--tls-cert, --tls-key and --tls-ca go together: give all three")
     if http_listen and metrics and http_listen != metrics:
         raise click.UsageError("--metrics is another name for --http-listen: give one address")
-    http_listen = http_listen or metrics
+    listeners = _given(
+        ctx,
+        kafka_listen=kafka_listen,
+        http_allow_writes=http_allow_writes,
+        http_auth_metrics=http_auth_metrics,
+        auto_create_topics=auto_create_topics,
+        auto_create_partitions=auto_create_partitions,
+        auto_create_replicas=auto_create_replicas,
+        # Absolute: the data directory keeps them for restarts from anywhere.
+        tls_cert=tls_cert and os.path.abspath(tls_cert),
+        tls_key=tls_key and os.path.abspath(tls_key),
+        tls_ca=tls_ca and os.path.abspath(tls_ca),
+    )
+    if _given(ctx, http_listen=http_listen, metrics=metrics):
+        listeners["http_listen"] = http_listen or metrics
     try:
         options = server.ServeOptions(
             node_id=node_id,
@@ -250,20 +269,23 @@ def serve(
             settings=config.raft,
             log_config=config.log,
             repair=repair,
-            http=server.HttpOptions(http_listen, http_allow_writes, http_auth_metrics)
-            if http_listen
-            else None,
             join=join,
-            kafka_listen=kafka_listen,
-            auto_create=(auto_create_partitions, auto_create_replicas)
-            if auto_create_topics
-            else None,
-            tls=tls_files if all(tls_files) else None,
+            listeners=listeners,
         )
         code = server.serve(options)
     except (server.UsageError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     sys.exit(code)
+
+
+def _given(ctx: click.Context, **values) -> dict:
+    """Those of `values` (by parameter name) given to this run: on the command line, in the
+    environment or in --config, not a default."""
+    return {
+        name: value
+        for name, value in values.items()
+        if ctx.get_parameter_source(name) is not click.ParameterSource.DEFAULT
+    }
 
 
 @main.command()
@@ -274,6 +296,7 @@ def serve(
     type=click.Path(file_okay=False),
     default="quorumlog-dev",
     show_default=True,
+    help="Where the nodes keep their data and logs; delete it to start afresh.",
 )
 @click.option("--base-port", type=click.IntRange(1, 65535 - 7), default=7001, show_default=True)
 @click.option(
@@ -298,8 +321,12 @@ def dev(
     \b
     Example:
       quorumlog dev --nodes 3 --data /tmp/ql --base-port 7001 --kafka-base-port 9092
-    A second run on the same --data restarts the same cluster. The web console of node 1
-    is at http://127.0.0.1:8081/ (--http-base-port).
+    Data and logs go under --data, relative to where dev runs (./quorumlog-dev by default,
+    so `make run` keeps them in the clone): node N's data in DATA/nodeN, its log in
+    DATA/nodeN.log. A second run on the same --data restarts the same cluster, records and
+    topics included; to start afresh, stop dev and delete that folder (rm -rf quorumlog-dev).
+    The web console of node 1 is at http://127.0.0.1:8081/ (--http-base-port). Ctrl-C stops
+    the nodes cleanly; dev refuses to start, naming the port, while another one runs.
     """
     from quorumlog.cli.dev import run_dev
 

@@ -14,6 +14,7 @@ from quorumlog.cli.commands import (
     member_options,
     run_with_client,
 )
+from quorumlog.cli.tables import header_option, print_table
 from quorumlog.client.client import Client
 from quorumlog.client.errors import QuorumLogError
 
@@ -39,23 +40,27 @@ def members(
 @members.command("list")
 @member_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per member.")
-def members_list(options: tuple, as_json: bool) -> None:
+@header_option
+def members_list(options: tuple, as_json: bool, header: bool | None) -> None:
     """Print "ID HOST:PORT voter|learner" per member."""
-    run_with_client(*options, lambda client: _print_members(client, as_json))
+    run_with_client(*options, lambda client: _print_members(client, as_json, header))
 
 
-def _print_members(client: Client, as_json: bool) -> None:
-    statuses = [s for s in client.status() if "config" in s]
+def _print_members(client: Client, as_json: bool, header: bool | None) -> None:
+    # Removed nodes still running answer too, with the configuration they last knew.
+    statuses = [s for s in client.status() if "config" in s and s["role"] != "removed"]
     if not statuses:
         raise QuorumLogError("no member answered")
     leader = next((s for s in statuses if s["role"] == "leader"), statuses[0])
     config = leader["config"]
+    rows = []
     for node_id, address in sorted((int(k), v) for k, v in leader["members"].items()):
         kind = "learner" if node_id in config["learners"] else "voter"
         if as_json:
             click.echo(json.dumps({"node_id": node_id, "address": address, "role": kind}))
-        else:
-            click.echo(f"{node_id} {address} {kind}")
+        rows.append((node_id, address, kind))
+    if not as_json:
+        print_table(("ID", "HOST:PORT", "ROLE"), rows, header)
 
 
 def _change(options: tuple, op: str, **args) -> None:

@@ -65,7 +65,14 @@ def _health_problems(client: Client, statuses: list[dict]) -> list[str]:
 
 
 def status_table(statuses: list[dict]) -> Table:
-    table = Table(title="quorumlog cluster")
+    """Every member's role, term, leader and offsets in the Raft group of partition 0 of
+    the `default` topic (as `status --json`): said in the title, since other partitions
+    have leaders and offsets of their own."""
+    table = Table(
+        title="quorumlog cluster: partition default/0",
+        caption="role, term, leader and offsets are those of partition 0 of topic default "
+        "(other topics: quorumlog topic describe NAME)",
+    )
     for column in ("node", "role", "term", "leader", "commit", "dirty", "flushed", "lag"):
         table.add_column(column, justify="right")
     ends = [s["dirty_offset"] for s in statuses if "dirty_offset" in s]

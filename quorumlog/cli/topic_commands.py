@@ -8,6 +8,7 @@ import json
 import click
 
 from quorumlog.cli.commands import client_option_decorators, member_options, run_with_client
+from quorumlog.cli.tables import header_option, print_table
 from quorumlog.client.client import Client
 from quorumlog.controller.topic_config import ConfigError, changed_settings, parse_assignments
 from quorumlog.log.config import TopicSettings
@@ -64,24 +65,28 @@ def topic_create(
             retention_ms,
             timestamps=timestamps.replace("-", "_"),
         )
-        click.echo(f"created {name}: {partitions} partitions")
+        click.echo(f"created {name}: {partitions} partition{'' if partitions == 1 else 's'}")
+        warn_replicas(replicas)
 
     run_with_client(*options, body)
 
 
 @topic.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per topic.")
+@header_option
 @member_options
-def topic_list(options: tuple, as_json: bool) -> None:
+def topic_list(options: tuple, as_json: bool, header: bool | None) -> None:
     """Print "NAME PARTITIONS REPLICAS" per topic."""
 
     def body(client: Client) -> None:
-        for name, (partitions, replicas) in client.topics(details=True).items():
-            if as_json:
+        topics = client.topics(details=True)
+        if as_json:
+            for name, (partitions, replicas) in topics.items():
                 row = {"topic": name, "partitions": partitions, "replicas": replicas}
                 click.echo(json.dumps(row))
-            else:
-                click.echo(f"{name} {partitions} {replicas}")
+            return
+        rows = [(name, partitions, replicas) for name, (partitions, replicas) in topics.items()]
+        print_table(("NAME", "PARTITIONS", "REPLICAS"), rows, header)
 
     run_with_client(*options, body)
 
@@ -89,21 +94,32 @@ def topic_list(options: tuple, as_json: bool) -> None:
 @topic.command("describe")
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per partition.")
+@header_option
 @member_options
-def topic_describe(options: tuple, name: str, as_json: bool) -> None:
+def topic_describe(options: tuple, name: str, as_json: bool, header: bool | None) -> None:
     """Print "PARTITION LEADER REPLICAS COMMIT_OFFSET" per partition, then the topic's
-    configuration, one "NAME=VALUE" per line (--json: in each partition's "config")."""
+    configuration, one "NAME=VALUE" per line (--json: in each partition's "config").
+    COMMIT_OFFSET is the offset of the partition's last committed record (-1: empty)."""
 
     def body(client: Client) -> None:
         rows = client.describe_topic(name)
-        for row in rows:
-            if as_json:
+        if as_json:
+            for row in rows:
                 click.echo(json.dumps(row))
-                continue
-            leader = "-" if row["leader_id"] is None else row["leader_id"]
-            replicas = ",".join(str(r) for r in row["replicas"])
-            click.echo(f"{row['partition']} {leader} {replicas} {row['commit_offset']}")
-        if rows and not as_json:
+            return
+        table = [
+            (
+                row["partition"],
+                row["leader_id"],
+                ",".join(str(r) for r in row["replicas"]),
+                row["commit_offset"],
+            )
+            for row in rows
+        ]
+        columns = ("PARTITION", "LEADER", "REPLICAS", "COMMIT_OFFSET")
+        if print_table(columns, table, header) and rows:
+            click.echo()  # a person's table, then the settings apart from it
+        if rows:
             for key, value in rows[0]["config"].items():
                 click.echo(f"{key}={value}")
 
@@ -157,8 +173,20 @@ def topic_alter(
             f"altered {name}: {result['partitions']} partitions, {result['replicas']} replicas"
             + (f"; {moving} partitions moving (see `quorumlog partition moves`)" if moving else "")
         )
+        warn_replicas(replicas)
 
     run_with_client(*options, body)
+
+
+def warn_replicas(replicas: int | None) -> None:
+    """Two replicas look like redundancy and are none (issue 45): a partition's leader
+    needs a majority of its replicas, and a majority of 2 is 2."""
+    if replicas == 2:
+        click.echo(
+            "warning: 2 replicas survive no failure: a majority of 2 is 2, so a partition "
+            "has no leader while either of its nodes is down (3 survive one)",
+            err=True,
+        )
 
 
 @topic.command("trim")

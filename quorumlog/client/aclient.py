@@ -8,6 +8,7 @@ broker, which is how a window of appends stays in flight. Use it as
 from __future__ import annotations
 
 import copy
+import enum
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from quorumlog.client.errors import (
 )
 from quorumlog.client.leader_watch import LeaderWatch
 from quorumlog.client.protocol import (
+    ADMIN_ANSWER_MARGIN_S,
     DEFAULT_TOPIC,
     READ_BYTES_MAX,
     STATUS_TIMEOUT_S,
@@ -42,6 +44,7 @@ from quorumlog.client.protocol import (
     batches_of,
     decode_batches,
     members_of,
+    newest_status,
     parse_acks,
     prepare,
     record_list,
@@ -70,6 +73,28 @@ from quorumlog.transport.messages import (
 )
 
 
+class Life(enum.Enum):
+    """Where an `async with` object is in its life: calls are made only while it is OPEN."""
+
+    NEW = "new"  # made, not entered yet
+    OPEN = "open"  # inside its `async with` block
+    CLOSED = "closed"  # its block has ended
+
+
+def check_open(life: Life, what: str) -> None:
+    """A RuntimeError that says how to use `what`, unless it is open."""
+    if life is Life.NEW:
+        raise RuntimeError(
+            f"the {what} is not open: use it as `async with {what}(...) as c:` "
+            "and make calls inside the block"
+        )
+    if life is Life.CLOSED:
+        raise RuntimeError(
+            f"the {what} is closed: its `async with` block has ended "
+            f"(make calls inside `async with {what}(...) as c:`)"
+        )
+
+
 class AsyncClient(TopicCalls, ClientBase):
     def __init__(
         self,
@@ -87,6 +112,7 @@ class AsyncClient(TopicCalls, ClientBase):
         self._connections = BrokerConnections(self.secret, self._ssl_context)
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = None
+        self._life = Life.NEW
         self._leader_watch = LeaderWatch(self.brokers, self._connections.request)
         # Per (topic, partition): where the last `read` ended, and the reply's batches it
         # did not return.
@@ -100,15 +126,19 @@ class AsyncClient(TopicCalls, ClientBase):
                 "blocking quorumlog.Client (in a thread, e.g. asyncio.to_thread), which "
                 "works anywhere"
             )
+        if self._life is Life.OPEN:
+            raise RuntimeError("the AsyncClient is open already: enter it once")
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         self._connections.nursery = self._nursery
         if not self._router.direct:
             self._nursery.start_soon(self._leader_watch.run)
+        self._life = Life.OPEN
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool | None:
         assert self._nursery is not None and self._nursery_manager is not None
+        self._life = Life.CLOSED
         self._nursery.cancel_scope.cancel()
         try:
             return await self._nursery_manager.__aexit__(exc_type, exc, tb)
@@ -128,6 +158,12 @@ class AsyncClient(TopicCalls, ClientBase):
         topic: str = DEFAULT_TOPIC,
         partition: int | None = None,
     ) -> int | AppendResult | None:
+        """Append `records` as one batch to one partition of `topic`: `partition`, or (None)
+        the partition of the first record's key, or, unkeyed, the next partition in turn:
+        round robin per call (one call, one partition; `append_spread` spreads the records
+        of one call). Returns the offset of the first record (None with acks="none"; an
+        `AppendResult` with details). `acks`: "quorum" (or Kafka's "all"), "leader", "none"."""
+        check_open(self._life, "AsyncClient")
         records = record_list(records)
         prepared = prepare(records)
         level = parse_acks(acks)
@@ -138,6 +174,52 @@ class AsyncClient(TopicCalls, ClientBase):
         send = partial(self._send_append, level, topic, partition)
         replies = await self._batcher.append((topic, partition, level), prepared, send, deadline)
         return append_result(replies, details, topic, partition)
+
+    async def append_spread(
+        self,
+        records: Iterable[bytes | Record],
+        acks: str = "quorum",
+        topic: str = DEFAULT_TOPIC,
+    ) -> list[AppendResult] | None:
+        """Append `records` spread over the partitions of `topic` record by record, as a
+        Kafka producer's sends are: a keyed record to its key's partition (the same as
+        `append` with that key first), unkeyed ones round robin, record by record. Each
+        partition's share is one append, in the order given (atomic within that partition),
+        the shares sent together. Returns an `AppendResult` per partition written, by
+        partition (None with acks="none"). Not atomic across partitions: an error (the
+        first one) means the other shares may have been written."""
+        check_open(self._life, "AsyncClient")
+        records = record_list(records)
+        prepared = prepare(records)  # every record checked before any is sent
+        level = parse_acks(acks)
+        deadline = partial(Deadline, self.timeout, trio.current_time() + self.timeout)
+        count = await self._count_within(topic, deadline)
+        shares: dict[int, list[Prepared]] = {}
+        for partition, record in zip(
+            self._partitions_of(topic, records, count), prepared, strict=True
+        ):
+            shares.setdefault(partition, []).append(record)
+        replies: dict[int, list[AppendReply]] = {}
+        errors: list[Exception] = []
+
+        async def append_share(partition: int) -> None:
+            send = partial(self._send_append, level, topic, partition)
+            lane = (topic, partition, level)
+            try:
+                replies[partition] = await self._batcher.append(
+                    lane, shares[partition], send, deadline
+                )
+            except Exception as exc:  # the others go on: each share is its own append
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for partition in shares:
+                nursery.start_soon(append_share, partition)
+        if errors:
+            raise errors[0]
+        if level is Acks.NONE:
+            return None
+        return [append_result(replies[p], True, topic, p) for p in sorted(replies)]
 
     async def _append_each(
         self,
@@ -238,6 +320,7 @@ class AsyncClient(TopicCalls, ClientBase):
         """Committed records from `offset` on. A reply holds up to 1 MiB of batches; what a
         call does not return is kept and answers the next call that reads on from where this
         one ended (a loop over small records makes one request a MiB, not one a call)."""
+        check_open(self._life, "AsyncClient")
         route = (topic, partition)
         unread = self._unread.pop(route, None)
         records: list[Record] = []
@@ -331,7 +414,10 @@ class AsyncClient(TopicCalls, ClientBase):
     async def admin(self, op: str, **args) -> dict:
         """A membership change or a leadership transfer; returns when it is done (committed),
         retrying while another change or a transfer is under way, until the timeout."""
-        request = AdminRequest(op, {**args, "timeout_s": self.timeout})
+        # The leader gives up a little before this call does, so that its answer (which
+        # step failed, which node it cannot reach) arrives in time to be told.
+        leader_wait_s = max(self.timeout - min(ADMIN_ANSWER_MARGIN_S, self.timeout / 5), 0.1)
+        request = AdminRequest(op, {**args, "timeout_s": leader_wait_s})
         with self._deadline():
             # A membership change may take long (a learner catching up): no per-try cap.
             reply = await self._call(request, to_leader=True, bounded=False, as_retry=admin_retry)
@@ -345,6 +431,10 @@ class AsyncClient(TopicCalls, ClientBase):
         return (await self.group_call("list", ""))["groups"]
 
     async def describe_group(self, name: str) -> dict:
+        """The group's mode, members and, per partition, "committed" (the next offset it
+        reads), "end" (the offset of the partition's last record, -1 when empty, as
+        `end_offset()`), "next_offset" (Kafka's end: the offset the next record takes) and
+        "lag" (records not read yet: next_offset - committed)."""
         return await self.group_call("describe", name)
 
     async def reset_offsets(
@@ -378,27 +468,47 @@ class AsyncClient(TopicCalls, ClientBase):
         return count
 
     async def status(self) -> list[dict]:
-        """As `Client.status`: the members are asked together."""
+        """As `Client.status`: the brokers given and the members are asked together, and
+        the answer with the newest cluster configuration names the members (a removed
+        node still running knows an old one: quorumlog/client/protocol.py)."""
         with self._deadline():
             first = await self._call(StatusRequest(), to_leader=False)
         assert isinstance(first, StatusReply)
-        others = members_of(first.status)
-        others.pop(first.status["node_id"], None)
-        answers: dict[int, dict] = {}
+        answers: dict[int, dict] = {first.status["node_id"]: first.status}
+        asked = {first.status["node_id"]}
+        asked_addresses: set[str] = set()
 
-        async def ask(node_id: int, address: str) -> None:
+        async def ask(address: str, node_id: int | None) -> None:
             try:
                 reply = await self._connections.request(address, StatusRequest())
             except (QuorumLogError, ConnectionClosed):
                 return
-            if isinstance(reply, StatusReply):
-                answers[node_id] = reply.status
+            if not isinstance(reply, StatusReply) or "node_id" not in reply.status:
+                return
+            if node_id is None or reply.status["node_id"] == node_id:
+                answers[reply.status["node_id"]] = reply.status
 
         with trio.move_on_after(min(STATUS_TIMEOUT_S, self.timeout)):
-            async with trio.open_nursery() as nursery:
-                for node_id, address in others.items():
-                    nursery.start_soon(ask, node_id, address)
-        return status_rows(first.status, answers)
+            # The brokers given too: one of them may be a member the first answer does not
+            # know of (it was removed before that member was added).
+            wanted = {address: None for address in self._router.brokers}
+            while True:
+                newest = newest_status(answers.values())
+                for node_id, address in members_of(newest).items():
+                    if node_id not in asked:
+                        wanted[address] = node_id
+                wanted = {a: n for a, n in wanted.items() if a not in asked_addresses}
+                if not wanted:
+                    break
+                async with trio.open_nursery() as nursery:
+                    for address, node_id in wanted.items():
+                        asked_addresses.add(address)
+                        if node_id is not None:
+                            asked.add(node_id)
+                        nursery.start_soon(ask, address, node_id)
+                asked.update(answers)
+                wanted = {}
+        return status_rows(newest_status(answers.values()), answers)
 
     # ------------------------------------------------------------------- plumbing
 
@@ -414,12 +524,14 @@ class AsyncClient(TopicCalls, ClientBase):
         as_retry: Callable[[Message], Message] | None = None,
     ) -> Message:
         """`as_retry`: the message to send after a try whose outcome is unknown."""
+        check_open(self._life, "AsyncClient")
         route = route_of(message)
         attempts = self._router.call(route)
         # Calls a partition's leader must answer are watched (quorumlog/client/leader_watch.py).
         watched = to_leader and not self._router.direct and isinstance(message, WATCHED)
         while True:
             address = attempts.pick(to_leader)
+            attempts.asking(address)
             unknown = False  # whether this try may have done its work unseen
             # A node that went silent (paused, cut off) must not hold the whole call.
             with trio.move_on_after(self.attempt_s if bounded else math.inf) as attempt:

@@ -78,12 +78,22 @@ class Client:
         topic: str = DEFAULT_TOPIC,
         partition: int | None = None,
     ) -> int | AppendResult | None:
-        """Append records, as one batch, to one partition of `topic` (None: by the first
-        record's key, round robin if unkeyed); returns the offset of the first (None with
-        acks="none")."""
+        """Append records, as one batch, to one partition of `topic`: `partition`, or
+        (None) the first record's key's, or unkeyed, the next partition in turn: round
+        robin per call, each call one partition (`append_spread` spreads the records of
+        one call). Returns the offset of the first (None with acks="none"; an
+        `AppendResult` with details). `acks`: "quorum" (or Kafka's "all"), "leader", "none"."""
         return self._loop.run_together(
             self._client._append_each, (acks, topic, partition), (record_list(records), details)
         )
+
+    def append_spread(
+        self, records: Iterable[bytes | Record], acks: str = "quorum", topic: str = DEFAULT_TOPIC
+    ) -> list[AppendResult] | None:
+        """Append `records` spread over the partitions of `topic` record by record: keyed
+        ones by their key, unkeyed ones round robin (see `AsyncClient.append_spread`).
+        Returns an `AppendResult` per partition written (None with acks="none")."""
+        return self._loop.run(self._client.append_spread, record_list(records), acks, topic)
 
     def read(
         self,

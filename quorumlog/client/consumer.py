@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import trio
 
-from quorumlog.client.aclient import AsyncClient
+from quorumlog.client.aclient import AsyncClient, Life, check_open
 from quorumlog.client.errors import (
     CallTimeoutError,
     NotMemberError,
@@ -103,8 +103,11 @@ class AsyncConsumer:
         self._arrived = trio.Event()  # set when a fetch task buffered records
         self._nursery: trio.Nursery | None = None
         self._stack = contextlib.AsyncExitStack()
+        self._life = Life.NEW
 
     async def __aenter__(self) -> AsyncConsumer:
+        if self._life is Life.OPEN:
+            raise RuntimeError("the AsyncConsumer is open already: enter it once")
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(self._client)
             await self._join()
@@ -113,9 +116,11 @@ class AsyncConsumer:
             nursery.start_soon(self._heartbeats)
             stack.callback(nursery.cancel_scope.cancel)
             self._stack = stack.pop_all()
+        self._life = Life.OPEN
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool | None:
+        self._life = Life.CLOSED
         return await self._stack.__aexit__(exc_type, exc, tb)
 
     # ------------------------------------------------------------------- the API
@@ -147,12 +152,23 @@ class AsyncConsumer:
             await self._commit(list(self._fetches))
 
     async def ack(self, record: Record) -> None:
-        """Queue mode: `record` is done; sent with the next poll or commit."""
-        self._leases.settle(record, "ack")
+        """Queue mode: `record` is done; sent with the next poll or commit. (Stream mode
+        has no acks: `commit` the position after what `poll` returned.)"""
+        self._settle(record, "ack")
 
     async def release(self, record: Record) -> None:
         """Queue mode: hand `record` back at once, for any member (itself included)."""
-        self._leases.settle(record, "release")
+        self._settle(record, "release")
+
+    def _settle(self, record: Record, outcome: str) -> None:
+        check_open(self._life, "AsyncConsumer")
+        if self.mode != "queue":
+            raise QuorumLogError(
+                f'{outcome} is for queue mode only (Consumer(..., mode="queue")): this '
+                f"consumer of group {self.group!r} is in {self.mode} mode, where commit() "
+                "makes the position after the polled records durable"
+            )
+        self._leases.settle(record, outcome)
 
     async def assignment(self) -> list[TopicPartition]:
         """The partitions this member consumes now (in queue mode, every one)."""
@@ -179,6 +195,7 @@ class AsyncConsumer:
             pause = min(pause * 2, LEASE_PAUSE_S_MAX)
 
     def _check(self) -> None:
+        check_open(self._life, "AsyncConsumer")
         if self._failure is not None:
             raise self._failure
 
@@ -260,18 +277,23 @@ class AsyncConsumer:
             # have new owners. Stop consuming until it answers again.
             self._stop_all()
             return
+        # What the coordinator said when this began: the heartbeat may bring a new answer
+        # while a commit or a start position is awaited (one with a partition fewer: a
+        # KeyError once, under bench soak). A partition started that is no longer ours is
+        # released at the next poll.
+        granted = dict(self._granted)
         revoked = [tp for tp in self._fetches if tp not in self._target]
         if revoked:
             await self._commit(revoked)
             for tp in revoked:
                 self._drop(self._fetches.pop(tp))
-        started = [tp for tp in self._granted if tp not in self._fetches]
+        started = [tp for tp in granted if tp not in self._fetches]
         self._read_ahead.partitions = len(self._fetches) + len(started)
         for tp in started:
-            position = await self._start_position(tp, self._granted[tp])
+            position = await self._start_position(tp, granted[tp])
             fetch = PartitionFetch(*tp, position, self._read_ahead)
             self._fetches[tp] = fetch
-            self._committed[tp] = self._granted[tp]
+            self._committed[tp] = granted[tp]
             assert self._nursery is not None
             self._nursery.start_soon(fetch.run, self._client, self._arrived_now, self._failed)
         if revoked or started:

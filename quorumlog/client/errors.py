@@ -53,3 +53,22 @@ class UnknownTopicError(QuorumLogError):
 
 class NotMemberError(QuorumLogError):
     """A consumer is no longer a member of its group (it left, or its session expired)."""
+
+
+class RefusedError(QuorumLogError):
+    """The cluster refused the call as asked: its arguments (a bad name, more replicas than
+    nodes, fewer partitions than now), or the state it found. Sent again unchanged it is
+    refused again. The subclasses below are the refusals a program acts on."""
+
+
+class TopicExistsError(RefusedError):
+    """`create_topic` of a name that is taken (Kafka's TopicExistsException)."""
+
+
+class UnknownGroupError(RefusedError):
+    """No such consumer group (describe, reset or delete one that was never used)."""
+
+
+class GroupActiveError(RefusedError):
+    """The consumer group has active members: stop them first (`reset_offsets`,
+    `delete_group`)."""

@@ -2,10 +2,13 @@
 lands in the same partition whichever client (or protocol) wrote it.
 
 Keyed: murmur2 of the key, made positive, modulo the partition count. Unkeyed: round robin
-per topic, by the client that appends.
+per topic, by the client that appends: per call for `append` (one call is one batch in one
+partition, placed by its first record), per record for `append_spread`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 _MASK = 0xFFFFFFFF
 _M = 0x5BD1E995
@@ -39,3 +42,16 @@ def murmur2(data: bytes) -> int:
 
 def partition_of_key(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def spread(keys: Sequence[bytes | None], partitions: int, turn: int) -> tuple[list[int], int]:
+    """Each record's partition, by its own key (as `partition_of_key`), and the unkeyed in
+    turn from `turn` (round robin per record); and the turn after them."""
+    out = []
+    for key in keys:
+        if key is None:
+            out.append(turn % partitions)
+            turn += 1
+        else:
+            out.append(partition_of_key(key, partitions))
+    return out, turn

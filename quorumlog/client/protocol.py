@@ -18,7 +18,7 @@ from quorumlog.client.errors import (
     QuorumLogError,
     TooLargeError,
 )
-from quorumlog.client.partitioner import partition_of_key
+from quorumlog.client.partitioner import partition_of_key, spread
 from quorumlog.client.routing import Router
 from quorumlog.log.batch import BatchError, BatchType, parse_batch, split_batches
 from quorumlog.log.records import batch_records, make_data_batch
@@ -36,7 +36,8 @@ from quorumlog.transport.messages import (
 from quorumlog.transport.tls import TlsSetupError, client_context
 
 DEFAULT_TOPIC = "default"
-ACKS = {"quorum": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
+# "all" is Kafka's name for quorum (the CLI's --acks takes it too).
+ACKS = {"quorum": Acks.QUORUM, "all": Acks.QUORUM, "leader": Acks.LEADER, "none": Acks.NONE}
 BATCH_BYTES_MAX = 1024 * 1024  # records per batch, before compression
 RECORD_BYTES_MAX = 4 * 1024 * 1024
 READ_BYTES_MAX = 1024 * 1024
@@ -70,6 +71,9 @@ class AppendResult:
 # went silent (paused, cut off) must not hold a whole call.
 ATTEMPT_S = 2.0
 STATUS_TIMEOUT_S = 2.0  # the longest `status` waits for the members (asked together)
+# How much sooner than the client the leader gives up a membership change: its answer
+# says why (which step, which node it cannot reach), a client's own timeout cannot.
+ADMIN_ANSWER_MARGIN_S = 0.5
 
 
 def read_secret_file(path: str) -> bytes:
@@ -85,14 +89,41 @@ def read_secret_file(path: str) -> bytes:
     return secret
 
 
-def parse_brokers(brokers: str | Sequence[str]) -> list[str]:
-    items = brokers.split(",") if isinstance(brokers, str) else list(brokers)
+BROKERS_WANTED = "a 'HOST:PORT,HOST:PORT' str or a list of 'HOST:PORT' strs"
+
+
+def parse_brokers(brokers: str | Iterable[str]) -> list[str]:
+    """The brokers as a list of "HOST:PORT", checked once, before any dial: a TypeError
+    (not text) or a ValueError (text, but not HOST:PORT) that shows what was given."""
+    if isinstance(brokers, str):
+        items = brokers.split(",")
+    elif isinstance(brokers, bytes | bytearray | memoryview) or not isinstance(brokers, Iterable):
+        raise TypeError(f"brokers is {BROKERS_WANTED}, not {_shown(brokers)}")
+    else:
+        items = list(brokers)
+        for item in items:
+            if not isinstance(item, str):
+                raise TypeError(
+                    f"brokers is {BROKERS_WANTED}, not {_shown(items)} "
+                    f"({item!r:.40} is {type(item).__name__})"
+                )
     out = [b.strip() for b in items if b.strip()]
     if not out:
-        raise QuorumLogError("no brokers given")
+        raise ValueError(f"no brokers given ({brokers!r:.80}): {BROKERS_WANTED} is needed")
     for broker in out:
-        parse_address(broker)  # ValueError: "not a HOST:PORT address", before any dial
+        try:
+            parse_address(broker)
+        except ValueError:
+            example = f"{broker}:7001" if ":" not in broker else "127.0.0.1:7001"
+            raise ValueError(
+                f"broker {broker!r:.80} is not HOST:PORT (such as {example!r}); "
+                f"brokers is {BROKERS_WANTED}"
+            ) from None
     return out
+
+
+def _shown(value: object) -> str:
+    return f"{value!r:.80} ({type(value).__name__})"
 
 
 def parse_acks(acks: str) -> Acks:
@@ -315,20 +346,47 @@ def records_at(
 
 
 def members_of(status: dict) -> dict[int, str]:
-    """node id -> address of every member, from one node's status."""
-    return {int(k): v for k, v in status.get("members", {}).items()}
+    """node id -> address of every member, from one node's status: the cluster's
+    configuration as that node knows it (its controller's), else (a node of an older
+    version) the configuration of its replica of `default`."""
+    members = status.get("cluster_members") or status.get("members", {})
+    return {int(k): v for k, v in members.items()}
 
 
-def status_rows(first: dict, answers: dict[int, dict]) -> list[dict]:
-    """`status`: one row per member in id order, from the node asked first and the others'
-    `answers`; a member that did not answer in time is unreachable. The node asked first
-    is listed even when its own configuration leaves it out (it is joining)."""
-    ids = sorted({first["node_id"], *members_of(first)})
-    unreachable = {"error": "unreachable"}
-    return [
-        first if i == first["node_id"] else answers.get(i, {"node_id": i, **unreachable})
-        for i in ids
-    ]
+def status_order(status: dict) -> tuple:
+    """How current one node's view of the cluster is: a node that knows itself removed
+    last, then by where the cluster's configuration it knows sits in the controller's
+    log (the same order on every node), then the controller's leader, then a leader."""
+    return (
+        not status.get("removed", False),
+        status.get("cluster_config_offset", -1),
+        status.get("controller_id") == status.get("node_id"),
+        status.get("role") == "leader",
+        status.get("term", -1),
+    )
+
+
+def newest_status(statuses: Iterable[dict]) -> dict:
+    """The answer whose view of the cluster is the newest (`status_order`)."""
+    return max(statuses, key=status_order)
+
+
+def status_rows(newest: dict, answers: dict[int, dict]) -> list[dict]:
+    """`status`: one row per member in id order, the members as the `newest` answer names
+    them (`newest_status`), each from `answers` (node id -> status), unreachable if it
+    did not answer in time. Nodes that answered and are not members are listed too: a
+    node that was a member (it knows a cluster configuration) as `removed`, whatever
+    its own old configuration says; a node that never was, as it answered (it is
+    joining)."""
+    answers = {newest["node_id"]: newest, **answers}
+    members = members_of(newest)
+    rows = {i: answers.get(i, {"node_id": i, "error": "unreachable"}) for i in members}
+    for node_id, status in answers.items():
+        if node_id in rows:
+            continue
+        was_member = status.get("cluster_config_offset", 0 if status.get("config") else -1) >= 0
+        rows[node_id] = {**status, "role": "removed", "removed": True} if was_member else status
+    return [rows[i] for i in sorted(rows)]
 
 
 class ClientBase:
@@ -374,7 +432,8 @@ class ClientBase:
         self._next_unkeyed: dict[str, int] = {}
 
     def _partition_for(self, topic: str, records: Sequence[bytes | Record], count: int) -> int:
-        """Kafka's default partitioner: the first record's key, round robin if unkeyed."""
+        """Kafka's default partitioner for a call: the first record's key, round robin (per
+        call) if unkeyed."""
         first = records[0] if records else None
         key = first.key if isinstance(first, Record) else None
         if key is not None:
@@ -382,6 +441,16 @@ class ClientBase:
         turn = self._next_unkeyed.get(topic, self._router.rng.randrange(count))
         self._next_unkeyed[topic] = turn + 1
         return turn % count
+
+    def _partitions_of(
+        self, topic: str, records: Sequence[bytes | Record], count: int
+    ) -> list[int]:
+        """Each record's partition (`append_spread`): its own key's, round robin per record
+        if unkeyed, taking turns with the unkeyed calls of `_partition_for`."""
+        keys = [r.key if isinstance(r, Record) else None for r in records]
+        turn = self._next_unkeyed.get(topic, self._router.rng.randrange(count))
+        out, self._next_unkeyed[topic] = spread(keys, count, turn)
+        return out
 
 
 # Calls whose partition leader the client watches while it waits (quorumlog/client/leader_watch.py).

@@ -5,17 +5,22 @@ call (`error_from`)."""
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Hashable
 
 from quorumlog.client.errors import (
     CallTimeoutError,
+    GroupActiveError,
     NotLeaderError,
     NotMemberError,
     OffsetOutOfRangeError,
     OutcomeUnknownError,
     QuorumLogError,
+    RefusedError,
     TooLargeError,
+    TopicExistsError,
+    UnknownGroupError,
     UnknownTopicError,
     UnreachableError,
 )
@@ -29,6 +34,7 @@ from quorumlog.transport.messages import (
     PartitionCall,
 )
 
+NO_ANSWER = "no broker answered"
 BACKOFF_S_MIN = 0.02
 BACKOFF_S_MAX = 0.25  # about an election's worth: rediscovery is quick
 
@@ -49,8 +55,25 @@ def error_from(reply: ErrorReply) -> QuorumLogError:
             return UnknownTopicError(reply.message)
         case ErrorCode.NOT_MEMBER:
             return NotMemberError(reply.message)
+        case ErrorCode.REFUSED:
+            return refusal(reply.message)
         case _:
             return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
+
+
+# The refusals a program acts on, each its own class. The nodes refuse with one code and a
+# message (controller/state.py, consumers/state.py); these are their words.
+REFUSALS: tuple[tuple[re.Pattern[str], type[RefusedError]], ...] = (
+    (re.compile(r"topic '.*' exists"), TopicExistsError),
+    (re.compile(r"unknown group '.*'"), UnknownGroupError),
+    (re.compile(r"group '.*' has (\d+ )?active (Kafka )?member"), GroupActiveError),
+)
+
+
+def refusal(message: str) -> RefusedError:
+    """A REFUSED reply as its error (the text as before: "refused: <why>")."""
+    kind = next((k for pattern, k in REFUSALS if pattern.match(message)), RefusedError)
+    return kind(f"refused: {message}")
 
 
 # Leadership moved, is moving, or another change is under way: ask again, the leader of
@@ -111,7 +134,7 @@ class Attempts:
         self._refused_since: float | None = None  # the first of the refusals in a row
         self._tried: list[str] = []
         self._fresh_hint = False
-        self.problem = "no broker answered"  # why the last try did not end the call
+        self.problem = NO_ANSWER  # why the last try did not end the call
 
     def _just_failed(self, address: str | None) -> bool:
         failed_at = self._failed.get(address) if address is not None else None
@@ -131,6 +154,12 @@ class Attempts:
             address = untried[0] if untried else router.rng.choice(alive)
         self._tried.append(address)
         return address
+
+    def asking(self, address: str) -> None:
+        """A try at `address` begins: if the call's time runs out before it answers, that
+        is why (not "no broker answered": one did not answer yet)."""
+        if self.problem == NO_ANSWER:
+            self.problem = f"{address} did not answer in time"
 
     def on_reply(self, address: str, reply) -> bool:
         """True if the reply is the answer; False to try again; raises a definite error.

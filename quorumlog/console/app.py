@@ -140,7 +140,19 @@ class Console:
         return await self._page(request, lambda: self.data.topic(name), render)
 
     async def _messages(self, request: Request, args: dict) -> Response:
+        """A page of records; a key search (the form on any partition's page) goes to the
+        partition the key hashes to, unless `here` pins the one asked (records a producer
+        put in a partition of its choice). /api/ searches the partition its path names."""
         name, partition = args["name"], args["partition"]
+        key = request.query.get("key")
+        if key and not request.query.get("here"):
+            try:
+                hashed = await self.data.key_partition(name, key)
+            except QuorumLogError as exc:
+                return self._page_error(_status_of(exc), str(exc))
+            if str(hashed) != partition.strip():
+                where = pages.messages_url(name, hashed, **request.query)
+                return Response(303, b"", "text/plain", [("location", where)])
         return await self._page(
             request, lambda: self.data.messages(name, partition, request.query), pages.messages_page
         )

@@ -13,6 +13,7 @@ import json
 from quorumlog.cli.times import parse_time_ms
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.errors import QuorumLogError
+from quorumlog.client.partitioner import partition_of_key
 from quorumlog.client.protocol import AppendResult, Record
 
 PAGE_RECORDS = 50  # records on one page of messages
@@ -46,7 +47,8 @@ class ConsoleData:
             addresses.update(m.get("members", {}))
         for m in members:
             m.setdefault("address", addresses.get(str(m["node_id"])))
-        up = [m for m in members if "error" not in m]
+        # A removed node still running knows only an old configuration: not counted.
+        up = [m for m in members if "error" not in m and m.get("role") != "removed"]
         topics = await self.client.topics(details=True)
         partitions = sum(count for count, _ in topics.values())
         controller = next((m["controller_id"] for m in up if m["controller_id"]), None)
@@ -101,6 +103,8 @@ class ConsoleData:
             "from_offset": position,
             "next_offset": next_offset,
             "key": key,
+            # Where Kafka's default partitioner (every client's) puts records of this key.
+            "key_partition": None if key is None else partition_of_key(key.encode(), count),
             "limit": limit,
             "scanned": scanned,
             "records": [record_json(r) for r in records],
@@ -151,6 +155,10 @@ class ConsoleData:
             size += sum(len(r.value) for r in matched[:room])
         return found, position, scanned
 
+    async def key_partition(self, name: str, key: str) -> int:
+        """The partition records of `key` go to unless their producer chose another."""
+        return partition_of_key(key.encode(), await self._partition_count(name))
+
     async def _partition_count(self, name: str) -> int:
         topics = await self.client.topics()
         if name not in topics:
@@ -162,7 +170,8 @@ class ConsoleData:
         return await self.client.groups()
 
     async def group(self, name: str) -> dict:
-        """As the client's `describe_group`, with the lag of every partition summed."""
+        """As `group describe --json` (each partition's "end" its last offset, with
+        "next_offset" Kafka's end), with the lag of every partition summed."""
         if name not in {g["group"] for g in await self.client.groups()}:
             raise NotFound(f"unknown group {name!r}")
         described = await self.client.describe_group(name)

@@ -8,6 +8,7 @@ reload and without a second renderer in the browser.
 
 from __future__ import annotations
 
+import re
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -23,6 +24,7 @@ def live_ms(rows: int) -> int:
 
 
 VALUE_CHARS_SHOWN = 64 * 1024  # of one value on a page; /api/ gives it whole
+_LINE_BREAKS = re.compile("[\n\t]")  # shown as they are; other unprintables as \xNN
 
 
 def esc(value: object) -> str:
@@ -100,9 +102,11 @@ def error_page(node_id: int, status: int, message: str) -> str:
 
 def cluster_page(node_id: int, cluster: dict) -> str:
     members = cluster["members"]
-    up = sum("error" not in m for m in members)
+    # Removed nodes that still run are listed, not counted.
+    counted = [m for m in members if m.get("role") != "removed"]
+    up = sum("error" not in m for m in counted)
     cards = [
-        ("Members up", f"{up} / {len(members)}", up < len(members)),
+        ("Members up", f"{up} / {len(counted)}", up < len(counted)),
         ("Controller leader", _node(cluster["controller_id"]), cluster["controller_id"] is None),
         ("Topics", cluster["topics"], False),
         ("Partitions", cluster["partitions"], False),
@@ -220,7 +224,7 @@ def _produce_form(name: str, partitions: int) -> str:
 <form class="produce" method="post" action="{esc(topic_url(name))}/produce">
 <label>Key <input name="key" autocomplete="off"></label>
 <label>Partition <input name="partition" type="number" min="0" max="{partitions - 1}"
- placeholder="by key"></label>
+ placeholder="by key" class="partition"></label>
 <label class="wide">Value <textarea name="value" rows="4" required></textarea></label>
 <button type="submit">Produce</button></form>"""
 
@@ -258,11 +262,7 @@ def messages_page(node_id: int, page: dict) -> str:
 <label>Last <input name="last" type="number" min="1" placeholder="{limit}"></label>
 <label>Key <input name="key" value="{esc(page["key"])}" autocomplete="off"></label>
 <button type="submit">Show</button></form>"""
-    scanned = (
-        f'<p class="muted">Searched {page["scanned"]} records for key {esc(page["key"])}.</p>'
-        if page["key"] is not None
-        else ""
-    )
+    scanned = _searched(page) if page["key"] is not None else ""
     about = (
         f'<p class="muted">Partition {esc(partition)} of {_link(topic_url(name), name)}: '
         f"offsets {esc(start)} to {esc(end)}.</p>"
@@ -272,14 +272,30 @@ def messages_page(node_id: int, page: dict) -> str:
     return layout(f"{name} / {partition}", node_id, body, "Topics")
 
 
+def _searched(page: dict) -> str:
+    """Which partition a key search read, and where the key's records go."""
+    name, partition, key = page["topic"], page["partition"], page["key"]
+    hashed = page.get("key_partition")
+    text = f"Searched {esc(page['scanned'])} records of partition {esc(partition)} for key "
+    text += f"<code>{_shown(key, 'utf-8')}</code>"
+    if hashed == partition:
+        text += ", the partition this key hashes to (where clients put its records)."
+    elif hashed is not None:
+        elsewhere = _link(messages_url(name, hashed, key=key), f"partition {hashed}")
+        text += f": this key hashes to {elsewhere} (where clients put its records)."
+    return f'<p class="muted search">{text}</p>'
+
+
 def _record_row(r: dict) -> str:
     headers = "".join(
         f'<div class="header">{esc(h["name"])}: {_shown(h["value"], h["value_encoding"])}</div>'
         for h in r["headers"]
     )
     value = r.get("value_pretty") or r["value"]
-    if value is not None and len(value) > VALUE_CHARS_SHOWN:
-        value = f"{value[:VALUE_CHARS_SHOWN]}… ({len(value) - VALUE_CHARS_SHOWN} more: see /api/)"
+    more = ""
+    if value is not None and len(value) > VALUE_CHARS_SHOWN:  # hex: an even cut, whole bytes
+        more = esc(f"… ({len(value) - VALUE_CHARS_SHOWN} more: see /api/)")
+        value = value[:VALUE_CHARS_SHOWN]
     return (
         f'<tr data-offset="{esc(r["offset"])}">'
         + _cells(
@@ -287,18 +303,43 @@ def _record_row(r: dict) -> str:
             f'<span title="{esc(r["timestamp_ms"])}">{esc(r["timestamp"])}</span>',
             _shown(r["key"], r["key_encoding"]),
             headers,
-            f'<pre class="value">{_shown(value, r["value_encoding"])}</pre>',
+            f'<pre class="value">{_shown(value, r["value_encoding"])}{more}</pre>',
         )
         + "</tr>"
     )
 
 
 def _shown(text: str | None, encoding: str | None) -> str:
+    """Bytes as text where they print; every other byte as `\\xNN`, set apart from the
+    text (so a control character is not an empty box, and a value whose text is a
+    backslash and an x is told from one). Bytes that are not UTF-8 (`encoding` "hex": the
+    JSON's hex string) show the same way, their UTF-8 stretches as text."""
     if text is None:
         return '<span class="muted">null</span>'
     if encoding == "hex":
-        return f'<span class="hex" title="not UTF-8: shown as hex">{esc(text)}</span>'
-    return esc(text)
+        decoded = bytes.fromhex(text).decode("utf-8", "surrogateescape")
+        return f'<span class="hex" title="not UTF-8">{_escaped(decoded)}</span>'
+    return _escaped(text)
+
+
+def _escaped(text: str) -> str:
+    if all(line.isprintable() for line in _LINE_BREAKS.split(text)):
+        return esc(text)  # the common case, without a step per character
+    out: list[str] = []
+    plain = 0  # start of the run of printable characters not yet written
+    for i, ch in enumerate(text):
+        if ch.isprintable() or ch in "\n\t":
+            continue
+        out.append(esc(text[plain:i]))
+        if "\udc80" <= ch <= "\udcff":  # a byte that is not UTF-8 (surrogateescape)
+            data, title = bytes([ord(ch) - 0xDC00]), "not UTF-8"
+        else:
+            data, title = ch.encode("utf-8", "surrogatepass"), f"U+{ord(ch):04X}"
+        shown = "".join(f"\\x{b:02x}" for b in data)
+        out.append(f'<span class="byte" title="{title}">{shown}</span>')
+        plain = i + 1
+    out.append(esc(text[plain:]))
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- groups
@@ -353,6 +394,12 @@ def group_page(node_id: int, group: dict, dead_letters: list[str]) -> str:
     partitions = _table(
         ["Topic", "Partition", "Committed", "End", "Lag", last], rows, "No partitions.", "lag"
     )
+    if group["partitions"]:
+        partitions += (
+            '<p class="muted">End: the offset of the last record (as on the topic page). '
+            "Committed: the next offset the group reads (Kafka's position), so a group that "
+            "read everything shows End + 1 and lag 0.</p>"
+        )
     summary = (
         f'<div class="cards"><div class="card"><div class="label">Mode</div>'
         f'<div class="value">{esc(group["mode"])}</div></div>'

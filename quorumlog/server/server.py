@@ -14,8 +14,8 @@ import socket
 import sys
 import time
 import tomllib
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import structlog
@@ -26,7 +26,6 @@ from quorumlog.actors.node import Node
 from quorumlog.actors.shutdown import hand_over_leadership
 from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.worker import WorkerThread
-from quorumlog.console.options import HttpOptions
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
@@ -39,6 +38,7 @@ from quorumlog.membership.config import Configuration
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.server.allocator import keep_freed_memory
 from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
+from quorumlog.server.listeners import Listeners, Restored, record, restore, setting_of
 from quorumlog.transport.addresses import is_loopback, parse_address
 from quorumlog.transport.tcp import open_tcp_transport
 from quorumlog.transport.tls import TlsSetupError, client_context, server_context
@@ -67,16 +67,11 @@ class ServeOptions:
     settings: RaftSettings
     log_config: LogConfig
     repair: bool = False
-    # The console, /api/ and /metrics (quorumlog/console/); None: no HTTP listener.
-    http: HttpOptions | None = None
     join: bool = False
-    kafka_listen: str | None = None
-    # A Kafka client's Metadata for an unknown topic creates it with (partitions, replicas),
-    # as Kafka's auto.create.topics.enable; None: it stays unknown.
-    auto_create: tuple[int, int] | None = None
-    # (certificate, key, CA) in PEM files: TLS with mutual authentication for peers and
-    # clients (transport/tls.py); None: plain TCP.
-    tls: tuple[str, str, str] | None = None
+    # The Kafka listener, the console (/, /api/, /metrics) and what they need (auto-create,
+    # TLS files), by the names of `Listeners`: those given to this run (flag, environment or
+    # --config); the others are those recorded in the data directory (server/listeners.py).
+    listeners: Mapping[str, Any] = field(default_factory=dict)
 
 
 # The [node] table of a --config file: TOML key -> serve's parameter.
@@ -187,42 +182,18 @@ def serve(options: ServeOptions) -> int:
             warning="anyone who can reach this address can read and write the log: "
             "set --secret-file",
         )
-    if (
-        options.http
-        and options.secret is None
-        and not is_loopback(parse_address(options.http.listen)[0])
-    ):
-        logger.warning(
-            "no_secret_on_open_console",
-            http_listen=options.http.listen,
-            warning="anyone who can reach this address can read the log in the console: "
-            "set --secret-file",
-        )
     if options.join and options.peers:
         raise UsageError("--join and --peers exclude each other: a joining node is added later")
-    if options.kafka_listen is not None:
-        parse_address(options.kafka_listen)
-    if options.tls is not None:
-        try:  # a file that cannot be used stops the node now, with one line
-            server_context(*options.tls)
-        except TlsSetupError as exc:
-            raise UsageError(str(exc)) from None
+    given = Listeners(**options.listeners)
+    _check_tls(given)
     if options.peers is not None and options.node_id not in options.peers:
         raise UsageError(f"--peers must include this node ({options.node_id})")
     if not options.peers and not options.join and not os.path.isdir(options.data_dir):
         raise UsageError(str(BootstrapError.no_cluster(options.data_dir)))  # nothing made
-    for flag, address in (
-        ("--listen", options.listen),
-        ("--kafka-listen", options.kafka_listen),
-        ("--http-listen", options.http.listen if options.http else None),
-    ):
-        # Before anything is written: a node bootstrapped with an address it cannot serve
-        # kept that address in its configuration when started again with a corrected one.
-        if address is not None and (problem := _cannot_listen(address)):
-            print(
-                f"quorumlog serve: cannot listen on {address} ({flag}): {problem}", file=sys.stderr
-            )
-            return EXIT_FAILED
+    # Before anything is written: a node bootstrapped with an address it cannot serve
+    # kept that address in its configuration when started again with a corrected one.
+    if _cannot_listen_on([("--listen", options.listen), *given.addresses()]):
+        return EXIT_FAILED
     try:
         lock = lock_data_dir(options.data_dir)  # before anything there is read or written
     except (DataDirInUseError, OSError) as exc:
@@ -232,6 +203,40 @@ def serve(options: ServeOptions) -> int:
         return _serve_locked(options)
     finally:
         os.close(lock)
+
+
+def _check_tls(listeners: Listeners) -> None:
+    if listeners.tls is not None:
+        try:  # a file that cannot be used stops the node now, with one line
+            server_context(*listeners.tls)
+        except TlsSetupError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def _cannot_listen_on(addresses: list[tuple[str, str]]) -> bool:
+    """Whether one of (flag, HOST:PORT) cannot be listened on now: then one line says why."""
+    for flag, address in addresses:
+        if problem := _cannot_listen(address):
+            print(
+                f"quorumlog serve: cannot listen on {address} ({flag}): {problem}", file=sys.stderr
+            )
+            return True
+    return False
+
+
+def _warn_if_console_open(options: ServeOptions, listeners: Listeners) -> None:
+    http_listen = listeners.http_listen
+    if (
+        http_listen is not None
+        and options.secret is None
+        and not is_loopback(parse_address(http_listen)[0])
+    ):
+        logger.warning(
+            "no_secret_on_open_console",
+            http_listen=http_listen,
+            warning="anyone who can reach this address can read the log in the console: "
+            "set --secret-file",
+        )
 
 
 def _warn_if_peers_differ(options: ServeOptions, stored: Any) -> None:
@@ -269,8 +274,32 @@ def _cannot_listen(address: str) -> str | None:
     return None
 
 
+def _can_serve_restored(options: ServeOptions, restored: Restored) -> bool:
+    """Whether the listeners taken from the data directory can be served (if not, one line
+    says why); one log line names them."""
+    if not restored.from_file:
+        return True
+    logger.info("listeners_restored", data=options.data_dir, **restored.from_file)
+    _check_tls(restored.listeners)
+    return not _cannot_listen_on(
+        [
+            (f"{flag}, recorded in {options.data_dir}", address)
+            for flag, address in restored.listeners.addresses()
+            if setting_of(flag) in restored.from_file
+        ]
+    )
+
+
 def _serve_locked(options: ServeOptions) -> int:
     keep_freed_memory()
+    try:
+        restored = restore(options.data_dir, options.listeners)
+    except CorruptionError as exc:
+        return _refuse_damaged(exc)
+    if not _can_serve_restored(options, restored):
+        return EXIT_FAILED
+    listeners = restored.listeners
+    _warn_if_console_open(options, listeners)
     rng = random.Random()
     worker = WorkerThread()  # every fsync of this node runs there
     try:
@@ -286,9 +315,7 @@ def _serve_locked(options: ServeOptions) -> int:
             run_sync=worker,
         )
     except CorruptionError as exc:
-        logger.error("damaged_storage", error=str(exc))
-        print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
-        return EXIT_DAMAGED
+        return _refuse_damaged(exc)
     except BootstrapError as exc:
         raise UsageError(str(exc)) from None
     except WrongNodeError as exc:
@@ -297,7 +324,9 @@ def _serve_locked(options: ServeOptions) -> int:
     _warn_if_peers_differ(options, storage.controller.meta.config)
     failure: StorageError | ForeignClusterError | None = None
     try:
-        trio.run(_run, options, storage, rng, worker)
+        if listeners != restored.recorded:
+            record(options.data_dir, listeners)
+        trio.run(_run, options, listeners, storage, rng, worker)
     except (StorageError, ForeignClusterError) as exc:
         failure = exc
     except BaseExceptionGroup as group:  # raised inside the node's nurseries
@@ -320,6 +349,12 @@ def _serve_locked(options: ServeOptions) -> int:
     return EXIT_OK
 
 
+def _refuse_damaged(exc: CorruptionError) -> int:
+    logger.error("damaged_storage", error=str(exc))
+    print(f"quorumlog serve: refusing to start: {exc}", file=sys.stderr)
+    return EXIT_DAMAGED
+
+
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:
     first = group.exceptions[0]
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
@@ -333,7 +368,13 @@ def _wall_clock_ms() -> Callable[[], int]:
     return lambda: time.time_ns() // 1_000_000 + offset_ms
 
 
-async def _run(options: ServeOptions, storage, rng: random.Random, worker: WorkerThread) -> None:
+async def _run(
+    options: ServeOptions,
+    listeners: Listeners,
+    storage,
+    rng: random.Random,
+    worker: WorkerThread,
+) -> None:
     node = Node(
         options.node_id,
         storage,
@@ -344,6 +385,8 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
         wall_clock_ms=_wall_clock_ms(),
     )
 
+    tls = listeners.tls
+
     def open_transport(handler):
         # The node sets the peers from its configuration once it runs.
         return open_tcp_transport(
@@ -352,35 +395,33 @@ async def _run(options: ServeOptions, storage, rng: random.Random, worker: Worke
             handler,
             rng=rng,
             secret=options.secret,
-            ssl_context=server_context(*options.tls) if options.tls else None,
-            peer_ssl_context=client_context(options.tls[2], *options.tls[:2])
-            if options.tls
-            else None,
+            ssl_context=server_context(*tls) if tls else None,
+            peer_ssl_context=client_context(tls[2], *tls[:2]) if tls else None,
             identity=node.cluster.identity,
         )
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, open_transport)
-            if options.http:
+            if listeners.http:
                 # Imported here, as the Kafka listener is: a node without one loads less.
                 from quorumlog.console.listener import serve_console
 
                 await nursery.start(
-                    serve_console, node, options.http, options.listen, options.secret, options.tls
+                    serve_console, node, listeners.http, options.listen, options.secret, tls
                 )
-            if options.kafka_listen:
+            if listeners.kafka_listen:
                 # Imported here: Kafka's schemas cost a node without a listener 0.25 s to load.
                 from quorumlog.actors.kafka.listener import serve_kafka
 
-                node.kafka_address = options.kafka_listen
+                node.kafka_address = listeners.kafka_listen
                 await nursery.start(
                     serve_kafka,
                     node,
-                    options.kafka_listen,
+                    listeners.kafka_listen,
                     rng,
                     options.secret,
-                    options.auto_create,
+                    listeners.auto_create,
                 )
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:

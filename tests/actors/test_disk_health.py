@@ -114,5 +114,37 @@ def test_figures_not_heard_lately_are_not_compared():
     health.peer_reported(3, UNKNOWN_US, 0.0)
     run_disk_only_self(health, 0.05, 10.0, 11.0)
     assert not health.avoided(1, 11.0), "node 2's figure is 10 s old, node 3 has none"
-    assert health.own_latency_us() > 40_000
-    assert DiskHealth(1, SETTINGS).own_latency_us() == UNKNOWN_US
+    assert health.own_latency_us(11.0) > 40_000
+    assert DiskHealth(1, SETTINGS).own_latency_us(11.0) == UNKNOWN_US
+
+
+def stall_every(
+    health: DiskHealth, stall_s: float, period_s: float, start: float, end: float, peer_us
+):
+    """This process stood still `stall_s` in every `period_s` (fast flushes between), the
+    peers reporting `peer_us` (their stalls, when they stall too)."""
+    now = start
+    while now < end:
+        run_disk(health, 0.001, now, now + period_s - stall_s, peer_us=peer_us)
+        now += period_s
+        health.process_stalled(stall_s, now)
+        health.judge(now)
+
+
+def test_a_process_starved_alone_is_slow_and_says_so_to_its_peers():
+    health = health_with_peers()
+    stall_every(health, 0.2, 0.4, 0.0, 1.0, peer_us=1000)
+    assert not health.avoided(1, 1.0), "two stalls: a collector's pause, say"
+    stall_every(health, 0.2, 0.4, 1.0, 4.0, peer_us=1000)
+    assert health.should_hand_over(4.0) and health.avoided(1, 4.0)
+    assert health.own_latency_us(4.0) >= 200_000, "its peers avoid it too"
+    run_disk(health, 0.001, 4.0, 10.0)
+    assert health.own_latency_us(10.0) < 10_000, "no stall within the window: its disk's figure"
+
+
+def test_processes_that_all_stall_together_move_nothing():
+    """A machine short of CPU for every node: handing leaderships to peers as starved only
+    spent the CPU they lacked (a 1,000-partition cluster elected for minutes)."""
+    health = health_with_peers(peer_us=250_000)
+    stall_every(health, 0.25, 0.5, 0.0, 6.0, peer_us=250_000)
+    assert not health.should_hand_over(6.0) and not health.avoided(1, 6.0)

@@ -491,3 +491,22 @@ def test_rebalance_smallest(tmp_path):
     _positive(row, "balanced_s", "leads_s", "replicas_moved", "mb_s", "append_same_mb_s")
     assert row["replicas_moved"] == 9, "node 4 ends with a quarter of the 36 replicas"
     _no_serve_left()
+
+
+def test_soak_smallest(tmp_path):
+    """Both variants run their load, sample every node and read its tables (issue 51);
+    flat or not is the machine's to say, not the suite's."""
+    from quorumlog.bench import soak
+
+    assert scenario("soak") is soak.run
+    rows = _by_figure(_written(tmp_path, "soak", soak.run(minutes=0.2)))
+    assert set(rows) == {"soak with topic churn", "soak without topic churn"}
+    for row in rows.values():
+        _positive(row, "acked", "consumed", "growth_worst")
+        assert set(row["nodes"]) == {"1", "2", "3"}  # JSON keys
+        for node in row["nodes"].values():
+            _positive(node, "rss_first_mb", "rss_last_third_median_mb", "growth")
+            assert node["tables"]["groups"] >= 4, "status's tables were read"
+        assert all(len(series) >= 6 for series in row["samples"].values())
+    assert rows["soak with topic churn"]["churn_rounds"] >= 1
+    _no_serve_left()

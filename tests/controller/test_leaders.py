@@ -71,3 +71,47 @@ def test_any_arrival_order_ends_with_the_newest(updates, seed):
     assert (got.revision, got.term) == newest
     if any((e.revision, e.term) == newest and e.leader_id is not None for e in entries):
         assert got.leader_id == leader_of[newest]
+
+
+def ended(term: int, revision: int = 5) -> LeaderEntry:
+    return LeaderEntry("events", 0, None, term, revision, ended=True)
+
+
+def test_a_leader_that_stepped_down_replaces_itself_and_no_late_update_brings_it_back():
+    """Issue 45: check-quorum stepped the leader down in its term; a node never leads a
+    term twice, so nothing of that term may name it again."""
+    table = LeaderTable()
+    table.update(entry(None, term=4))
+    table.update(entry(3, term=4))
+    assert table.update(ended(term=4))
+    assert table.get("events", 0).leader_id is None
+    assert not table.update(entry(3, term=4)), "a late update of its leadership"
+    assert not table.update(entry(None, term=4)), "a follower that heard of no leader"
+    assert table.update(entry(None, term=5)), "a later term's election"
+    assert not table.update(ended(term=4))
+
+
+@given(
+    updates=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 2)),
+        min_size=1,
+        max_size=30,
+    ),
+    seed=st.integers(0, 2**32),
+)
+def test_any_arrival_order_ends_with_the_last_stage_of_the_newest_term(updates, seed):
+    """Each update is of a stage of its term: 0 electing, 1 led (by the term's one
+    leader), 2 ended."""
+    entries = [
+        ended(term) if stage == 2 else entry(10 + term if stage == 1 else None, term)
+        for term, stage in updates
+    ]
+    random.Random(seed).shuffle(entries)
+    table = LeaderTable()
+    table.merge(entries)
+    got = table.get("events", 0)
+    newest_term = max(t for t, _ in updates)
+    last_stage = max(s for t, s in updates if t == newest_term)
+    assert got.term == newest_term
+    assert got.ended == (last_stage == 2)
+    assert (got.leader_id is not None) == (last_stage == 1)

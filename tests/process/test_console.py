@@ -113,6 +113,17 @@ def test_records_come_as_text_json_or_hex(console):
     assert timed["records"][0]["offset"] == records[0]["offset"]
 
 
+def test_a_key_search_page_goes_to_the_partition_the_key_hashes_to(console):
+    # k1 hashes to partition 1 of 2; the fixture put its records in partition 0 by choice.
+    status, headers, _ = get(url(console, "/topics/web/0/messages?key=k1"))
+    assert status == 303 and headers["location"] == "/topics/web/1/messages?key=k1"
+    status, _, body = get(url(console, "/topics/web/1/messages?key=k1"))
+    assert status == 200 and b"records of partition 1 for key" in body
+    status, _, body = get(url(console, "/topics/web/0/messages?key=k1&here=1"))
+    assert status == 200 and b'href="/topics/web/1/messages?key=k1">partition 1</a>' in body
+    assert body.count(b"<tr data-offset=") == 2
+
+
 def test_pages_escape_keys_values_and_headers(console):
     status, headers, body = get(url(console, "/topics/web/0/messages?offset=0"))
     assert status == 200 and headers["content-type"].startswith("text/html")

@@ -131,6 +131,33 @@ FOUND_SEEDS += [
     (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
     for seed in (201, 10000, 10006, 10043)
 ]
+# 10089: a move's C(new) reached only the nodes it left out, its leader cut off from the one
+# node in C(new); as learners they never campaigned and refused that node their votes: no
+# one could lead again (raft/reconfiguration.py `_needed_until_committed`).
+FOUND_SEEDS += [(10089, 5, {"membership": True, "topics": True, "topic_changes": True})]
+# 40004: after `members set 3,4` both nodes restarted and rebuilt a state that no longer
+# knew where the first members were (their configuration was in no log); t1/0 and t1/2,
+# wholly on departed nodes that still led them, were never moved nor in any member's leader
+# table (the controller's NameCluster now carries those addresses).
+FOUND_SEEDS += [(40004, 5, {"membership": True, "topics": True})]
+# 77017: the mover asked a removed node that answered nothing for a call's whole wait (65 s)
+# while its other moves queued; 77020: a removed node led a group the controller's leader had
+# no link to (actors/mover.py probes who leads, replicas relay: actors/admin.py `_relay`).
+FOUND_SEEDS += [(77017, 5, {"membership": True, "topics": True, "topic_changes": True})]
+FOUND_SEEDS += [(77020, 5, {"membership": True, "topics": True})]
+# A sweep beyond the suite's seeds, with removed nodes knowing their removal. 80027: the
+# removed node, kept from campaigning in `default`, held the newest log of its two voters
+# (it campaigns where its groups count it). 80003: a re-added node's replica moved off it,
+# not buried yet, was checked as a reader (the check asks Node.replica now). 80174: the
+# creation set was 4, 3, 5; nodes 3 and 4 applied the creation and a move at once, 4 never
+# made its replica and 3 made it as a joiner: no quorum ever (a node of the creation set
+# bootstraps). 80100: a burial raced the move placing the replica back: the learner the
+# move added had no replica (actors/node_replicas.py `bury_partition` checks again).
+FOUND_SEEDS += [
+    (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
+    for seed in (80003, 80100, 80174)
+]
+FOUND_SEEDS += [(80027, 3, {"membership": True, "topics": False})]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)

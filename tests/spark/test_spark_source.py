@@ -158,7 +158,9 @@ def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_pat
         with pytest.raises(Exception, match="startingOffset 0 was removed by retention"):
             batch.option("startingOffset", "0").load().collect()
         options = Options(tuple(cluster.brokers.split(",")))
-        with pytest.raises(DataLossError, match=f"the log now starts at {log_start}"):
+        # The replica read may have run its retention further, or not as far, as the one
+        # `start_offset` asked: each applies it on its own every 5 s.
+        with pytest.raises(DataLossError, match=r"the log now starts at \d+\)"):
             list(read_range(options, OffsetRange(read_up_to + 1, log_start + 5)))
 
         stream_available_now(spark, cluster.brokers, sink, checkpoint, failOnDataLoss="false")

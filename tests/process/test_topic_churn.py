@@ -1,0 +1,74 @@
+"""Issue 51: what a node keeps per topic leaves with the topic. Topics made, written, read
+back and deleted while another is written: afterwards every node's tables (status's
+`tables`) are where they were, and its metrics name no deleted topic."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+from quorumlog.cli.localcluster import ProcessCluster, free_ports
+
+ROUNDS = 8
+SETTLED_WITHIN_S = 45.0  # the deletions applied everywhere, then a heartbeat prune (10-20 s)
+# Equal to before: each counts what a topic's partitions hold on a node.
+PER_TOPIC = ("groups", "leader_entries", "lag_ends")
+
+
+def tables(cluster: ProcessCluster) -> dict[int, dict[str, int]]:
+    return {i: cluster.node_status(i)["tables"] for i in cluster.ids}
+
+
+def metrics(cluster: ProcessCluster, node_id: int) -> str:
+    url = f"http://127.0.0.1:{cluster.http_ports[node_id - 1]}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read().decode()
+
+
+def left_behind(before: dict[int, dict[str, int]], after: dict[int, dict[str, int]]) -> list:
+    problems = []
+    for node_id, was in before.items():
+        now = after[node_id]
+        problems += [
+            f"node {node_id} {k}: {was[k]} -> {now[k]}" for k in PER_TOPIC if now[k] != was[k]
+        ]
+        # A topic's segment files close with it (the controller's and `__groups`' logs may
+        # roll one more meanwhile).
+        if now["open_segment_files"] > was["open_segment_files"] + 2:
+            problems.append(f"node {node_id} open files {was['open_segment_files']} -> {now}")
+        # One entry per group hosted and node leading it, at most.
+        if (
+            now["heartbeat_entries"] > 2 * now["groups"]
+            or now["heartbeat_groups_named"] > now["groups"]
+        ):
+            problems.append(f"node {node_id} heartbeat tables {now}")
+        if now["producer_appends_uncommitted"] > 100:
+            problems.append(f"node {node_id} holds {now['producer_appends_uncommitted']} appends")
+    return problems
+
+
+def test_topics_made_and_deleted_leave_nothing_behind(tmp_path):
+    cluster = ProcessCluster(str(tmp_path), http_ports=free_ports(3))
+    cluster.start_all()
+    try:
+        cluster.wait_for_leader()
+        with cluster.client(timeout=30) as c:
+            c.create_topic("steady", partitions=3, replicas=3)
+            c.append_spread([b"s%d" % i for i in range(300)], topic="steady")
+            time.sleep(3.0)  # the leader tables and lag ends of `steady` settle
+            before = tables(cluster)
+            for r in range(ROUNDS):
+                name = f"churn{r}"
+                c.create_topic(name, partitions=3, replicas=3)
+                c.append_spread([b"c%d" % i for i in range(60)], topic=name)
+                assert sum(len(c.read(0, 100, topic=name, partition=p)) for p in range(3)) == 60
+                c.append_spread([b"s%d" % i for i in range(50)], topic="steady")
+                c.delete_topic(name)
+        deadline = time.monotonic() + SETTLED_WITHIN_S
+        while problems := left_behind(before, tables(cluster)):
+            assert time.monotonic() < deadline, problems
+            time.sleep(1.0)
+        for node_id in cluster.ids:
+            assert "churn" not in metrics(cluster, node_id), f"node {node_id}'s metrics"
+    finally:
+        cluster.stop_all()
