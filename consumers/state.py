@@ -214,7 +214,7 @@ class GroupsState:
         assert offset > self.applied_offset, (offset, self.applied_offset)
         self.applied_offset = offset
         if isinstance(command, Snapshot):
-            self.groups = {g.name: g for g in _restore(command.groups)}
+            self.groups = _adopted(self.groups, _restore(command.groups))
             self.whole, self.records = True, command.records
             return None
         if isinstance(command, RecordOffsets):
@@ -359,6 +359,36 @@ def _restore(groups: tuple[dict[str, Any], ...]) -> list[Group]:
             )
         )
     return restored
+
+
+def _adopted(live: dict[str, Group], restored: list[Group]) -> dict[str, Group]:
+    """The snapshot's groups, each written into the live object of the same name where
+    there is one (and each window into the live window): a coordinator's call holds its
+    group and windows across awaits, and a snapshot applied meanwhile (the coordinator's
+    own, every 10,000 commands or minute) must not leave it deciding from copies that no
+    longer change
+    (a lease from offset 0 of a window that had moved on: bench consume)."""
+    groups = {}
+    for group in restored:
+        kept = live.get(group.name)
+        if kept is not None:
+            windows = {
+                tp: _adopted_window(kept.queues.get(tp), window)
+                for tp, window in group.queues.items()
+            }
+            for f in fields(Group):
+                setattr(kept, f.name, getattr(group, f.name))
+            kept.queues, group = windows, kept
+        groups[group.name] = group
+    return groups
+
+
+def _adopted_window(kept: SharePartition | None, window: SharePartition) -> SharePartition:
+    if kept is None:
+        return window
+    kept.start, kept.next, kept.records = window.start, window.next, window.records
+    kept.available = window.available
+    return kept
 
 
 def _apply_queue(group: Group | None, command: Lease | Settle) -> str | None:

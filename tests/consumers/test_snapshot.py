@@ -41,6 +41,13 @@ def built() -> GroupsState:
     return state
 
 
+def built_then(*commands) -> GroupsState:
+    state = built()
+    for offset, command in enumerate(commands, start=len(COMMANDS)):
+        assert state.apply(command, offset) is None
+    return state
+
+
 def through_the_wire(command):
     return from_wire(msgpack.unpackb(msgpack.packb(to_wire(command), use_bin_type=True)))
 
@@ -79,3 +86,25 @@ def test_a_malformed_snapshot_is_refused_as_it_is_read(groups):
 
 def test_an_empty_state_snapshots_to_nothing():
     assert snapshot_of(GroupsState()) == Snapshot(())
+
+
+def test_a_snapshot_keeps_the_live_groups_and_windows():
+    """The coordinator holds a group and its windows across awaits: applying a snapshot
+    of the same state writes into those objects, so what is applied after it shows there
+    (a lease decided from a replaced copy named offsets the window had left behind)."""
+    state = built()
+    group = state.groups["jobs"]
+    window = group.queues[("work", 0)]
+    assert state.apply(through_the_wire(snapshot_of(state)), 100) is None
+    assert state.groups["jobs"] is group and group.queues[("work", 0)] is window
+    assert state.apply(Lease("jobs", "work", 0, "w1", (1, 4)), 101) is None
+    assert window.next == 5 and window.leased_to("w1") == [1, 4]
+    assert window.redeliverable(10, 5) == []
+    assert state.groups == built_then(Lease("jobs", "work", 0, "w1", (1, 4))).groups
+
+
+def test_a_snapshot_drops_groups_it_does_not_hold():
+    state = built()
+    empty = GroupsState()
+    assert state.apply(snapshot_of(empty), 100) is None
+    assert state.groups == {}
