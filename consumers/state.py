@@ -366,8 +366,7 @@ def _adopted(live: dict[str, Group], restored: list[Group]) -> dict[str, Group]:
     there is one (and each window into the live window): a coordinator's call holds its
     group and windows across awaits, and a snapshot applied meanwhile (the coordinator's
     own, every 10,000 commands or minute) must not leave it deciding from copies that no
-    longer change
-    (a lease from offset 0 of a window that had moved on: bench consume)."""
+    longer change (a lease from offset 0 of a window that had moved on: bench consume)."""
     groups = {}
     for group in restored:
         kept = live.get(group.name)
