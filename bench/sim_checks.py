@@ -147,11 +147,7 @@ def _check_group(
             break
         next_base = split_batches(batch)[0][0].last_offset + 1
     records = _check_record_offsets(cluster, gid, longest, problems)
-    # Clients count records: the trim's position as a record offset.
-    holder = next(
-        (g for g in cluster.replicas(gid).values() if g.log.log_start_offset <= log_start), None
-    )
-    trimmed = holder.log.records_before(log_start) if holder is not None else 0
+    trimmed = _trimmed_records(list(cluster.replicas(gid).values()), log_start, dropped)
     where: dict[bytes, list[int]] = {}
     stamped = cluster.stamps_log_append(gid)
     last_stamp = 0
@@ -184,6 +180,21 @@ def _check_group(
                 f"I1: quorum-acked {outcome.value!r} at {outcome.route} {outcome.offset} "
                 f"found at {where.get(outcome.value)}"
             )
+
+
+def _trimmed_records(replicas: list[GroupActor], log_start: int, dropped: int) -> int:
+    """Clients count records: the trim's position as a record offset, read where a replica
+    still holds it. Where retention has dropped that position since on every replica (a
+    front segment of Raft's own batches only has no timestamp: always past retention.ms),
+    the first record any replica keeps: what lay between went by retention, also on
+    purpose."""
+    for g in replicas:
+        if g.log.log_start_offset <= log_start:
+            return g.log.records_before(log_start)
+    starts = [g.log.log_start_offset for g in replicas]
+    if not starts or max(starts) > dropped:
+        return 0
+    return min(g.log.records_before(g.log.log_start_offset) for g in replicas)
 
 
 def _check_record_offsets(

@@ -158,6 +158,15 @@ FOUND_SEEDS += [
     for seed in (80003, 80100, 80174)
 ]
 FOUND_SEEDS += [(80027, 3, {"membership": True, "topics": False})]
+# 82015, 82029: a check bug, no loss. After a trim, time retention dropped the front
+# segments that held only Raft's own batches (no timestamp: always past retention.ms) on
+# every replica; no replica held the trim's position any more, so the check counted 0
+# records trimmed and took the trimmed acknowledged records for lost (bench/sim_checks.py
+# `_trimmed_records`).
+FOUND_SEEDS += [
+    (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
+    for seed in (82015, 82029)
+]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
