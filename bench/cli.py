@@ -32,7 +32,9 @@ from quorumlog.server.logs import configure_logging
     default=None,
     help="sim: seeds per kind of cluster; nemesis: runs, one seed each.",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="nemesis: the first seed.")
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=None, help="sim, nemesis: the first seed."
+)
 @click.option(
     "--faults",
     default=None,
@@ -46,6 +48,12 @@ from quorumlog.server.logs import configure_logging
     default=None,
     help="soak: how long each variant runs (default 30, --quick 1).",
 )
+@click.option(
+    "--heap",
+    is_flag=True,
+    help="soak: trace the nodes' allocations and report the lines that grew most "
+    "from the middle third's start to the end (slower nodes).",
+)
 @click.option("--plot", is_flag=True, help="Also write PNG charts (matplotlib) beside the figures.")
 @remote_options
 @functools.partial(client_option_decorators, required=False)
@@ -58,6 +66,7 @@ def bench(
     faults: str | None,
     steps: int | None,
     minutes: float | None,
+    heap: bool,
     plot: bool,
     **remote: object,
 ) -> None:
@@ -68,7 +77,7 @@ def bench(
     Examples:
       quorumlog bench storage --quick
       quorumlog bench all --quick --plot
-      quorumlog bench sim --seeds 1000
+      quorumlog bench sim --seeds 1000 --seed 20000
       quorumlog bench soak --minutes 30 --plot
       quorumlog bench nemesis --seed 7 --faults kill-leader,partition,membership --steps 8
       quorumlog bench produce -b 10.0.0.1:7001 --size 1024 --records 64 --window 16 --duration 30
@@ -95,9 +104,11 @@ def bench(
     results = {}
     for each in names:
         click.echo(f"running {each}{' (quick)' if quick else ''} ...", err=True)
-        options: dict = {"seeds": seeds} if each == "sim" and seeds else {}
+        options: dict = {}
+        if each == "sim":
+            options = {"seeds": seeds, **({"first_seed": seed} if seed is not None else {})}
         if each == "soak":
-            options = {"minutes": minutes}
+            options = {"minutes": minutes, "heap": heap}
         if each == "nemesis":
             from quorumlog.bench.nemesis import parse_faults
 

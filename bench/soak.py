@@ -8,19 +8,30 @@ churn) every CHURN_S a topic of 3 partitions made, written, read back and delete
 SAMPLE_S each node's resident memory, open files and `status` tables are read. The figure
 that counts: the median RSS of the last third of the run against the middle third's, on
 every node (at most x1.10). Each variant runs `minutes`.
+
+With `heap`, the nodes trace their allocations (quorumlog/server/heap.py) and write a
+snapshot as the middle third begins and another at the end: each node's row names the
+source lines whose allocations grew most between the two (tracing slows the nodes, so its
+runs' figures are not the plain run's).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import signal
 import statistics
+import sysconfig
+import tracemalloc
 
 import trio
 
+import quorumlog
 from quorumlog import AsyncClient, AsyncConsumer, Record
 from quorumlog.bench.workload import running_cluster
 from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.server.heap import ENV as TRACEMALLOC_ENV
+from quorumlog.server.heap import snapshot_path
 
 TOPIC = "soak"
 PARTITIONS = 12
@@ -31,22 +42,28 @@ MEMBERS = 2
 CHURN_S = 10.0
 SAMPLE_S = 10.0  # at most: a short run samples a dozen times
 GROWTH_MAX = 1.10  # last third's median RSS against the middle third's
+HEAP_FRAMES = 1  # a source line each: enough to name a holder, and the cheapest to trace
+HEAP_TOP = 10  # lines named per node
+HEAP_WRITTEN_S = 60.0  # a node's snapshot file appears within this
 
 
-def run(quick: bool = False, minutes: float | None = None) -> list[dict]:
+def run(quick: bool = False, minutes: float | None = None, heap: bool = False) -> list[dict]:
     minutes = minutes if minutes is not None else (1.0 if quick else 30.0)
-    return [_soak(minutes, churn) for churn in (True, False)]
+    return [_soak(minutes, churn, heap) for churn in (True, False)]
 
 
-def _soak(minutes: float, churn: bool) -> dict:
-    with running_cluster("soak", http=False) as cluster:
-        return trio.run(_load_and_watch, cluster, minutes * 60, churn)
+def _soak(minutes: float, churn: bool, heap: bool) -> dict:
+    env = {TRACEMALLOC_ENV: str(HEAP_FRAMES)} if heap else None
+    with running_cluster("soak", http=False, env=env) as cluster:
+        return trio.run(_load_and_watch, cluster, minutes * 60, churn, heap)
 
 
-async def _load_and_watch(cluster: ProcessCluster, seconds: float, churn: bool) -> dict:
+async def _load_and_watch(cluster: ProcessCluster, seconds: float, churn: bool, heap: bool) -> dict:
     counts = {"acked": 0, "errors": 0, "consumed": 0, "churn_rounds": 0}
     samples: dict[int, list[tuple[float, float, int]]] = {i: [] for i in cluster.ids}
     tables: dict[int, dict | None] = {}
+    heaps: dict[int, list[dict]] = {}
+    snapshots = 0  # taken on every node so far
     async with AsyncClient(cluster.brokers, timeout=30) as client:
         await client.create_topic(TOPIC, partitions=PARTITIONS, replicas=3)
         started = trio.current_time()
@@ -64,11 +81,59 @@ async def _load_and_watch(cluster: ProcessCluster, seconds: float, churn: bool) 
                 for node_id in cluster.ids:
                     rss_mb, files = _resources(cluster.procs[node_id].pid)
                     samples[node_id].append((round(elapsed, 1), rss_mb, files))
+                if heap and not snapshots and elapsed >= seconds / 3:
+                    snapshots = await _snapshot_heaps(cluster, 1)
                 await trio.sleep(sample_s)
             with trio.move_on_after(30):
                 tables = {row["node_id"]: row.get("tables") for row in await client.status()}
+            if heap and snapshots:
+                await _snapshot_heaps(cluster, 2)
+                heaps = {node_id: _heap_growth(cluster, node_id) for node_id in cluster.ids}
             load.cancel_scope.cancel()
-    return _row(seconds, churn, counts, samples, tables)
+    return _row(seconds, churn, counts, samples, tables, heaps)
+
+
+async def _snapshot_heaps(cluster: ProcessCluster, n: int) -> int:
+    """Every node's snapshot `n` of its traced allocations, once written."""
+    for node_id in cluster.ids:
+        cluster.procs[node_id].send_signal(signal.SIGUSR2)
+    paths = [snapshot_path(cluster.data_dir(node_id), n) for node_id in cluster.ids]
+    with trio.fail_after(HEAP_WRITTEN_S):
+        while not all(os.path.exists(p) for p in paths):
+            await trio.sleep(0.2)
+    return n
+
+
+def _heap_growth(cluster: ProcessCluster, node_id: int) -> list[dict]:
+    """The source lines whose allocations grew most from snapshot 1 to 2."""
+    first, last = (
+        tracemalloc.Snapshot.load(snapshot_path(cluster.data_dir(node_id), n)) for n in (1, 2)
+    )
+    return [
+        {
+            "where": _short(stat.traceback[0].filename) + f":{stat.traceback[0].lineno}",
+            "grew_kib": round(stat.size_diff / 1024),
+            "kib": round(stat.size / 1024),
+            "blocks_grew": stat.count_diff,
+        }
+        for stat in last.compare_to(first, "lineno")[:HEAP_TOP]
+    ]
+
+
+def _short(filename: str) -> str:
+    """A source file's path from the folder it was installed in (the project's, the
+    packages', or the standard library's)."""
+    for root in _SOURCE_ROOTS:
+        if filename.startswith(root + os.sep):
+            return os.path.relpath(filename, root)
+    return filename
+
+
+_SOURCE_ROOTS = (
+    os.path.dirname(os.path.dirname(quorumlog.__file__)),
+    sysconfig.get_paths()["purelib"],
+    sysconfig.get_paths()["stdlib"],
+)
 
 
 async def _produce(client: AsyncClient, rng: random.Random, counts: dict) -> None:
@@ -114,7 +179,7 @@ def _resources(pid: int) -> tuple[float, int]:
     return round(rss_kib / 1024, 1), len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def _row(seconds, churn, counts, samples, tables) -> dict:
+def _row(seconds, churn, counts, samples, tables, heaps) -> dict:
     nodes = {}
     for node_id, series in samples.items():
         third = max(1, len(series) // 3)
@@ -127,6 +192,7 @@ def _row(seconds, churn, counts, samples, tables) -> dict:
             "growth": round(last / middle, 3),
             "open_files": (series[0][2], series[-1][2]),
             "tables": tables.get(node_id),
+            **({"heap_grew_most": heaps[node_id]} if node_id in heaps else {}),
         }
     worst = max(n["growth"] for n in nodes.values())
     return {

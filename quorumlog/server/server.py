@@ -38,6 +38,7 @@ from quorumlog.membership.config import Configuration
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.server.allocator import keep_freed_memory
 from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
+from quorumlog.server.heap import dump_on_signal, start_tracing
 from quorumlog.server.listeners import Listeners, Restored, record, restore, setting_of
 from quorumlog.transport.addresses import is_loopback, parse_address
 from quorumlog.transport.tcp import open_tcp_transport
@@ -293,6 +294,10 @@ def _can_serve_restored(options: ServeOptions, restored: Restored) -> bool:
 def _serve_locked(options: ServeOptions) -> int:
     keep_freed_memory()
     try:
+        tracing = start_tracing()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
         restored = restore(options.data_dir, options.listeners)
     except CorruptionError as exc:
         return _refuse_damaged(exc)
@@ -326,7 +331,7 @@ def _serve_locked(options: ServeOptions) -> int:
     try:
         if listeners != restored.recorded:
             record(options.data_dir, listeners)
-        trio.run(_run, options, listeners, storage, rng, worker)
+        trio.run(_run, options, listeners, storage, rng, worker, tracing)
     except (StorageError, ForeignClusterError) as exc:
         failure = exc
     except BaseExceptionGroup as group:  # raised inside the node's nurseries
@@ -374,6 +379,7 @@ async def _run(
     storage,
     rng: random.Random,
     worker: WorkerThread,
+    tracing: bool,
 ) -> None:
     node = Node(
         options.node_id,
@@ -403,6 +409,8 @@ async def _run(
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(node.run, open_transport)
+            if tracing:  # QUORUMLOG_TRACEMALLOC: SIGUSR2 writes the heap's holders
+                await nursery.start(dump_on_signal, options.data_dir)
             if listeners.http:
                 # Imported here, as the Kafka listener is: a node without one loads less.
                 from quorumlog.console.listener import serve_console

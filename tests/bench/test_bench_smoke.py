@@ -494,12 +494,12 @@ def test_rebalance_smallest(tmp_path):
 
 
 def test_soak_smallest(tmp_path):
-    """Both variants run their load, sample every node and read its tables (issue 51);
-    flat or not is the machine's to say, not the suite's."""
+    """Both variants run their load, sample every node, read its tables and compare its
+    heap snapshots (issue 51); flat or not is the machine's to say, not the suite's."""
     from quorumlog.bench import soak
 
     assert scenario("soak") is soak.run
-    rows = _by_figure(_written(tmp_path, "soak", soak.run(minutes=0.2)))
+    rows = _by_figure(_written(tmp_path, "soak", soak.run(minutes=0.2, heap=True)))
     assert set(rows) == {"soak with topic churn", "soak without topic churn"}
     for row in rows.values():
         _positive(row, "acked", "consumed", "growth_worst")
@@ -507,6 +507,9 @@ def test_soak_smallest(tmp_path):
         for node in row["nodes"].values():
             _positive(node, "rss_first_mb", "rss_last_third_median_mb", "growth")
             assert node["tables"]["groups"] >= 4, "status's tables were read"
+            grew = node["heap_grew_most"]
+            assert len(grew) == soak.HEAP_TOP and all(":" in line["where"] for line in grew)
+            assert all(line["kib"] >= 0 for line in grew)
         assert all(len(series) >= 6 for series in row["samples"].values())
     assert rows["soak with topic churn"]["churn_rounds"] >= 1
     _no_serve_left()
