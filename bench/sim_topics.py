@@ -186,12 +186,15 @@ class TopicChaos:
             await trio.sleep(0.01)
 
     async def wait_configured(self) -> bool:
-        """Every replica with its topic's settings, within CONFIGURED_BOUND_S."""
+        """Every replica with its topic's settings and its partition's log start, within
+        CONFIGURED_BOUND_S (a trim the chaos asked for may commit just as the faults heal:
+        seed 82070's came while a replica was recording it)."""
         return await until(lambda: not self.settings_off(), CONFIGURED_BOUND_S, 0.1)
 
     def settings_off(self) -> list[str]:
-        """Replicas whose log runs with other settings than their topic's (the controller
-        leader's state says which)."""
+        """Replicas whose log runs with other settings than their topic's, or whose
+        readers start before their partition's log start (the controller leader's state
+        says which)."""
         state = controller_state(self.cluster)
         if state is None:
             return ["the controller has no leader"]
@@ -206,6 +209,16 @@ class TopicChaos:
                     off.append(
                         f"node {i} {name}/{partition}: log settings {group.log.config}, "
                         f"its topic's {wanted}"
+                    )
+                placed = topic.partitions[partition] if partition < len(topic.partitions) else None
+                if (
+                    placed is not None
+                    and placed.group_id == group.group_id
+                    and group.read_start() < placed.log_start
+                ):
+                    off.append(
+                        f"node {i} {name}/{partition}: reads from {group.read_start()}, "
+                        f"its log start {placed.log_start}"
                     )
         return off
 
