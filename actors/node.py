@@ -333,6 +333,8 @@ class Node(NodeReplicas):
             "lag_ends": len(self.coordinator.ends),
             "command_outcomes": self.controller_actor.outcomes_kept()
             + sum(c.outcomes_kept() for c in self.coordinator.coordinations.values()),
+            # Bounded by bytes, not by topics (log/tailcache.py): what the memory model counts.
+            "tail_cache_bytes": self.storage.tail_budget.bytes,
         }
 
     # ------------------------------------------------------------------- the handler

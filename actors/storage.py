@@ -35,6 +35,7 @@ from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_
 from quorumlog.log.config import LogConfig, TopicSettings
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
 from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
+from quorumlog.log.tailcache import TailBudget
 from quorumlog.log.wal import Log, RunSync
 from quorumlog.membership.config import Configuration, InvalidConfigurationError
 
@@ -107,6 +108,8 @@ class NodeStorage:
     # (topic, partition) -> group id of a replica moved off and deleted (actors/tombstones.py;
     # -1 if unreadable)
     tombstones: dict[tuple[str, int], int] = field(default_factory=dict)
+    # What the leaders' caches of recent batches hold together (log/tailcache.py).
+    tail_budget: TailBudget = field(default_factory=TailBudget)
 
     def record_cluster_id(self, cluster_id: str) -> None:
         """Keep the cluster's id in the directory (transport/identity.py)."""
@@ -159,6 +162,7 @@ class NodeStorage:
             rng=rng,
             log_config=topic_log_config(topic, settings, self.log_config),
             run_sync=self.run_sync,
+            tail_budget=self.tail_budget,
         )
 
     def log_config_of(self, topic: str, settings: TopicSettings) -> LogConfig:
@@ -195,6 +199,7 @@ class NodeStorage:
             rng=rng,
             log_config=log_config,
             run_sync=self.run_sync,
+            tail_budget=self.tail_budget,
         )
         fresh.log_floor = storage.log_floor
         if storage is self.controller:
@@ -252,6 +257,7 @@ def open_group_storage(
     log_config: LogConfig | None = None,
     run_sync: RunSync,
     repair: bool = False,
+    tail_budget: TailBudget | None = None,
 ) -> GroupStorage:
     """Open one group's folder; with `create`, a missing one starts with `config` (None:
     it waits to be added by the group's leader)."""
@@ -260,7 +266,9 @@ def open_group_storage(
     meta = store.load()
     log_dir = os.path.join(directory, LOG_DIR)
     had_log = fs.exists(log_dir) and any(n.endswith(".log") for n in fs.listdir(log_dir))
-    log = Log.open(fs, log_dir, log_config, run_sync=run_sync, repair=repair)
+    log = Log.open(
+        fs, log_dir, log_config, run_sync=run_sync, repair=repair, tail_budget=tail_budget
+    )
     try:
         if meta is None:
             if had_log and log.dirty_offset >= 0:
@@ -354,6 +362,7 @@ def open_storage(
     opened: list[GroupStorage] = []
 
     log_config = log_config or LogConfig()
+    tail_budget = TailBudget()
 
     def open_group(directory: str, group_id: int, config: LogConfig) -> GroupStorage:
         storage = open_group_storage(
@@ -366,6 +375,7 @@ def open_storage(
             log_config=config,
             run_sync=run_sync,
             repair=repair,
+            tail_budget=tail_budget,
         )
         opened.append(storage)
         return storage
@@ -375,7 +385,14 @@ def open_storage(
             controller_dir, CONTROLLER_GROUP, CONTROLLER_SETTINGS.applied_to(log_config)
         )
         node = NodeStorage(
-            fs, data_dir, log_config, run_sync, controller, node_id=node_id, cluster_id=cluster_id
+            fs,
+            data_dir,
+            log_config,
+            run_sync,
+            controller,
+            node_id=node_id,
+            cluster_id=cluster_id,
+            tail_budget=tail_budget,
         )
         if new and not _hosts_partitions(fs, data_dir):
             default_dir = partition_dir(data_dir, DEFAULT_TOPIC, 0)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from typing import NamedTuple
+
+NODE_BYTES_MAX = 64 * 1024 * 1024  # every leader's cache of one node together
 
 
 class LogChunk(NamedTuple):
@@ -34,11 +37,18 @@ class TailCache:
 
     BYTES_MAX = 4 * 1024 * 1024
 
-    def __init__(self, bytes_max: float = BYTES_MAX) -> None:
+    def __init__(self, bytes_max: float = BYTES_MAX, budget: TailBudget | None = None) -> None:
         self._bytes_max = bytes_max  # math.inf: keeps everything (a Raft core's unstable tail)
+        self._budget = budget
+        self._bytes = 0
         self.clear()
 
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
     def add(self, base_offset: int, last_offset: int, batch: bytes | memoryview) -> None:
+        before = self._bytes
         self._bases.append(base_offset)
         self._entries.append((last_offset, batch))
         self._bytes += len(batch)
@@ -49,6 +59,8 @@ class TailCache:
         if self._first > 64 and self._first * 2 > len(self._entries):
             del self._bases[: self._first], self._entries[: self._first]
             self._first = 0
+        if self._budget is not None:
+            self._budget.appended(self, self._bytes - before)
 
     def read(self, from_offset: int, bytes_max: int, upto_offset: int) -> LogChunk | None:
         """Whole batches from the one holding `from_offset`, or None if it is not cached."""
@@ -68,12 +80,49 @@ class TailCache:
         return LogChunk(b"".join(parts), last)
 
     def truncate(self, from_offset: int) -> None:
+        before = self._bytes
         while len(self._bases) > self._first and self._bases[-1] >= from_offset:
             self._bases.pop()
             self._bytes -= len(self._entries.pop()[1])
+        if self._budget is not None:
+            self._budget.released(self, before - self._bytes)
 
     def clear(self) -> None:
+        """Hold nothing (also what closing the log does: the node's budget forgets it)."""
+        held = self._bytes
         self._bases: list[int] = []
         self._entries: list[tuple[int, bytes]] = []  # (last offset, batch)
         self._first = 0  # entries before this index were evicted
         self._bytes = 0
+        if self._budget is not None and held:
+            self._budget.released(self, held)
+
+
+class TailBudget:
+    """What the tail caches of one node's logs hold together, at most `bytes_max`: beyond
+    it the caches appended to least recently are emptied, whole, until it fits (a log
+    written long ago has no follower left to serve from it; its readers read the file).
+    Without it a node leading a thousand written partitions could keep 4 MiB for each."""
+
+    def __init__(self, bytes_max: int = NODE_BYTES_MAX) -> None:
+        self.bytes_max = bytes_max
+        self.bytes = 0
+        self._holding: OrderedDict[int, TailCache] = OrderedDict()  # least recent first
+
+    def appended(self, cache: TailCache, grew: int) -> None:
+        self.bytes += grew
+        self._holding[id(cache)] = cache
+        self._holding.move_to_end(id(cache))
+        while self.bytes > self.bytes_max and len(self._holding) > 1:
+            _, oldest = next(iter(self._holding.items()))
+            oldest.clear()
+
+    def released(self, cache: TailCache, shrank: int) -> None:
+        self.bytes -= shrank
+        if not cache.bytes:
+            self._holding.pop(id(cache), None)
+
+    @property
+    def caches(self) -> int:
+        """The caches holding anything."""
+        return len(self._holding)

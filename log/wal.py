@@ -38,7 +38,13 @@ from quorumlog.log.offsets import (
     write_record_start,
 )
 from quorumlog.log.segment import Segment, segment_file_name
-from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
+from quorumlog.log.tailcache import (
+    LogChunk,
+    OffsetOutOfRangeError,
+    TailBudget,
+    TailCache,
+    read_upto,
+)
 from quorumlog.log.timeindex import TimedOffset
 
 logger = structlog.get_logger("quorumlog.log")
@@ -58,7 +64,14 @@ def _base_offset(segment: Segment) -> int:
 class Log:
     """One node's log. Not thread-safe: one owner calls it; only fsync leaves the loop."""
 
-    def __init__(self, fs: FileSystem, directory: str, config: LogConfig, run_sync: RunSync):
+    def __init__(
+        self,
+        fs: FileSystem,
+        directory: str,
+        config: LogConfig,
+        run_sync: RunSync,
+        tail_budget: TailBudget | None = None,
+    ):
         self._fs = fs
         self._dir = directory
         self._config = config
@@ -71,7 +84,7 @@ class Log:
         self._truncations = 0  # bumped by every suffix truncation (storage rule 3)
         self._flushing = False
         self._retired: list[File] = []  # files of removed segments, closed after a flush
-        self._tail = TailCache()
+        self._tail = TailCache(budget=tail_budget)  # the node's budget bounds them all
         self._backfill: Backfill | None = None  # records before the start, being copied in
         self._offsets = OffsetTranslator()
         self._record_start_path = os.path.join(directory, RECORD_START_FILE)
@@ -87,6 +100,7 @@ class Log:
         *,
         run_sync: RunSync,
         repair: bool = False,
+        tail_budget: TailBudget | None = None,
     ) -> Log:
         """Open (or create) the log in `directory`, recovering a torn tail.
 
@@ -95,7 +109,7 @@ class Log:
         With `repair=True` the log is cut at the damage instead (dangerous: data after it
         is lost on this node).
         """
-        log = cls(fs, directory, config or LogConfig(), run_sync)
+        log = cls(fs, directory, config or LogConfig(), run_sync, tail_budget)
         fs.makedirs(directory)
         loaded = load_segments(fs, directory, log._config, repair)
         log._segments = loaded.segments or [log._create_segment(0)]
@@ -547,6 +561,7 @@ class Log:
             self._dir_dirty = True
 
     def close(self) -> None:
+        self._tail.clear()
         if self._backfill is not None:
             self._backfill.discard()
         for segment in self._segments:
