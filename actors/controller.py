@@ -145,11 +145,6 @@ class ControllerActor:
         """The controller log offset this node's state holds everything up to."""
         return self._next_offset - 1
 
-    @property
-    def behind(self) -> bool:
-        """Whether committed controller entries wait to be applied here."""
-        return self._next_offset <= self.group.view.commit_offset
-
     def signal(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
