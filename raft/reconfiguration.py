@@ -157,9 +157,17 @@ class ReconfigurationRules:
         with the tail only does not, until retention passes its start), those before an
         operator's trim aside: a member that joined from a leader that had dropped them
         starts after them, and nobody reads them (simulation seed 10000 of the topic
-        changes: such a member was never promoted, its move never finished)."""
+        changes: such a member was never promoted, its move never finished). Records, not
+        positions: a member whose log starts later by Raft's own batches only lacks none
+        (time retention drops a front segment of them at once, as they carry no
+        timestamp: seed 82584's learner was refused promotion for good)."""
         start = max(self.log.log_start_offset, min(self.log_floor, self.commit_offset + 1))
-        return p.floor <= start and p.log_start is not None and p.log_start <= start
+        if p.floor > start or p.log_start is None:
+            return False
+        return p.log_start <= start or (
+            p.log_start <= self.log.dirty_offset + 1
+            and self.log.records_before(p.log_start) <= self.log.records_before(start)
+        )
 
     def _check_may_lead(self, config: Configuration) -> None:
         """A node that may lead in `config`, and could not before, must hold the records."""

@@ -1141,6 +1141,21 @@ def test_a_member_need_not_hold_what_a_trim_put_before_the_log_start():
     assert not core.holds_the_log(Progress(2, 3, log_start=4))
 
 
+def test_a_member_need_not_hold_raft_batches_its_retention_dropped():
+    """A learner whose time retention dropped a front segment of Raft's own batches (no
+    timestamp: always past retention.ms) lacks no record: it may be promoted (seed 82584),
+    and one that lacks a record still may not."""
+    core = make_core()
+    config = Configuration.bootstrap({n: f"127.0.0.1:{7000 + n}" for n in (1, 2, 3)})
+    for _ in range(2):
+        core.log.append([config_batch(config)], term=1)
+    core.log.append([batch_of(b"a")], term=1)
+    core.commit_offset = 2
+    assert core.holds_the_log(Progress(2, 3, log_start=2)), "offsets 0-1 hold no record"
+    assert not core.holds_the_log(Progress(2, 3, log_start=3)), "it lacks the record at 2"
+    assert not core.holds_the_log(Progress(2, 3, log_start=2, floor=3)), "a witness's floor"
+
+
 def test_a_leader_is_under_replicated_while_a_voter_is_down_or_stays_behind():
     core = make_core()
     elect(core)  # with no peer alive, so that it campaigns at once

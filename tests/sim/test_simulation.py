@@ -175,6 +175,11 @@ FOUND_SEEDS += [(82070, 5, {"membership": False, "topics": True, "topic_changes"
 # which a round that committed shows only once its metadata is saved; it now compares what
 # the controller applied with what its Raft core committed.
 FOUND_SEEDS += [(82393, 5, {"membership": True, "topics": False})]
+# 82584: a move that never finished. The learner's time retention dropped its log's front
+# segment, which held Raft's own batches only (no timestamp); its leader took the later
+# start for a witness's missing records and refused to promote it, for good. A member
+# lacks what the leader holds by records now, not by positions (raft/reconfiguration.py).
+FOUND_SEEDS += [(82584, 5, {"membership": True, "topics": True, "topic_changes": True})]
 
 
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
