@@ -60,7 +60,6 @@ PROCESS_FAULTS = frozenset(
 )
 COMBINED_SHARE = 0.3
 RECOVERY_TIMEOUT_S = 60.0
-PLACEMENT_READS_MAX = 5  # a rebalance after a join moves 2 replicas at a time
 
 
 class Nemesis(NemesisCluster):
@@ -187,42 +186,48 @@ class Nemesis(NemesisCluster):
     async def final_logs(self) -> dict[Part, dict[int, Log]]:
         """Every running replica's log of each partition whose replicas converged, where
         the controller last placed them: a node that joined may still be getting replicas
-        moved onto it (the rebalancer) while the others converge, so the placement is read
-        again after each convergence until it stays the same."""
-        unsettled: dict = {}
-        for _ in range(PLACEMENT_READS_MAX):
+        moved onto it (the rebalancer) while the others converge, so the logs are read
+        again, after the next convergence, while the placement changed as they were read
+        (a node asked for a replica moved off it meanwhile holds none: seed 101), for at
+        most RECOVERY_TIMEOUT_S."""
+        deadline = trio.current_time() + RECOVERY_TIMEOUT_S
+        while True:
             unsettled = await wait_converged(self, RECOVERY_TIMEOUT_S)
-            converged_on = dict(self.topic_replicas)
-            if unsettled:
-                break
+            read_on = dict(self.topic_replicas)
+            settled = [p for p in self.parts if p not in unsettled]
+            logs, unreadable = await self._read_logs(settled)
             try:
                 await self.read_placement()
             except QuorumLogError as exc:
                 self.history.violations.append(f"I7: the topics could not be described: {exc}")
                 break
-            if self.topic_replicas == converged_on:
-                break  # no move since they converged: where the replicas stay
+            if unsettled or self.topic_replicas == read_on or trio.current_time() >= deadline:
+                break
         for part, views in unsettled.items():
             self.history.violations.append(
                 f"I7 {part}: the replicas did not converge within {RECOVERY_TIMEOUT_S} s: "
                 f"(dirty, commit) {views}"
             )
-        settled = [p for p in self.parts if p not in unsettled]
-        logs: dict[Part, dict[int, Log]] = {p: {} for p in settled}
+        self.history.violations += unreadable
+        return {part: replicas for part, replicas in logs.items() if replicas}
+
+    async def _read_logs(self, parts: list[Part]) -> tuple[dict[Part, dict[int, Log]], list[str]]:
+        """Each running replica's log of `parts` as placed now, and the nodes that could
+        not answer."""
+        logs: dict[Part, dict[int, Log]] = {p: {} for p in parts}
+        unreadable = []
         for node_id in self.running:
-            mine = [p for p in settled if node_id in self.replicas_of(p)]
+            mine = [p for p in parts if node_id in self.replicas_of(p)]
             try:
                 found = await trio.to_thread.run_sync(
                     read_logs, self.cluster.address(node_id), mine
                 )
             except QuorumLogError as exc:
-                self.history.violations.append(
-                    f"I7: node {node_id}'s logs could not be read: {exc}"
-                )
+                unreadable.append(f"I7: node {node_id}'s logs could not be read: {exc}")
                 continue
             for part, log in found.items():
                 logs[part][node_id] = log
-        return {part: replicas for part, replicas in logs.items() if replicas}
+        return logs, unreadable
 
     async def settle_and_check(self, healed_at: float, recovery_s: float | None) -> dict:
         logs = await self.final_logs()

@@ -114,7 +114,7 @@ class TailBudget:
         self._holding[id(cache)] = cache
         self._holding.move_to_end(id(cache))
         while self.bytes > self.bytes_max and len(self._holding) > 1:
-            _, oldest = next(iter(self._holding.items()))
+            _, oldest = self._holding.popitem(last=False)
             oldest.clear()
 
     def released(self, cache: TailCache, shrank: int) -> None:
