@@ -45,6 +45,7 @@ from quorumlog.consumers.assignment import TopicPartition, assign
 from quorumlog.consumers.state import (
     GROUPS_PARTITIONS,
     GROUPS_TOPIC,
+    ForgetTopics,
     Group,
     GroupError,
     SetMembers,
@@ -140,14 +141,32 @@ class Coordinator:
             # A deleted topic's ends go with it (issue 51).
             self.ends = {tp: end for tp, end in self.ends.items() if tp[0] in topics}
             for c in self._led():
+                with contextlib.suppress(PassBack):
+                    await self._forget_deleted_topics(c)
                 for group in list(c.state.groups.values()):
                     for tp in self._known_partitions(group):
                         with contextlib.suppress(PassBack, UnknownTopic):
                             await self.offsets_of(tp)
 
+    async def _forget_deleted_topics(self, c: Coordination) -> None:
+        """Drop every position held of a topic the cluster deleted (ForgetTopics)."""
+        controller = self.node.controller_actor
+        held = {tp[0] for g in c.state.groups.values() for tp in (*g.committed, *g.queues)}
+        gone = [t for t in sorted(held - set(controller.state.topics))]
+        gone = [t for t in gone if await controller.topic_is_unknown(t)]
+        if gone:
+            await c.propose(ForgetTopics(tuple(gone)))
+            logger.info("deleted_topics_forgotten", partition=c.partition, topics=gone)
+
     def _led(self) -> list[Coordination]:
         """The coordinations of the `__groups` partitions this node leads, up to date."""
         return [c for c in self.coordinations.values() if c.is_current()]
+
+    def positions_held(self) -> int:
+        """Committed positions and queue windows of the groups led here."""
+        return sum(
+            len(g.committed) + len(g.queues) for c in self._led() for g in c.state.groups.values()
+        )
 
     def _known_partitions(self, group: Group) -> list[TopicPartition]:
         try:

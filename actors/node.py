@@ -331,6 +331,7 @@ class Node(NodeReplicas):
             **self.heartbeats.table_sizes(),
             "producer_appends_uncommitted": sum(g.producer_appends_uncommitted() for g in groups),
             "lag_ends": len(self.coordinator.ends),
+            "group_positions": self.coordinator.positions_held(),
             "command_outcomes": self.controller_actor.outcomes_kept()
             + sum(c.outcomes_kept() for c in self.coordinator.coordinations.values()),
             # Bounded by bytes, not by topics (log/tailcache.py): what the memory model counts.

@@ -101,6 +101,17 @@ class DeleteGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class ForgetTopics:
+    """Topics the cluster deleted: their positions and queue windows leave every group of
+    the partition, as Kafka's coordinator drops a deleted topic's offsets (a cluster that
+    creates and deletes topics for months would otherwise keep them all). The coordinator
+    appends it once the controller confirms them gone (actors/coordinator.py); a topic made
+    again under the same name starts with no position."""
+
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Every group of the partition, whole (`snapshot_of`)."""
 
@@ -125,6 +136,7 @@ Command = (
     | ResetOffsets
     | DeleteOffsets
     | DeleteGroup
+    | ForgetTopics
     | Lease
     | Settle
     | Snapshot
@@ -165,6 +177,8 @@ def from_wire(wire: Any) -> Command:
             args["offsets"] = tuple(int(o) for o in args["offsets"])
         elif cls is DeleteGroup:
             args["group"] = str(args["group"])
+        elif cls is ForgetTopics:
+            args["topics"] = tuple(str(t) for t in args["topics"])
         elif cls is DeleteOffsets:
             args["partitions"] = tuple((str(t), int(p)) for t, p in args["partitions"])
         elif cls is SetMembers:
@@ -274,6 +288,12 @@ class GroupsState:
                 if group.members:
                     return f"group {name!r} has active members: stop them first"
                 del self.groups[name]
+            case ForgetTopics(topics):
+                gone = set(topics)
+                for group in self.groups.values():
+                    for held in (group.committed, group.queues):
+                        for tp in [tp for tp in held if tp[0] in gone]:
+                            del held[tp]
             case Lease() | Settle():
                 return _apply_queue(self.groups.get(command.group), command)
         return None

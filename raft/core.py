@@ -185,13 +185,13 @@ class RaftCore(
         self.recovery_bytes_sent = 0
         # Follower: a complete copy of older records to move in, (its end, the leader).
         self.backfill_moving: tuple[int, int] | None = None
+        self.now = now  # time of the input being handled
         self._replay_tail()
         self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
         # Outputs for the node actor.
         self.outbox: list[tuple[int, RaftMessage]] = []
         self.metadata_dirty = False
         self.flush_urgent = False
-        self.now = now  # time of the input being handled
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
         self.campaign_late = False  # set by the node while its disk is avoided
@@ -420,7 +420,7 @@ class RaftCore(
                     self.max_stamp_ms = max(self.max_stamp_ms, stamp_ms)
                 # Noted as placed, before the write below: a retry later in this round
                 # finds it.
-                self.producers.note_batch(header.placed(next_offset, self.term))
+                self.producers.note_batch(header.placed(next_offset, self.term), now)
                 if header.flags & SNAPSHOT:
                     self._note_snapshot(next_offset)
                 headers.append(header)
@@ -456,7 +456,7 @@ class RaftCore(
         if header.batch_type is BatchType.CONFIG:
             self.configs.appended(header.base_offset, config_of(batch, header))
         elif producers:
-            self.producers.note_batch(header)
+            self.producers.note_batch(header, self.now)
 
     def _note_snapshot(self, offset: int) -> None:
         self.snapshot_offsets = [*self.snapshot_offsets[-3:], offset]

@@ -180,6 +180,7 @@ class FollowerRules:
     def _commit_to(self, offset: int) -> None:
         self.commit_offset = offset
         self.producers.forget_committed(offset)
+        self.producers.expire_idle(self.now)
         changed = self.configs.commit(offset)
         if changed:
             # The committed configuration is durable state too (seed 000: "made durable on

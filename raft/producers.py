@@ -7,6 +7,12 @@ rebuilt from the log on start: a new leader knows what the old one wrote (Jepsen
 keeps appends atomic: a truncation removes all of one or none. Each node keeps, per
 producer, its recent appends, which may arrive in any order (a window of them is in
 flight at once).
+
+A producer that appended nothing for PRODUCER_IDLE_S is forgotten, as Kafka's
+producer.id.expiration.ms does (a day, long past any client's retries): a client that
+restarts takes a new id, so a node up for months would otherwise keep every id it saw, up
+to PRODUCERS_MAX a partition. Idleness counts on the core's clock, the simulation's in
+the simulation; a restart counts it again from its start for the ids it reads back.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ PRODUCERS_MAX = 100_000  # the least recently used are forgotten beyond this
 # arrive in any order.
 APPENDS_PER_PRODUCER_MAX = 1024
 ORDER_MAX = 1_000_000
+PRODUCER_IDLE_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +42,17 @@ class StaleSequenceError(Exception):
 
 
 class _Recent:
-    __slots__ = ("appends", "forgotten_max")
+    __slots__ = ("appends", "forgotten_max", "last_s")
 
     def __init__(self) -> None:
         self.appends: OrderedDict[int, ProducerAppend] = OrderedDict()
         self.forgotten_max = -1  # highest sequence dropped to bound memory
+        self.last_s = 0.0  # when it last appended
 
 
 class ProducerTable:
     def __init__(self) -> None:
+        # Least recently appended first.
         self._producers: OrderedDict[int, _Recent] = OrderedDict()
         # (first offset, producer, seq) in log order, of the appends not yet committed, so
         # that a truncation of the tail costs what it removes: a truncation never reaches
@@ -64,8 +73,8 @@ class ProducerTable:
             )
         return append
 
-    def note_batch(self, header: BatchHeader) -> None:
-        """Account for a batch appended to the log (leader or follower)."""
+    def note_batch(self, header: BatchHeader, now: float) -> None:
+        """Account for a batch appended to the log (leader or follower) at `now`."""
         if header.producer_id < 0:
             return
         recent = self._producers.get(header.producer_id)
@@ -75,12 +84,25 @@ class ProducerTable:
                 self._producers.popitem(last=False)
         else:
             self._producers.move_to_end(header.producer_id)
+        recent.last_s = now
         seq = header.producer_seq
         recent.appends[seq] = ProducerAppend(seq, header.base_offset, header.last_offset)
         self._order.append((header.base_offset, header.producer_id, seq))
         if len(recent.appends) > APPENDS_PER_PRODUCER_MAX:
             forgotten, _ = recent.appends.popitem(last=False)
             recent.forgotten_max = max(recent.forgotten_max, forgotten)
+
+    def expire_idle(self, now: float) -> None:
+        """Forget the producers that appended nothing for PRODUCER_IDLE_S."""
+        producers = self._producers
+        while producers:
+            producer_id, recent = next(iter(producers.items()))
+            if now - recent.last_s < PRODUCER_IDLE_S:
+                return
+            del producers[producer_id]
+
+    def __len__(self) -> int:
+        return len(self._producers)
 
     @property
     def uncommitted(self) -> int:

@@ -17,6 +17,7 @@ from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, parse_batch, split_b
 from quorumlog.log.config import LogConfig
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.records import make_data_batch
 from quorumlog.log.stamping import stamp
 from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.changes import (
@@ -46,6 +47,7 @@ from quorumlog.raft.messages import (
     VoteReply,
     VoteRequest,
 )
+from quorumlog.raft.producers import PRODUCER_IDLE_S
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.reconfiguration import DEPARTING_TIMEOUTS
@@ -266,6 +268,21 @@ def test_the_leaders_flush_and_one_followers_make_a_majority():
     assert core.commit_offset == -1
     persist(core, 10.0)
     assert core.commit_offset == last
+
+
+def test_a_leader_forgets_a_producer_idle_for_a_day_as_it_commits():
+    """Idleness counts on the core's clock (the simulation's, in the simulation)."""
+    core = make_core()
+    elect(core)
+    idempotent = make_data_batch([(None, b"x", 0, None)], producer_id=7, producer_seq=0)
+    _, first = propose(core, idempotent, 10.0, True)
+    assert propose(core, idempotent, 20.0, True) == (first, first), "a retry"
+    later = 10.0 + PRODUCER_IDLE_S
+    _, last = propose(core, batch_of(b"y"), later, True)
+    core.step(2, append_reply(2, core.term, last, last), later)
+    persist(core, later)
+    assert core.commit_offset == last and len(core.producers) == 0
+    assert propose(core, idempotent, later, True) == (last + 1, last + 1), "new again"
 
 
 def caught_up_leader(settings: RaftSettings = SETTINGS) -> RaftCore:

@@ -11,6 +11,7 @@ from quorumlog.consumers.state import (
     CommandError,
     Commit,
     DeleteOffsets,
+    ForgetTopics,
     GroupError,
     GroupsState,
     RecordOffsets,
@@ -48,6 +49,7 @@ def test_commands_survive_their_wire_form():
         Commit("g", "m1", (("t", 0, 42),)),
         ResetOffsets("g", (("t", 1, 0),)),
         DeleteOffsets("g", (("t", 1),)),
+        ForgetTopics(("t", "u")),
         RecordOffsets((("t", 0, ((5, 3), (9, 6))),)),
         Snapshot(({"name": "g"},)[:0], records=True),
     ):
@@ -136,6 +138,23 @@ def test_offsets_are_deleted_except_of_a_topic_active_members_consume():
     assert state.apply(DeleteOffsets("other", (("audit", 0), ("audit", 5))), 4) is None
     assert state.groups["other"].committed == {("events", 0): 3}
     assert state.apply(DeleteOffsets("nobody", (("audit", 0),)), 5) == "unknown group 'nobody'"
+
+
+def test_a_deleted_topics_positions_and_windows_leave_every_group():
+    """ForgetTopics: whatever the groups' members, the topics' positions and queue windows
+    go; other topics' stay."""
+    state = state_with_members()
+    state.apply(Commit("billing", "m1", (("events", 0, 7),)), 1)
+    state.apply(ResetOffsets("other", (("events", 1, 3), ("audit", 0, 9))), 2)
+    state.apply(SetMembers("jobs", "queue", ("events", "audit"), 1, (("q", 10_000),), ()), 3)
+    state.apply(Lease("jobs", "events", 0, "q", (0, 1)), 4)
+    state.apply(Lease("jobs", "audit", 0, "q", (0,)), 5)
+    assert state.apply(ForgetTopics(("events", "never")), 6) is None
+    assert state.groups["billing"].committed == {}
+    assert state.groups["other"].committed == {("audit", 0): 9}
+    assert list(state.groups["jobs"].queues) == [("audit", 0)]
+    assert held_offsets(state) == {("audit", 0): {0, 1, 9}}
+    assert state.groups["billing"].members  # groups and their subscriptions stay
 
 
 def test_positions_kept_by_0_4_are_turned_into_record_offsets_once():

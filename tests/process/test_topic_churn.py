@@ -1,12 +1,14 @@
 """Issue 51: what a node keeps per topic leaves with the topic. Topics made, written, read
-back and deleted while another is written: afterwards every node's tables (status's
-`tables`) are where they were, and its metrics name no deleted topic."""
+back (by a consumer group too) and deleted while another is written and consumed:
+afterwards every node's tables (status's `tables`) are where they were, the groups hold no
+position of a deleted topic, and the metrics name none."""
 
 from __future__ import annotations
 
 import time
 import urllib.request
 
+from quorumlog import Consumer
 from quorumlog.cli.localcluster import ProcessCluster, free_ports
 
 ROUNDS = 8
@@ -44,7 +46,20 @@ def left_behind(before: dict[int, dict[str, int]], after: dict[int, dict[str, in
             problems.append(f"node {node_id} heartbeat tables {now}")
         if now["producer_appends_uncommitted"] > 100:
             problems.append(f"node {node_id} holds {now['producer_appends_uncommitted']} appends")
+    # The groups' positions, wherever their coordinators are now.
+    positions = [sum(tables["group_positions"] for tables in t.values()) for t in (before, after)]
+    if positions[1] != positions[0]:
+        problems.append(f"the groups hold {positions[0]} -> {positions[1]} positions")
     return problems
+
+
+def consume_all(cluster: ProcessCluster, group: str, topic: str, count: int) -> None:
+    """A stream group reads `topic` to its end and commits it."""
+    with Consumer(cluster.brokers, group, [topic], timeout=30) as consumer:
+        got = 0
+        while got < count:
+            got += len(consumer.poll(timeout=5.0))
+        consumer.commit()
 
 
 def test_topics_made_and_deleted_leave_nothing_behind(tmp_path):
@@ -55,6 +70,7 @@ def test_topics_made_and_deleted_leave_nothing_behind(tmp_path):
         with cluster.client(timeout=30) as c:
             c.create_topic("steady", partitions=3, replicas=3)
             c.append_spread([b"s%d" % i for i in range(300)], topic="steady")
+            consume_all(cluster, "steady-readers", "steady", 300)
             time.sleep(3.0)  # the leader tables and lag ends of `steady` settle
             before = tables(cluster)
             for r in range(ROUNDS):
@@ -62,6 +78,8 @@ def test_topics_made_and_deleted_leave_nothing_behind(tmp_path):
                 c.create_topic(name, partitions=3, replicas=3)
                 c.append_spread([b"c%d" % i for i in range(60)], topic=name)
                 assert sum(len(c.read(0, 100, topic=name, partition=p)) for p in range(3)) == 60
+                consume_all(cluster, "churn-readers", name, 60)
+                c.reset_offsets("churn-keepers", name, "latest")
                 c.append_spread([b"s%d" % i for i in range(50)], topic="steady")
                 c.delete_topic(name)
         deadline = time.monotonic() + SETTLED_WITHIN_S
