@@ -17,7 +17,7 @@ directly on a fresh connection. `gap_s - direct_ack_s` is what the client's redi
 Rows: one per kill, then the summary: median, p90 and max of the gaps beside the maximum
 election timeout (0.6 s by default; `ratio_median_to_election_max`), and the medians of
 `leader_s` and `direct_ack_s`. Then as many planned stops (SIGTERM: the leader hands its
-groups over before it exits, actors/shutdown.py), one row each and their summary beside
+groups over before it exits, actors/node/shutdown.py), one row each and their summary beside
 the kills' median.
 """
 

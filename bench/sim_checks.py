@@ -21,7 +21,7 @@ from quorumlog.raft.core import RaftCore
 from quorumlog.transport.messages import Acks
 
 if TYPE_CHECKING:
-    from quorumlog.actors.group import GroupActor
+    from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.membership.config import Configuration
 
 
@@ -34,7 +34,7 @@ class Violation(AssertionError):
 STANDSTILL_PASSES = 100_000
 
 
-def committed_log(group: GroupActor) -> list[tuple[int, int, bytes]]:
+def committed_log(group: ReplicaActor) -> list[tuple[int, int, bytes]]:
     """(offset, term, batch bytes) of every batch up to the replica's commit offset."""
     out = []
     log = group.log
@@ -182,7 +182,7 @@ def _check_group(
             )
 
 
-def _trimmed_records(replicas: list[GroupActor], log_start: int, dropped: int) -> int:
+def _trimmed_records(replicas: list[ReplicaActor], log_start: int, dropped: int) -> int:
     """Clients count records: the trim's position as a record offset, read where a replica
     still holds it. Where retention has dropped that position since on every replica (a
     front segment of Raft's own batches only has no timestamp: always past retention.ms),
@@ -331,7 +331,7 @@ def partitions_not_placed(cluster: Cluster) -> list[str]:
     return off
 
 
-def _tail_only(leader: GroupActor, node_ids: set[int]) -> bool:
+def _tail_only(leader: ReplicaActor, node_ids: set[int]) -> bool:
     """Whether one of `node_ids` holds only the tail of the leader's log (it joined as a
     witness): it may not become a full voter, so `default` cannot follow by itself."""
     core = leader.core

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import trio
 
-from quorumlog.actors.group import GroupActor
-from quorumlog.actors.node import Node
-from quorumlog.actors.storage import open_storage
+from quorumlog.actors.node.node import Node
+from quorumlog.actors.node.storage import open_storage
+from quorumlog.actors.replica.actor import ReplicaActor
 from quorumlog.bench.sim_node import SimNode
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import StorageError
@@ -334,13 +334,13 @@ class Cluster:
         """Whether group `gid`'s leaders stamp its batches (a log-append topic)."""
         return any(g.log.config.timestamp_type == "log_append" for g in self.replicas(gid).values())
 
-    def replicas(self, gid: int) -> dict[int, GroupActor]:
+    def replicas(self, gid: int) -> dict[int, ReplicaActor]:
         """Node id -> its replica of group `gid`, on the running nodes that host one."""
         return {
             i: s.node.groups[gid] for i, s in self.nodes.items() if s.node and gid in s.node.groups
         }
 
-    def leader_of(self, gid: int) -> GroupActor | None:
+    def leader_of(self, gid: int) -> ReplicaActor | None:
         """The replica of group `gid` that leads in the highest term, if any leads."""
         leaders = [g for g in self.replicas(gid).values() if g.core.is_leader]
         return max(leaders, key=lambda g: g.core.term, default=None)

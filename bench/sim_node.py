@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from quorumlog.actors.node import Node
+from quorumlog.actors.node.node import Node
 from quorumlog.log.memdisk import MemoryFileSystem
 
 WALL_CLOCK_START_S = 1.8e9

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import trio
 
-from quorumlog.actors.read_index import read_committed
+from quorumlog.actors.replica.read_index import read_committed
 from quorumlog.bench.sim_checks import controller_state
 from quorumlog.bench.sim_cluster import LOG_CONFIG, TOPICS, Cluster, Route, until
 from quorumlog.bench.sim_node import SimNode

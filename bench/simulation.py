@@ -20,7 +20,7 @@ from dataclasses import replace
 import trio
 import trio.testing
 
-from quorumlog.actors.leader_sync import DIGEST_INTERVAL_S
+from quorumlog.actors.cluster.leader_table import DIGEST_INTERVAL_S
 from quorumlog.bench.sim_checks import (
     STANDSTILL_PASSES,
     StandStill,
@@ -119,7 +119,7 @@ async def _run(
                 work.start_soon(cluster.client, c, appends)
         await cluster.heal_all(nursery)
         converged = await cluster.wait_converged(timeout_s=10.0)
-        # A move retried after a backoff of up to 30 s, rechecked every 30 s (actors/mover.py).
+        # A move retried after a backoff of up to 30 s, rechecked every 30 s (actors/cluster/mover.py).
         placed = converged and await wait_placed(cluster, timeout_s=120.0)
         # Every loss of a table message repaired within a few digest rounds.
         tables = not placed or await wait_tables_current(cluster, TABLE_REPAIR_BOUND_S)

@@ -7,7 +7,7 @@ the records settled at the front, so everything below it is settled for good. `n
 the first offset never leased yet: new records enter the window there, and the window
 spans at most WINDOW_MAX offsets. Offsets are record offsets, so a lease skips none but
 records trimmed away (quorumlog 0.4 counted log positions, and skipped those of Raft's own
-batches: actors/group_offsets_upgrade.py turns them). A full window leases no new record until its oldest
+batches: actors/coordinator/offsets_upgrade.py turns them). A full window leases no new record until its oldest
 settles: members get only redeliveries meanwhile, and the lag shows it.
 
 Leases, acks, releases and dead letters are commands in the group's `__groups` partition

@@ -68,7 +68,7 @@ class SetMembers:
 class Commit:
     """A member's positions (next offset to consume). Which partitions a member may commit
     is the coordinator's check before it appends (a member releasing a partition commits it
-    after the assignment moved it, before the next owner is let in: actors/coordinator.py);
+    after the assignment moved it, before the next owner is let in: actors/coordinator/coordinator.py);
     applying checks only what the log decides: it is still a member, nothing goes back."""
 
     group: str
@@ -105,7 +105,7 @@ class ForgetTopics:
     """Topics the cluster deleted: their positions and queue windows leave every group of
     the partition, as Kafka's coordinator drops a deleted topic's offsets (a cluster that
     creates and deletes topics for months would otherwise keep them all). The coordinator
-    appends it once the controller confirms them gone (actors/coordinator.py); a topic made
+    appends it once the controller confirms them gone (actors/coordinator/coordinator.py); a topic made
     again under the same name starts with no position."""
 
     topics: tuple[str, ...]

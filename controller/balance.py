@@ -16,7 +16,7 @@ Then leaders, once no replica move is left: a preferred leadership (the first of
 goes from a node that has two or more than another along a chain of partitions, each led
 by one node and held by the next (an augmenting path, found breadth first), so counts end
 within one wherever the replica placement allows. Reordering a set copies nothing; the
-leader balancer (actors/balancer.py) then hands leadership to the new first replica.
+leader balancer (actors/node/leader_balance.py) then hands leadership to the new first replica.
 
 Pure and deterministic: every key, node and tie is taken in order. `busy` are partitions
 with a move under way, left alone: a partition never has two moves at once.

@@ -96,7 +96,7 @@ class NameCluster:
 
 @dataclass(frozen=True, slots=True)
 class StartRebalance:
-    """A rebalance begins (actors/rebalancer.py): asked for, or a node joined."""
+    """A rebalance begins (actors/cluster/rebalancer.py): asked for, or a node joined."""
 
     reason: str
 

@@ -10,7 +10,7 @@ leads a term twice, the partition has no leader until a later term (issue 45: a 
 could not say so named a leader that answered every append "not the leader"). This is
 half of the fix for KUDU-1353
 (a new master that answered from stale leader beliefs): the other half is how the table
-travels and is repaired (actors/leader_sync.py).
+travels and is repaired (actors/cluster/leader_table.py).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class LeaderEntry:
     term: int
     revision: int
     # The leader of `term` stepped down (leader_id is None): only that leader's own node
-    # says so, of its own replica (actors/leader_sync.py).
+    # says so, of its own replica (actors/cluster/leader_table.py).
     ended: bool = False
 
     @property

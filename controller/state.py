@@ -101,7 +101,7 @@ class ClusterState:
     rebalance: RebalanceMark = field(default_factory=RebalanceMark)
     # Every node's last address, brokers and those that left: a partition placed on a node
     # that left before another of its replicas was made there still starts from the set
-    # it was placed on (actors/controller.py), the same on every replica.
+    # it was placed on (actors/cluster/controller.py), the same on every replica.
     addresses: dict[int, str] = field(default_factory=dict)
 
     @classmethod

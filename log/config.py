@@ -18,7 +18,7 @@ class LogConfig:
     # Check every batch of every segment on open (about 1 s per GiB), not only the newest.
     verify_on_open: bool = True
     # Whose clock a record's timestamp is (`default`'s; a topic sets its own): "create",
-    # its producer's, or "log_append", its leader's as it appends (actors/stamper.py).
+    # its producer's, or "log_append", its leader's as it appends (actors/replica/stamper.py).
     timestamp_type: str = "create"
     # A new leader whose clock is behind the largest stamp in its log by at most this
     # waits it out before stamping; further behind, it stamps that stamp plus one.

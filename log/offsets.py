@@ -71,7 +71,7 @@ class OffsetTranslator:
 
     def to_wire(self) -> dict:
         """Its state in plain msgpack types (a coordinator counting a partition's old
-        positions again: actors/coordinator.py)."""
+        positions again: actors/coordinator/coordinator.py)."""
         return {
             "start": self.start,
             "start_records": self.start_records,

@@ -5,7 +5,7 @@ appends it: the header's `timestamp_ms` becomes the leader's clock and its LOG_A
 flag tells readers to take it as every record's time (`log.records.batch_records`). A Kafka
 batch stored as it arrived is stamped the way a Kafka broker does it, so that Kafka
 consumers read the same time. Which time the leader picks, and why it never goes back
-across leader changes, is `actors/stamper.py`.
+across leader changes, is `actors/replica/stamper.py`.
 """
 
 from __future__ import annotations

@@ -128,13 +128,13 @@ class RaftCore(
         # Whether a witness may join with the uncommitted tail only: not where every member
         # applies the whole log to a state machine it serves (the controller's group).
         self.witnesses_from_commit = witnesses_from_commit
-        # Where an operator's trim starts the readers (actors/group.py keeps it here):
+        # Where an operator's trim starts the readers (actors/replica/actor.py keeps it here):
         # nobody needs the records before it, a member that would lead neither.
         self.log_floor = 0
         # Whether a peer's node looks alive (its link is up): who comes first in an
         # election (raft/election.py).
         self.peer_alive = peer_alive
-        # Whether the node is about to stop (actors/shutdown.py): it hands leadership over
+        # Whether the node is about to stop (actors/node/shutdown.py): it hands leadership over
         # and takes none (no campaign, no transfer to it); it still votes.
         self.node_stopping = node_stopping
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
@@ -151,7 +151,7 @@ class RaftCore(
         # commit offset that leader announced (re-applied when a flush completes, rule 2).
         self.verified_offset = -1
         self.leader_commit = -1
-        # The largest leader stamp in the log (log-append time, actors/stamper.py).
+        # The largest leader stamp in the log (log-append time, actors/replica/stamper.py).
         self.max_stamp_ms = 0
         self.last_leader_contact_s = -math.inf
         self.election_deadline_s = 0.0
@@ -245,7 +245,7 @@ class RaftCore(
     def _reset_election_deadline(self, now: float) -> None:
         s = self.settings
         # A node whose disk was slow lately campaigns an election timeout late, so that a
-        # healthy voter wins first (actors/disk_health.py), and still when none does.
+        # healthy voter wins first (actors/node/disk_health.py), and still when none does.
         late = s.election_timeout_max_s if self.campaign_late else 0.0
         # The exponent capped: a group cut off for hours counts thousands of elections.
         steps = min(self.failed_elections, ELECTION_BACKOFF_STEPS_MAX)

@@ -9,7 +9,7 @@ start at once (docs/decisions.md, "Elections with many partitions"):
   survivor campaigns per group instead of all of them splitting the vote;
 - each election that finds no leader widens the range of the next timeout (randomized
   backoff, as Kudu's), until a round trip fits in it whatever the load;
-- the node lets only so many groups campaign at once (actors/campaigns.py).
+- the node lets only so many groups campaign at once (actors/replica/campaigns.py).
 Only timers change: terms, votes and the log check decide as before.
 """
 
@@ -62,7 +62,7 @@ class ElectionRules:
     def campaign_due(self, now: float) -> bool:
         """Whether a tick now starts a pre-vote: the election timer ran out, and this
         voter's turn in the group's order came (the node may still make it wait for a
-        campaign slot: actors/campaigns.py)."""
+        campaign slot: actors/replica/campaigns.py)."""
         if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
             return False
         if self.node_stopping():

@@ -1,7 +1,7 @@
 """Raft's messages between the replicas of a group: what the core takes in and sends out.
 
 They are plain frozen dataclasses built by keyword. The core knows nothing of the wire:
-the node registers these types with the transport's codec (actors/node.py), which sends a
+the node registers these types with the transport's codec (actors/node/node.py), which sends a
 message's fields in the order declared here after its `TAG`. Tags are part of the wire
 format: never reuse or renumber one (16, a separate heartbeat reply, is retired).
 

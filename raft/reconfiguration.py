@@ -234,7 +234,7 @@ class ReconfigurationRules:
             self.role is not Role.LEADER
             or self.configs.change_in_flight
             or self.transfer is not None  # appends wait for a transfer (`_maybe_leave_joint`)
-            # As an operator's change (actors/admin.py): Raft's rule for changes one at a
+            # As an operator's change (actors/cluster/admin_calls.py): Raft's rule for changes one at a
             # time (dissertation, 4.1 errata). A new leader may not know yet what its
             # predecessor committed: a change it did not see may still be in flight, and a
             # promotion on top of it could leave two majorities that do not meet.

@@ -46,7 +46,7 @@ class RaftSettings:
     retransmit_timeout_s: float = 0.2
     # Batches a client append request may carry.
     append_bytes_max: int = 8 * 1024 * 1024
-    # Gray failures (actors/disk_health.py): a node's disk is slow while its recent fsync
+    # Gray failures (actors/node/disk_health.py): a node's disk is slow while its recent fsync
     # latency is above this many times the median of the other nodes' and above
     # slow_fsync_min_s; a leader whose disk stays slow for slow_fsync_for_s hands its
     # groups over, and a node slow within slow_fsync_cooldown_s is not given leadership
@@ -58,7 +58,7 @@ class RaftSettings:
     # A learner whose log has not advanced for this long while it is not caught up (its
     # node is gone, or an `add` was cut short) is removed by the leader.
     learner_abandon_s: float = 600.0
-    # Replica moves a rebalance (actors/rebalancer.py) has under way at once: each copies a
+    # Replica moves a rebalance (actors/cluster/rebalancer.py) has under way at once: each copies a
     # partition's whole log to a new node, beside the clients' traffic.
     rebalance_moves_max: int = 2
 

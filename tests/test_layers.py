@@ -14,7 +14,7 @@ PURE = ("raft", "log", "membership", "controller", "consumers")
 NEVER_IN_PURE = ("trio", "socket", "selectors", "asyncio", "quorumlog.actors")
 # The group's task (with its append intake) and its handle are the only code that reads
 # a RaftCore's state.
-CORE_OWNERS = {"actors/group.py", "actors/group_appends.py", "actors/group_handle.py"}
+CORE_OWNERS = {"actors/replica/actor.py", "actors/replica/appends.py", "actors/replica/handle.py"}
 
 
 def imports_of(path: Path) -> set[str]:

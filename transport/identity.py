@@ -9,7 +9,7 @@ id yet (a new one, or one from before ids) accepts any peer, and clients carry n
 
 The transport only states and checks; what to make of peers of another cluster is the
 node's call (`on_foreign`: the node whose configured majority refuses it is the one that
-does not belong, actors/node.py).
+does not belong, actors/node/node.py).
 """
 
 from __future__ import annotations

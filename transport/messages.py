@@ -270,7 +270,7 @@ class ErrorReply:
     leader_address: str | None = None
 
 
-# --- cluster metadata, between nodes (actors/controller.py) -------------------------------
+# --- cluster metadata, between nodes (actors/cluster/controller.py) -------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +287,7 @@ class LeaderUpdates:
 @dataclass(frozen=True, slots=True)
 class LeaderDigest:
     """One-way, from the controller's leader: a hash of its leader table, as of its
-    controller state applied through `applied_through` (actors/leader_sync.py)."""
+    controller state applied through `applied_through` (actors/cluster/leader_table.py)."""
 
     TAG = 48
     digest: bytes
@@ -309,13 +309,13 @@ class HeartbeatBatch:
     sender leads with that peer as a member. `ids` (int64 little-endian array) are groups
     whose term and commit offset did not change since the last batch to this peer; `full`
     is the msgpack array of [group, term, commit_offset] of the others
-    (actors/heartbeats.py)."""
+    (actors/node/heartbeats.py)."""
 
     TAG = 43
     seq: int  # echoed by the reply, which confirms the full entries this batch carried
     ids: bytes
     full: bytes
-    fsync_us: int  # the sender's recent fsync latency, -1 if unknown (actors/disk_health.py)
+    fsync_us: int  # the sender's recent fsync latency, -1 if unknown (actors/node/disk_health.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +329,7 @@ class HeartbeatBatchReply:
     fsync_us: int  # the replier's recent fsync latency, -1 if unknown
 
 
-# --- consumer groups (actors/coordinator.py) ---------------------------------------------
+# --- consumer groups (actors/coordinator/coordinator.py) ---------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +377,7 @@ Message = (
     | GroupRequest
 )
 
-# A call on one partition, answered by its replica (actors/group.py, `answer`).
+# A call on one partition, answered by its replica (actors/replica/actor.py, `answer`).
 PartitionCall = (
     AppendRequest
     | ReadRequest

@@ -1,6 +1,6 @@
 """The Kafka admin calls an operator's tools make: topic and broker configuration, more
 partitions, partition reassignments, and deleting consumer groups. Each is the native call
-of the same name (actors/topic_changes.py, actors/group_calls.py), so a change made
+of the same name (actors/cluster/topic_changes.py, actors/coordinator/group_calls.py), so a change made
 through Kafka is the one `quorumlog topic describe` shows, and the other way round."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 TOPIC, BROKER = 2, 4  # Kafka's resource types
 STATIC_BROKER_CONFIG = 4  # a config source

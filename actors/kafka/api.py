@@ -19,7 +19,7 @@ from quorumlog.transport import kafka
 from quorumlog.transport.kafka import Request
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 PRODUCE = 0
 CONSUMER_GROUP_HEARTBEAT = 68  # its handler is given the client's id and host

@@ -11,7 +11,7 @@ import structlog
 import trio
 from kio.schema.errors import ErrorCode as K
 
-from quorumlog.actors.admin import forward_to_leader
+from quorumlog.actors.cluster.admin_calls import forward_to_leader
 from quorumlog.actors.kafka import acls
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.kafka_ids import kafka_cluster_id
@@ -30,7 +30,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

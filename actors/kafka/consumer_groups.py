@@ -34,7 +34,7 @@ from quorumlog.consumers.server_assignors import ASSIGNORS, assign
 from quorumlog.consumers.topic_patterns import PatternRefused, compile_pattern
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

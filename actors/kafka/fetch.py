@@ -16,16 +16,16 @@ import trio
 from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.kafka.cluster import kafka_error
-from quorumlog.actors.read_index import offset_for_time, read_committed
+from quorumlog.actors.replica.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import Compression, split_batches
 from quorumlog.log.records import batch_records
 from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
 if TYPE_CHECKING:
-    from quorumlog.actors.group import GroupActor
-    from quorumlog.actors.group_handle import GroupView
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.replica.actor import ReplicaActor
+    from quorumlog.actors.replica.handle import GroupView
 
 LATEST, EARLIEST = -1, -2
 # The most one Fetch response carries, whatever the client asks (Kafka's broker default,
@@ -70,7 +70,7 @@ class Fetch:
 
     def _read(
         self, topic: str, partition: int, offset: int, max_bytes: int
-    ) -> tuple[GroupActor | None, dict]:
+    ) -> tuple[ReplicaActor | None, dict]:
         # Empty records, never null, with an error too: librdkafka fails to parse a
         # partition whose records are null ("Protocol parse failure for Fetch").
         group, error = self._leader(topic, partition)
@@ -96,7 +96,7 @@ class Fetch:
         answer["records"] = as_kafka(reply.batches) if reply.batches else b""
         return group, {**answer, "error_code": K.none}
 
-    def _leader(self, topic: str, partition: int) -> tuple[GroupActor | None, K]:
+    def _leader(self, topic: str, partition: int) -> tuple[ReplicaActor | None, K]:
         group = self.node.replica(topic, partition)
         if group is not None and group.view.is_leader:
             return group, K.none
@@ -136,7 +136,7 @@ class Fetch:
         return {"topics": topics}
 
 
-def _epoch_end(group: GroupActor, epoch: int) -> tuple[int, int]:
+def _epoch_end(group: ReplicaActor, epoch: int) -> tuple[int, int]:
     """(the largest term <= `epoch`, the offset after its last committed record); -1s when
     the log holds no record of a term that old (Kafka's UNDEFINED_EPOCH)."""
     view, log = group.view, group.log
@@ -152,19 +152,19 @@ def _epoch_end(group: GroupActor, epoch: int) -> tuple[int, int]:
     return term, group.last_record(last) + 1
 
 
-async def _any_changed(groups: list[GroupActor]) -> None:
+async def _any_changed(groups: list[ReplicaActor]) -> None:
     """Until one of `groups` has published a new view (its commit may have moved)."""
     async with trio.open_nursery() as nursery:
         for group in groups:
 
-            async def wait(group: GroupActor = group, seen: GroupView = group.view) -> None:
+            async def wait(group: ReplicaActor = group, seen: GroupView = group.view) -> None:
                 await group.changed(seen)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(wait)
 
 
-def _offset_for(group: GroupActor, timestamp: int) -> tuple[int, int]:
+def _offset_for(group: ReplicaActor, timestamp: int) -> tuple[int, int]:
     """Kafka's ListOffsets: (offset, timestamp) of the high watermark (latest), the log
     start (earliest), or the first committed record stamped at or after `timestamp`, by
     the log's time index (-1, -1 if none, as Kafka answers)."""

@@ -31,18 +31,18 @@ from kio.serial import entity_reader
 from kio.serial.errors import DecodeError
 from kio.static.constants import EntityType
 
-from quorumlog.actors.coordination import Coordination
+from quorumlog.actors.coordinator.coordination import Coordination
 from quorumlog.actors.kafka import transactions
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
-from quorumlog.actors.mailbox import Pending
-from quorumlog.actors.read_index import end_offset
-from quorumlog.actors.replicated import PassBack
+from quorumlog.actors.replica.commands import PassBack
+from quorumlog.actors.replica.mailbox import Pending
+from quorumlog.actors.replica.read_index import end_offset
 from quorumlog.consumers.state import GROUPS_TOPIC, DeleteOffsets, ResetOffsets, groups_partition
 from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.kafka.consumer_groups import ConsumerGroups
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

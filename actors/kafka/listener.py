@@ -26,7 +26,7 @@ from quorumlog.actors.kafka.sasl import SaslRefused, SaslSession
 from quorumlog.transport import kafka
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node import Node
+    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.kafka")
 

@@ -12,7 +12,7 @@ owner, and one that crashes leaves at most what it consumed since its last commi
 
 In queue mode any number of members share every partition: each `poll` leases records
 to this member (`lease_timeout`), `ack` settles one, `release` hands it back; both are
-sent with the next poll or `commit` (consumers/queue.py and actors/queue_calls.py say
+sent with the next poll or `commit` (consumers/queue.py and actors/coordinator/queue_calls.py say
 how the coordinator keeps the leases).
 
 What a member reads ahead of `poll`, all its partitions together, stays within

@@ -462,7 +462,7 @@ def topic_request(op: str, timeout_s: float, **args) -> AdminRequest:
 
 
 def admin_retry(request: Message) -> Message:
-    """An admin call sent again after a try whose outcome is unknown (actors/admin.py)."""
+    """An admin call sent again after a try whose outcome is unknown (actors/cluster/admin_calls.py)."""
     assert isinstance(request, AdminRequest)
     return AdminRequest(request.op, {**request.args, "retry": True})
 

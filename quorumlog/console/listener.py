@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from quorumlog.actors.node import Node
+from quorumlog.actors.node.node import Node
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.console.app import Console, ConsoleSettings
 from quorumlog.console.data import ConsoleData

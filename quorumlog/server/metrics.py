@@ -9,8 +9,8 @@ import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from quorumlog.actors.node import Node
-from quorumlog.actors.stats import Histogram
+from quorumlog.actors.node.node import Node
+from quorumlog.actors.node.stats import Histogram
 
 ROLES = ("leader", "follower", "candidate", "learner")
 

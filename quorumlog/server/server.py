@@ -21,11 +21,11 @@ from typing import Any
 import structlog
 import trio
 
-from quorumlog.actors.cluster_guard import ForeignClusterError
-from quorumlog.actors.node import Node
-from quorumlog.actors.shutdown import hand_over_leadership
-from quorumlog.actors.storage import BootstrapError, WrongNodeError, open_storage
-from quorumlog.actors.worker import WorkerThread
+from quorumlog.actors.node.cluster_guard import ForeignClusterError
+from quorumlog.actors.node.node import Node
+from quorumlog.actors.node.shutdown import hand_over_leadership
+from quorumlog.actors.node.storage import BootstrapError, WrongNodeError, open_storage
+from quorumlog.actors.node.worker import WorkerThread
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
@@ -50,7 +50,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DAMAGED = 3
-# Files synced at once by a flush pass over many partitions (see actors/flusher.py).
+# Files synced at once by a flush pass over many partitions (see actors/node/flusher.py).
 FSYNC_THREADS = 16
 
 

@@ -60,8 +60,8 @@ offsets instead of writing again. That assumes the retry has the same rows in th
 order (a deterministic input, as Spark's own recomputation does); where it does not, the
 first run's appends stand for the sequence numbers both sent. A producer id covers
 APPENDS_PER_PRODUCER appends, well inside the APPENDS_PER_PRODUCER_MAX each node remembers
-per producer (actors/producers.py); nodes forget the least recently used of their 100,000
-producers, so a retry after that many other producers wrote may write again. Each task's
+per producer (raft/producers.py); nodes forget the least recently used of their 100,000
+producers, or any idle for a day, so a retry after that may write again. Each task's
 commit message carries its count and first and last offsets: one `Appended`, or with the
 `topic` option a `Written` with one per partition.
 

@@ -2,7 +2,7 @@
 possible (issue 45): a leader that says it is not one, or that too few replicas could still
 follow, is shown as none, as an append would find."""
 
-from quorumlog.actors.topic_calls import _believed
+from quorumlog.actors.cluster.topic_calls import _believed
 from quorumlog.controller.leaders import LeaderEntry
 
 LED_BY_3 = LeaderEntry("t", 0, 3, 7, 2)

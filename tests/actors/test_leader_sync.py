@@ -1,9 +1,9 @@
-"""A node's own leader entries (actors/leader_sync.py) carry the revision of their topic:
+"""A node's own leader entries (actors/cluster/leader_table.py) carry the revision of their topic:
 one made before the node's state holds the topic would lose to any later entry of it."""
 
 from types import SimpleNamespace
 
-from quorumlog.actors.leader_sync import LeaderTableSync, _pack
+from quorumlog.actors.cluster.leader_table import LeaderTableSync, _pack
 from quorumlog.controller.leaders import LeaderEntry
 from quorumlog.transport.messages import LeaderUpdates
 

@@ -1,5 +1,5 @@
-"""How the mover (actors/mover.py) finds the leader of a group it moves, and how a replica
-that does not lead passes a move on (actors/admin.py): a node that is gone costs a short
+"""How the mover (actors/cluster/mover.py) finds the leader of a group it moves, and how a replica
+that does not lead passes a move on (actors/cluster/admin_calls.py): a node that is gone costs a short
 probe, not a call's whole wait (seed 77017), and a leader the controller's leader has no
 link to is reached through the replicas that do (seed 77020)."""
 
@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import trio
 
-from quorumlog.actors.admin import handle_group_admin
-from quorumlog.actors.mover import MOVE_TIMEOUT_S, PROBE_S, ReplicaMover
+from quorumlog.actors.cluster.admin_calls import handle_group_admin
+from quorumlog.actors.cluster.mover import MOVE_TIMEOUT_S, PROBE_S, ReplicaMover
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply
 

@@ -1,6 +1,6 @@
 """Outcomes nobody takes do not pile up (issue 51)."""
 
-from quorumlog.actors.outcomes import KEPT, Outcomes
+from quorumlog.actors.replica.outcomes import KEPT, Outcomes
 
 
 def test_the_caller_takes_its_outcome_and_the_unclaimed_oldest_go():

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from quorumlog.actors.controller import ControllerActor
-from quorumlog.actors.node_replicas import NodeReplicas
+from quorumlog.actors.cluster.controller import ControllerActor
+from quorumlog.actors.node.replicas import NodeReplicas
 from quorumlog.controller.commands import CreateTopic, RegisterBroker, SetReplicas
 from quorumlog.controller.state import ClusterState
 

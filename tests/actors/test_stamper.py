@@ -3,7 +3,7 @@ that stamp plus one when far behind; never a time below it."""
 
 from __future__ import annotations
 
-from quorumlog.actors.stamper import Stamper
+from quorumlog.actors.replica.stamper import Stamper
 
 MAX = 1_800_000_000_000
 

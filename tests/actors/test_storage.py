@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from quorumlog.actors.storage import (
+from quorumlog.actors.node.storage import (
     BootstrapError,
     TopicSettings,
     WrongNodeError,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from quorumlog.actors.controller import ControllerActor
-from quorumlog.actors.leader_sync import DIGEST_INTERVAL_S, LeaderTableSync
-from quorumlog.actors.mover import ReplicaMover
+from quorumlog.actors.cluster.controller import ControllerActor
+from quorumlog.actors.cluster.leader_table import DIGEST_INTERVAL_S, LeaderTableSync
+from quorumlog.actors.cluster.mover import ReplicaMover
 from quorumlog.bench.sim_checks import Violation, stale_leader_tables
 from quorumlog.bench.sim_cluster import Cluster
 from quorumlog.bench.sim_elections import ALL_RESTARTED_BOUND_S, ONE_LOST_BOUND_S, run_elections
@@ -142,7 +142,7 @@ FOUND_SEEDS += [(10089, 5, {"membership": True, "topics": True, "topic_changes":
 FOUND_SEEDS += [(40004, 5, {"membership": True, "topics": True})]
 # 77017: the mover asked a removed node that answered nothing for a call's whole wait (65 s)
 # while its other moves queued; 77020: a removed node led a group the controller's leader had
-# no link to (actors/mover.py probes who leads, replicas relay: actors/admin.py `_relay`).
+# no link to (actors/cluster/mover.py probes who leads, replicas relay: actors/cluster/admin_calls.py `_relay`).
 FOUND_SEEDS += [(77017, 5, {"membership": True, "topics": True, "topic_changes": True})]
 FOUND_SEEDS += [(77020, 5, {"membership": True, "topics": True})]
 # A sweep beyond the suite's seeds, with removed nodes knowing their removal. 80027: the
@@ -152,7 +152,7 @@ FOUND_SEEDS += [(77020, 5, {"membership": True, "topics": True})]
 # creation set was 4, 3, 5; nodes 3 and 4 applied the creation and a move at once, 4 never
 # made its replica and 3 made it as a joiner: no quorum ever (a node of the creation set
 # bootstraps). 80100: a burial raced the move placing the replica back: the learner the
-# move added had no replica (actors/node_replicas.py `bury_partition` checks again).
+# move added had no replica (actors/node/replicas.py `bury_partition` checks again).
 FOUND_SEEDS += [
     (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
     for seed in (80003, 80100, 80174)

@@ -1,0 +1,1 @@
+"""Consumer groups and work queues: the coordinator of the `__groups` partitions led here."""

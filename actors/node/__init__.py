@@ -1,0 +1,1 @@
+"""The node: its replicas' host, storage, flusher, heartbeats, health and stop."""
