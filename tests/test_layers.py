@@ -88,9 +88,75 @@ def test_only_the_group_task_touches_its_core():
     assert not bad
 
 
+# The folders, each a package: a folder may import those below it, never one that imports it
+# back (type hints included: a cycle through them still ties the folders together).
+FOLDERS = {
+    "raft": "quorumlog.raft",
+    "log": "quorumlog.log",
+    "membership": "quorumlog.membership",
+    "controller": "quorumlog.controller",
+    "consumers": "quorumlog.consumers",
+    "transport": "quorumlog.transport",
+    "actors": "quorumlog.actors",
+    "quorumlog/client": "quorumlog.client",
+    "quorumlog/console": "quorumlog.console",
+    "quorumlog/server": "quorumlog.server",
+    "quorumlog/cli": "quorumlog.cli",
+    "quorumlog/spark": "quorumlog.spark",
+    "bench": "quorumlog.bench",
+}
+
+
+def folder_imports(folders: dict[str, str]) -> dict[str, set[str]]:
+    """Which other folders each folder's modules import (an imported name counts as a
+    module too: `from quorumlog import console` imports the folder console)."""
+
+    def folder_of(module: str) -> str | None:
+        owners = [f for f, package in folders.items() if within(module, package)]
+        return max(owners, key=lambda f: len(folders[f]), default=None)
+
+    graph: dict[str, set[str]] = {}
+    for folder in folders:
+        graph[folder] = set()
+        for path in python_files(folder):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                graph[folder] |= {folder_of(n) for n in names} - {None, folder}
+    return graph
+
+
+def a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """Some cycle of the graph (its nodes, the first repeated at the end), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node) :] + [node]
+        if node in done:
+            return None
+        for after in sorted(graph.get(node, ())):
+            if (cycle := visit(after, [*path, node])) is not None:
+                return cycle
+        done.add(node)
+        return None
+
+    return next((c for node in sorted(graph) if (c := visit(node, [])) is not None), None)
+
+
+def test_the_folders_import_each_other_without_cycles():
+    cycle = a_cycle(folder_imports(FOLDERS))
+    assert cycle is None, " -> ".join(cycle)
+
+
 def test_the_checks_can_fail(tmp_path):
     """The readers above find what they look for."""
     sample = tmp_path / "sample.py"
     sample.write_text("import trio\nfrom quorumlog.transport import codec\nx = group.core.term\n")
     assert imports_of(sample) == {"trio", "quorumlog.transport"}
     assert core_reads(sample) == [3]
+    assert a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None

@@ -10,11 +10,11 @@ from __future__ import annotations
 import datetime
 import json
 
-from quorumlog.cli.times import parse_time_ms
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.client.errors import QuorumLogError
 from quorumlog.client.partitioner import partition_of_key
 from quorumlog.client.protocol import AppendResult, Record
+from quorumlog.client.times import parse_time_ms
 
 PAGE_RECORDS = 50  # records on one page of messages
 PAGE_RECORDS_MAX = 500

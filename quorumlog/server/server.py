@@ -413,7 +413,7 @@ async def _run(
                 await nursery.start(dump_on_signal, options.data_dir)
             if listeners.http:
                 # Imported here, as the Kafka listener is: a node without one loads less.
-                from quorumlog.console.listener import serve_console
+                from quorumlog.server.console_listener import serve_console
 
                 await nursery.start(
                     serve_console, node, listeners.http, options.listen, options.secret, tls

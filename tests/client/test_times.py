@@ -1,10 +1,11 @@
-"""The command line's times (`consume --from-time`, `group reset-offsets --to-time`)."""
+"""Times as people write them (quorumlog/client/times.py): `consume --from-time`, `group
+reset-offsets --to-time` and the console take them."""
 
 from __future__ import annotations
 
 import pytest
 
-from quorumlog.cli.times import parse_time_ms
+from quorumlog.client.times import parse_time_ms
 
 NOW_MS = 1_795_856_400_123  # 2026-11-28T09:00:00.123Z
 
