@@ -124,7 +124,7 @@ def folder_imports(folders: dict[str, str]) -> dict[str, set[str]]:
                 if isinstance(node, ast.Import):
                     names = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
                 graph[folder] |= {folder_of(n) for n in names} - {None, folder}
     return graph
 
@@ -135,7 +135,7 @@ def a_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
     def visit(node: str, path: list[str]) -> list[str] | None:
         if node in path:
-            return path[path.index(node) :] + [node]
+            return [*path[path.index(node) :], node]
         if node in done:
             return None
         for after in sorted(graph.get(node, ())):
