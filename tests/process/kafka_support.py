@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.test_topics import wait_until
@@ -18,15 +18,22 @@ def listening(port: int) -> bool:
     return True
 
 
-def kafka_cluster(root: str, env: dict[str, str] | None = None) -> Iterator[ProcessCluster]:
-    """A started 3-node cluster whose Kafka listeners accept connections (`env`: more of
-    the nodes' environment); stopped after, and its logs checked for bugs. For a
-    module-scoped fixture: `yield from ...`."""
-    c = ProcessCluster(root, kafka_ports=free_ports(3), env=env or {})
+def kafka_cluster(
+    root: str,
+    env: dict[str, str] | None = None,
+    http: bool = False,
+    ready: Callable[[ProcessCluster, int], bool] | None = None,
+) -> Iterator[ProcessCluster]:
+    """A started 3-node cluster whose Kafka listeners accept connections, or are `ready`
+    as it says (`env`: more of the nodes' environment; `http`: consoles too); stopped
+    after, and its logs checked for bugs. For a fixture: `yield from ...`."""
+    ports = {"http_ports": free_ports(3)} if http else {}
+    c = ProcessCluster(root, kafka_ports=free_ports(3), env=env or {}, **ports)
+    ready = ready or (lambda cluster, i: listening(cluster.kafka_ports[i - 1]))
     c.start_all()
     try:
         c.wait_for_leader()
-        wait_until(lambda: all(listening(p) for p in c.kafka_ports), 30, "Kafka listeners")
+        wait_until(lambda: all(ready(c, i) for i in c.ids), 30, "Kafka listeners")
         yield c
     finally:
         c.stop_all()

@@ -19,8 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from crc32c import crc32c
 
 from quorumlog import Record
-from quorumlog.cli.localcluster import ProcessCluster, free_ports
-from tests.process.kafka_support import assert_no_kafka_bugs
+from quorumlog.cli.localcluster import ProcessCluster
+from tests.process.kafka_support import kafka_cluster
 from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
@@ -47,17 +47,10 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = ProcessCluster(str(tmp_path_factory.mktemp("kafka")), kafka_ports=free_ports(3))
-    c.start_all()
-    try:
-        c.wait_for_leader()
-        # Until then a node's Metadata lists only itself, and librdkafka's AdminClient,
-        # finding no controller, waits for one without asking again (see `serves_metadata`).
-        wait_until(lambda: all(serves_metadata(c, i) for i in c.ids), 30, "Kafka metadata")
-        yield c
-    finally:
-        c.stop_all()
-    assert_no_kafka_bugs(c)
+    # Until every node serves Metadata whole, one lists only itself, and librdkafka's
+    # AdminClient, finding no controller, waits for one without asking again.
+    root = str(tmp_path_factory.mktemp("kafka"))
+    yield from kafka_cluster(root, ready=serves_metadata)
 
 
 @pytest.fixture(scope="module")

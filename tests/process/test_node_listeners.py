@@ -17,9 +17,9 @@ import warnings
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
+from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
 from quorumlog.server.listeners import LISTENERS_FILE
-from tests.process.kafka_support import assert_no_kafka_bugs
+from tests.process.kafka_support import kafka_cluster
 from tests.process.test_kafka import call, connect, serves_metadata
 from tests.process.test_membership import ql
 from tests.process.test_topics import wait_until
@@ -33,15 +33,7 @@ LEADER_NOT_AVAILABLE = 5
 
 @pytest.fixture
 def cluster(tmp_path):
-    c = ProcessCluster(str(tmp_path), kafka_ports=free_ports(3), http_ports=free_ports(3))
-    c.start_all()
-    try:
-        c.wait_for_leader()
-        wait_until(lambda: all(serves_metadata(c, i) for i in c.ids), 30, "Kafka metadata")
-        yield c
-    finally:
-        c.stop_all()
-    assert_no_kafka_bugs(c)
+    yield from kafka_cluster(str(tmp_path), http=True, ready=serves_metadata)
 
 
 def start_bare(cluster: ProcessCluster, node_id: int) -> dict:
