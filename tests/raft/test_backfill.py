@@ -12,7 +12,7 @@ from quorumlog.membership.changes import add_learner, make_electable
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import BackfillChunk, BackfillReply
 from tests.log.helpers import batch_of, values_in
-from tests.raft.test_core import (
+from tests.raft.helpers import (
     SETTINGS,
     append_reply,
     caught_up_leader,

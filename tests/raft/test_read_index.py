@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from quorumlog.raft.messages import AppendEntriesReply, Heartbeat, VoteRequest
 from quorumlog.raft.read_index import READS_PENDING_MAX, ReadState
-from tests.raft.test_core import append_reply, caught_up_leader, make_core, persist
+from tests.raft.helpers import append_reply, caught_up_leader, make_core, persist
 
 
 def settled_leader():

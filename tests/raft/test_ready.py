@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quorumlog.raft.messages import VoteReply, VoteRequest
 from tests.log.helpers import batch_of
-from tests.raft.test_core import caught_up_leader, make_core, propose
+from tests.raft.helpers import caught_up_leader, make_core, propose
 
 
 def test_a_campaign_asks_to_save_the_term_and_vote_before_its_requests_go():

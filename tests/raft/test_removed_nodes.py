@@ -14,7 +14,7 @@ from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import AppendEntries, VoteRequest
 from quorumlog.raft.reconfiguration import DEPARTING_TIMEOUTS
 from quorumlog.raft.roles import Role
-from tests.raft.test_core import SETTINGS, elect, make_core, persist
+from tests.raft.helpers import SETTINGS, elect, make_core, persist
 
 STEP_S = 0.01
 PEERS = {n: f"127.0.0.1:700{n}" for n in (1, 2, 3, 4)}

@@ -15,7 +15,7 @@ from quorumlog.raft.messages import AppendEntries
 from quorumlog.raft.roles import Role
 from quorumlog.raft.witness import WITNESS_CAMPAIGN_TIMEOUTS
 from tests.log.helpers import batch_of
-from tests.raft.test_core import SETTINGS, WITH_WITNESS, elect, make_core, persist, propose
+from tests.raft.helpers import SETTINGS, WITH_WITNESS, elect, make_core, persist, propose
 
 STEP_S = 0.01
 
