@@ -49,7 +49,7 @@ def page(browser):
 
 
 def screenshot(page, name: str) -> None:
-    """Saved where QUORUMLOG_SCREENSHOTS names a folder (the README's pictures)."""
+    """Saved where QUORUMLOG_SCREENSHOTS names a folder (the pictures of the README and docs/console.md, in docs/img/)."""
     folder = os.environ.get("QUORUMLOG_SCREENSHOTS")
     if folder:
         page.screenshot(path=os.path.join(folder, f"{name}.png"), full_page=True)

@@ -134,7 +134,7 @@ JOINT = joint(old=[1, 2, 3], new=[2, 3, 4], learners=[5])
 def test_refused_changes_say_why(change, message):
     with pytest.raises(ConfigChangeError, match=message) as raised:
         change()
-    # These can never succeed: the CLI exits at once instead of retrying (the README's command line).
+    # These can never succeed: the CLI exits at once instead of retrying (docs/cli.md).
     assert not isinstance(raised.value, ChangeInProgressError)
 
 

@@ -1,4 +1,4 @@
-"""Real processes: consumer groups in stream mode (the README's "Consumer groups"):
+"""Real processes: consumer groups in stream mode (docs/groups.md, "Stream mode"):
 members share a topic's partitions, rebalance when one joins, leaves or dies, resume from
 committed positions, and keep them through a coordinator's failover."""
 

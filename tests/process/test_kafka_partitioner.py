@@ -1,7 +1,7 @@
 """Real processes: a keyed record lands in the same partition whichever client wrote it:
 quorumlog's `Client`, kafka-python (its default partitioner) and confluent-kafka told
 `partitioner=murmur2_random` (librdkafka's own default, CRC32, puts keys elsewhere: the
-README says so, and this test shows it)."""
+docs/python.md says so, and this test shows it)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Real processes: a node's Kafka and HTTP listeners are part of its identity (issue 44). A
-node restarted as the README says, with --id, --data and --listen alone, serves them again;
-a node that serves no Kafka clients is never advertised to them, and a partition it leads
+node restarted as docs/operating.md says, with --id, --data and --listen alone, serves them
+again; a node that serves no Kafka clients is never advertised to them, and a partition it leads
 is advertised with no leader, which clients wait out instead of connecting to a dead
 address."""
 
@@ -37,7 +37,7 @@ def cluster(tmp_path):
 
 
 def start_bare(cluster: ProcessCluster, node_id: int) -> dict:
-    """Start a stopped node with only --id, --data and --listen (the README's restart);
+    """Start a stopped node with only --id, --data and --listen (docs/operating.md's restart);
     returns its status once it answers."""
     args = [*QUORUMLOG, "serve", "--id", str(node_id), "--data", cluster.data_dir(node_id)]
     args += ["--listen", cluster.address(node_id)]

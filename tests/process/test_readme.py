@@ -1,11 +1,14 @@
-"""The README's snippets run as written, in order, in one shell after the tour: the tour's
-commands (all but those that never end) and then every Python block, against one real
-cluster (its addresses put in place of 127.0.0.1:7001-7003 and the Kafka port 9092), each
-block in a fresh interpreter started outside the clone's folder, as a user's script would
-be. No block is helped by the test: each finds the state the ones before it left."""
+"""The documentation's snippets run as written, in order, in one shell after the tour: the
+README's tour commands (all but those that never end), then every Python block of the README
+and then of each docs page in DOC_ORDER, against one real cluster (its addresses put in
+place of 127.0.0.1:7001-7003 and the Kafka port 9092), each block in a fresh interpreter
+started outside the clone's folder, as a user's script would be. No block is helped by the
+test: each finds the state the ones before it left (a docs page's blocks may use the tour's
+topic `events`, say), so the order below is part of the documentation."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -15,7 +18,10 @@ import pytest
 
 from tests.process.kafka_support import kafka_cluster
 
-README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+# The pages whose Python blocks run, in this order, after the README's: each page's blocks
+# may rely on what the README's and the earlier pages' blocks left.
+DOC_ORDER = ("docs/python.md", "docs/spark.md", "docs/groups.md", "docs/kafka.md")
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 TOUR_BLOCK = re.compile(r"^## A quick tour\n.*?^```\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # Tour lines a test cannot run as written: one that waits for ever, and the demo's own
@@ -23,13 +29,31 @@ TOUR_BLOCK = re.compile(r"^## A quick tour\n.*?^```\n(.*?)^```", re.DOTALL | re.
 NOT_RUN = ("--follow", "quorumlog demo")
 
 
-def readme() -> str:
-    with open(README) as f:
+def read(path: str) -> str:
+    with open(os.path.join(ROOT, path)) as f:
         return f.read()
 
 
-def python_blocks() -> list[str]:
-    return PYTHON_BLOCK.findall(readme())
+def readme() -> str:
+    return read("README.md")
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(page, block) for every Python block: the README's, then each page's of DOC_ORDER."""
+    return [
+        (page, block)
+        for page in ("README.md", *DOC_ORDER)
+        for block in PYTHON_BLOCK.findall(read(page))
+    ]
+
+
+def pages_with_python_blocks() -> set[str]:
+    pages = glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+    return {
+        os.path.relpath(page, ROOT).replace(os.sep, "/")
+        for page in pages
+        if PYTHON_BLOCK.search(read(os.path.relpath(page, ROOT)))
+    }
 
 
 def tour_commands() -> list[str]:
@@ -42,9 +66,12 @@ def cluster(tmp_path_factory):
     yield from kafka_cluster(str(tmp_path_factory.mktemp("readme")))
 
 
-def test_the_readme_has_a_tour_and_python_blocks():
+def test_the_readme_has_a_tour_and_the_docs_python_blocks():
     assert len(tour_commands()) >= 10
     assert len(python_blocks()) >= 5
+    # A page whose Python blocks are not in DOC_ORDER would never run: add it there, or fence
+    # what is not meant to run as ```text.
+    assert pages_with_python_blocks() <= set(DOC_ORDER)
 
 
 def test_the_tour_then_every_python_block_runs_in_order(cluster, tmp_path):
@@ -68,7 +95,7 @@ def test_the_tour_then_every_python_block_runs_in_order(cluster, tmp_path):
             timeout=120,
         )
         assert ran.returncode == 0, f"tour: {command}\n{ran.stderr[-3000:]}"
-    for number, block in enumerate(python_blocks(), 1):
+    for number, (page, block) in enumerate(python_blocks(), 1):
         ran = subprocess.run(
             [sys.executable, "-c", placed(block)],
             cwd=tmp_path,
@@ -76,4 +103,4 @@ def test_the_tour_then_every_python_block_runs_in_order(cluster, tmp_path):
             text=True,
             timeout=300,
         )
-        assert ran.returncode == 0, f"README block {number}:\n{block}\n{ran.stderr[-3000:]}"
+        assert ran.returncode == 0, f"block {number} ({page}):\n{block}\n{ran.stderr[-3000:]}"

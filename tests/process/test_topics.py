@@ -1,4 +1,4 @@
-"""Real processes: topics and partitions, each its own Raft group (the README's command line)."""
+"""Real processes: topics and partitions, each its own Raft group (docs/cli.md and docs/operating.md)."""
 
 from __future__ import annotations
 

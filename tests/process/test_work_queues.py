@@ -1,4 +1,4 @@
-"""Real processes: consumer groups in queue mode (the README's "Consumer groups"): members share every partition, a record is leased to one member at a time,
+"""Real processes: consumer groups in queue mode (docs/groups.md, "Queue mode"): members share every partition, a record is leased to one member at a time,
 released or expired records go to another, and after `max_deliveries` to `TOPIC.dlq`."""
 
 from __future__ import annotations
