@@ -1,6 +1,6 @@
 """Appends as a user makes them: through the public clients, not a raw connection.
 
-- `async_run`: `window` trio tasks share one `AsyncClient` (as the README says to), each
+- `async_run`: `window` trio tasks share one `AsyncClient` (as docs/python.md says to), each
   appending `records_per_call` fresh 1 KiB records as soon as its last call returned.
 - `threads_run`: `threads` OS threads share one blocking `Client` the same way.
 - `fill_log`: megabytes of incompressible records into `default`, to have a log to copy.

@@ -32,7 +32,7 @@ EXIT_USAGE = 2
 
 
 class RunError(Exception):
-    """One line for the user and the exit code (the README's command line)."""
+    """One line for the user and the exit code (docs/cli.md)."""
 
     def __init__(self, message: str, code: int = EXIT_OPERATIONAL):
         super().__init__(message)

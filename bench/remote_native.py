@@ -1,6 +1,6 @@
 """The remote workloads through quorumlog's own clients: the driver's set-up with the
 blocking `Client`, and the worker processes' appends and reads with one shared
-`AsyncClient` each (as the README says to keep a window of calls in flight)."""
+`AsyncClient` each (as docs/python.md says to keep a window of calls in flight)."""
 
 from __future__ import annotations
 

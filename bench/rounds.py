@@ -1,4 +1,4 @@
-"""Figures over rounds measured in alternation (docs/decisions.md "Comparisons measured in
+"""Figures over rounds measured in alternation (docs/decisions/performance.md, "Comparisons measured in
 alternation"): in every round each case runs on one system right after the other, so a
 figure is the median round's rate, its percentiles are over the calls of every round, and
 a ratio is the median of the rounds' paired ratios (the rounds' values kept beside, to show

@@ -8,7 +8,7 @@ receives takes it `CPU_PER_MESSAGE_S`, one at a time (one busy core), and its bl
 storage calls (fsyncs, term and vote saves) run one after another on its one storage
 thread, `STORAGE_CALL_S` each. Under that load, elections that all start together queue
 their votes behind one another until every candidate's timer has run out again (the storm
-of docs/decisions.md, "Elections with many partitions"); paced, they converge.
+of docs/decisions/raft.md, "Elections with many partitions"); paced, they converge.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 - group commit across partitions: N partitions each append a small batch, then one flush
   pass makes all of it durable: with a log per partition (the node's flusher syncs each
   partition's files in one job) against one log shared by the N partitions (one fsync), for
-  N = 1 and 100 (the choice of docs/decisions.md, "One log per partition");
+  N = 1 and 100 (the choice of docs/decisions/storage.md, "One log per partition");
 - peak RSS of the process doing all of it (the worker runs in its own process).
 
 The figures are medians over `repeats` alternating runs; ratios are log / raw.

@@ -27,7 +27,7 @@ class LogConfig:
     # durable (more than the log ever holds: the kernel decides). A log is written once and
     # read mostly at its tail: keeping the rest costs fresh memory for every write (eight
     # times the cost of the write itself where a VM's memory is touched for the first time,
-    # docs/decisions.md), while a reader that far behind would soon read from the disk.
+    # docs/decisions/storage.md), while a reader that far behind would soon read from the disk.
     page_cache_window_bytes: int = 64 * 1024 * 1024
     # Drop the segments before the last committed snapshot (batch flag SNAPSHOT): for a
     # state machine's log that holds its whole state in each snapshot (`__groups`).

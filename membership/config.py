@@ -125,7 +125,7 @@ class Configuration:
         return node_id in self.voters and node_id not in self.witnesses
 
     def to_json(self) -> dict[str, Any]:
-        """The `config` object of `quorumlog status --json` (the README's command line)."""
+        """The `config` object of `quorumlog status --json` (docs/cli.md)."""
         return {
             "voters": sorted(self.voters),
             "learners": sorted(self.learners),

@@ -2,7 +2,7 @@
 that lost touch with its majority stepping down (Raft 5.2, dissertation 9.6; seeds 000-002).
 
 With hundreds of groups per node, elections are paced so that they converge however many
-start at once (docs/decisions.md, "Elections with many partitions"):
+start at once (docs/decisions/raft.md, "Elections with many partitions"):
 - each group orders its voters the same way on every node (`election_order`, a shuffle by
   group id); when its timer runs out, a voter waits one more turn for each voter before it
   in that order that could lead and whose node looks alive, so that after a crash one

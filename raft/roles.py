@@ -14,7 +14,7 @@ class Role(enum.Enum):
 
     @property
     def label(self) -> str:
-        """The role as `status` shows it (the README's command line): a pre-candidate is a candidate."""
+        """The role as `status` shows it (docs/cli.md): a pre-candidate is a candidate."""
         return "candidate" if self is Role.PRE_CANDIDATE else self.value
 
 

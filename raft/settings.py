@@ -1,4 +1,4 @@
-"""Timing and size settings of a node, with their defaults (the README's command line)."""
+"""Timing and size settings of a node, with their defaults (docs/cli.md)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import glob
 import os
 import re
 import subprocess
+from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
@@ -163,7 +164,7 @@ def test_the_link_check_sees_links_and_anchors():
 
 def test_every_docs_page_is_reachable_from_the_readme_or_the_docs_index():
     linked = set()
-    for page in ("README.md", "docs/README.md", "docs/decisions/README.md", "docs/decisions.md"):
+    for page in ("README.md", "docs/README.md", "docs/decisions/README.md"):
         for target in links(page):
             if relative(target):
                 path = target.partition("#")[0]
@@ -199,3 +200,25 @@ def test_nothing_stray_at_the_top_of_the_repository():
         pytest.skip("not a git checkout")
     top = {line.split("/", 1)[0] for line in listed.splitlines() if line}
     assert top - ROOT_ALLOWED == set()
+
+
+DOCS_NAMED_IN_CODE = re.compile(r"\bdocs/[\w/.-]+\.md")
+
+
+def test_every_docs_page_the_code_names_exists():
+    """Comments and messages send readers to docs pages: the pages are there."""
+    sources = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    missing = {
+        f"{path}: {page}"
+        for path in sources
+        if os.path.exists(os.path.join(ROOT, path))
+        for page in DOCS_NAMED_IN_CODE.findall(Path(ROOT, path).read_text())
+        if not os.path.exists(os.path.join(ROOT, page))
+    }
+    assert not missing

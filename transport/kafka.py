@@ -31,7 +31,7 @@ SIZE = struct.Struct(">i")
 
 API_VERSIONS = 18
 
-# API key -> the versions served (README's "Kafka clients" says what each answers).
+# API key -> the versions served (docs/kafka.md says what each answers).
 SUPPORTED: dict[int, tuple[int, int]] = {
     0: (3, 8),  # Produce
     1: (4, 11),  # Fetch

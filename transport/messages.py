@@ -240,7 +240,7 @@ class StatusRequest:
 
 @dataclass(frozen=True, slots=True)
 class StatusReply:
-    """The `status --json` object of one node (the README's command line); string keys only."""
+    """The `status --json` object of one node (docs/cli.md); string keys only."""
 
     TAG = 37
     status: dict[str, Any]

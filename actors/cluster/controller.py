@@ -200,7 +200,7 @@ class ControllerActor:
         """Make this node's replicas match the state: create those placed here, drop those
         of deleted topics (and what tombstones they left). A replica moved off this node
         stays, idle, until its group no longer counts it (actors/node/burial.py): dropped while
-        it does, it could cost the group data it acknowledged (docs/decisions.md, "Replica
+        it does, it could cost the group data it acknowledged (docs/decisions/controller.md, "Replica
         moves"). `default` follows membership instead (admin calls)."""
         node = self.node
         state = self.state

@@ -5,7 +5,7 @@ A group asks for a flush after each round of inputs that left its log ahead of i
 flushed offset. Each partition has its own log; with the node's fsync threads the files of a
 pass are synced by that many threads at once, so that the file system's journal commits
 them together (100 partitions each appending: a pass of 25 ms one file after another,
-about 5 ms with 16 threads; docs/decisions.md, "One log per partition"). An urgent request (quorum appends waiting, a follower that owes a reply,
+about 5 ms with 16 threads; docs/decisions/storage.md, "One log per partition"). An urgent request (quorum appends waiting, a follower that owes a reply,
 any follower: its flushed offset is what commits) starts a pass at once; a lazy one waits
 up to `interval_s` for company. One pass takes every group that asked, syncs all their
 files in one job on the node's storage thread (whatever is appended meanwhile goes in the

@@ -6,7 +6,7 @@ A group must make its term and vote durable before it sends anything that depend
 written atomically (two fsyncs). One after another on the node's storage thread, beside
 the flusher's passes, the saves of an election across a third of 1,000 groups (225 ms for
 333 here) held each vote reply until after the candidate's timer had run out again
-(docs/decisions.md, "Elections with many partitions"). Here every group that asks while a
+(docs/decisions/raft.md, "Elections with many partitions"). Here every group that asks while a
 pass runs waits for the next one, and a pass saves all of them at once, on the storage
 thread, with the node's fsync threads (72 ms for 333).
 """

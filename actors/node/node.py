@@ -5,7 +5,7 @@ The node hosts the controller's group (0) and a group per partition replica; Raf
 messages carry their group id, client calls name a topic and partition. The node's
 nursery supervises its groups: a storage error in any of them stops the whole node
 (fail-stop). Peer links follow the union of the groups' configurations. Status and
-metrics speak of partition 0 of `default` (as the README's `status` says), plus the
+metrics speak of partition 0 of `default` (as docs/cli.md's `status` says), plus the
 controller's leader and how many partitions this node leads.
 """
 

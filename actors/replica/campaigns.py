@@ -4,7 +4,7 @@ their turn in the order their timers ran out.
 A node that lost a peer, or that starts with a thousand groups, has hundreds of election
 timers running out together. Campaigned all at once, their votes queue behind one another
 on both cores, arrive after every candidate's timer ran out again, and no group elects
-(docs/decisions.md, "Elections with many partitions"). A few dozen at a time each finish
+(docs/decisions/raft.md, "Elections with many partitions"). A few dozen at a time each finish
 in a round trip. A slot is held for one attempt: a group whose election timed out gives it
 up and queues again behind the groups that waited meanwhile. Transfers (TimeoutNow) take
 no slot: they are paced by whoever asked for them.

@@ -2,7 +2,7 @@
 shares (status: status_command.py; members: members_commands.py).
 
 Every expected failure is one line on stderr and exit 1 (operational) or 2 (usage); never a
-traceback (the README's command line).
+traceback (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def check_brokers(
 
 
 def client_option_decorators(command: Callable, required: bool = True) -> Callable:
-    """-b/--brokers, --timeout, --secret-file (the README's command line) and the TLS files."""
+    """-b/--brokers, --timeout, --secret-file (docs/cli.md) and the TLS files."""
     tls = [
         click.option(
             f"--{name.replace('_', '-')}",
@@ -185,7 +185,7 @@ def client_options(command: Callable) -> Callable:
 
 
 def topic_options(command: Callable) -> Callable:
-    """--topic and --partition of `produce` (the README's command line); `consume` has its
+    """--topic and --partition of `produce` (docs/cli.md); `consume` has its
     own --partition, which also takes `all`."""
     command = click.option(
         "--partition",

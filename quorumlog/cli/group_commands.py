@@ -1,5 +1,5 @@
 """`quorumlog group`: list, describe and reset consumer groups; and `consume --group`, a
-member of one (the README's command line)."""
+member of one (docs/cli.md)."""
 
 from __future__ import annotations
 

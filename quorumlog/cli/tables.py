@@ -1,7 +1,7 @@
 """How the command line's tables are printed for a person and for a script.
 
 A table's lines are parsed by scripts (and by the contract's black-box tests), so a pipe
-gets the rows alone, exactly as the README's command line shows them; a terminal gets a
+gets the rows alone, exactly as docs/cli.md shows them; a terminal gets a
 header row over aligned columns. `--header/--no-header` forces either way.
 """
 

@@ -1,4 +1,4 @@
-"""`quorumlog topic`: create, list, describe and delete topics (the README's command line)."""
+"""`quorumlog topic`: create, list, describe and delete topics (docs/cli.md)."""
 
 from __future__ import annotations
 

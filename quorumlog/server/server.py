@@ -1,6 +1,6 @@
 """`quorumlog serve`: one node process on the real disk and real TCP.
 
-Exit codes (the README's command line): 0 after SIGTERM/SIGINT (flushed and closed), 1 on a fatal
+Exit codes (docs/cli.md): 0 after SIGTERM/SIGINT (flushed and closed), 1 on a fatal
 runtime error (a failed fsync: fail-stop), 2 on bad usage, 3 when the storage is damaged
 (not a torn tail) - the message names the file and offset, nothing is deleted.
 """
