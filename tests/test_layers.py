@@ -88,6 +88,30 @@ def test_only_the_group_task_touches_its_core():
     assert not bad
 
 
+def runs_on_the_core(path: Path) -> list[str]:
+    """What a module does to reach a Raft core from outside: import RaftCore, or run a
+    function in a replica's task (`in_task`, `in_task_when`)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = [m for m in imports_of(path) if within(m, "quorumlog.raft.core")]
+    return found + [
+        f"{node.attr} at line {node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("in_task", "in_task_when")
+    ]
+
+
+def test_other_actors_ask_a_replica_for_what_they_need_and_never_run_code_on_its_core():
+    """A transfer, a configuration change, a back-fill: the replica's handle takes each as
+    a request of its own (actors/replica/handle.py)."""
+    bad = {
+        f"{path.relative_to(ROOT)}: {what}"
+        for path in python_files("actors", "quorumlog")
+        if not path.relative_to(ROOT).is_relative_to("actors/replica")
+        for what in runs_on_the_core(path)
+    }
+    assert not bad
+
+
 # The folders, each a package: a folder may import those below it, never one that imports it
 # back (type hints included: a cycle through them still ties the folders together).
 FOLDERS = {
@@ -158,5 +182,7 @@ def test_the_checks_can_fail(tmp_path):
     sample.write_text("import trio\nfrom quorumlog.transport import codec\nx = group.core.term\n")
     assert imports_of(sample) == {"trio", "quorumlog.transport"}
     assert core_reads(sample) == [3]
+    sample.write_text("from quorumlog.raft.core import RaftCore\nawait g.in_task(f)\n")
+    assert runs_on_the_core(sample) == ["quorumlog.raft.core", "in_task at line 2"]
     assert a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None

@@ -34,11 +34,11 @@ import trio
 
 from quorumlog.actors.cluster.controller import TOPIC_OPS
 from quorumlog.actors.node.removal import CLUSTER_CONFIG_OP, cluster_config
+from quorumlog.actors.replica.handle import LeadershipLost
 from quorumlog.membership.changes import (
     ChangeInProgressError,
     ConfigChangeError,
     add_learner,
-    check_can_change,
     demote,
     enter_joint,
     make_electable,
@@ -71,7 +71,6 @@ from quorumlog.membership.driver import (
     plan_set,
     rollback_steps,
 )
-from quorumlog.raft.core import RaftCore
 from quorumlog.raft.roles import NotLeaderError
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
@@ -89,10 +88,6 @@ RELAY_SLACK_S = 5.0  # a relayed call waits for the leader's answer this much pa
 RETRY_LATER = frozenset(
     {ErrorCode.NOT_LEADER, ErrorCode.UNKNOWN, ErrorCode.BUSY, ErrorCode.STEPPING_DOWN}
 )
-
-
-class LeadershipLost(Exception):
-    pass
 
 
 class StepFailed(Exception):
@@ -329,16 +324,16 @@ async def _execute(group: ReplicaActor, plan: tuple[Step, ...]) -> Message:
             case AddLearner(node_id, address, promote, witness):
                 await _change(
                     group,
-                    lambda c, n=node_id, a=address, p=promote, w=witness: add_learner(
-                        c.config, n, a, promote=p, witness=w
+                    lambda config, n=node_id, a=address, p=promote, w=witness: add_learner(
+                        config, n, a, promote=p, witness=w
                     ),
                 )
             case Demote(node_id):
-                await _change(group, lambda c, n=node_id: demote(c.config, n))
+                await _change(group, lambda config, n=node_id: demote(config, n))
             case PromoteAgain(node_id):
-                await _change(group, lambda c, n=node_id: promote_again(c.config, n))
+                await _change(group, lambda config, n=node_id: promote_again(config, n))
             case MakeElectable(node_id):
-                await _change(group, lambda c, n=node_id: make_electable(c.config, n))
+                await _change(group, lambda config, n=node_id: make_electable(config, n))
             case WaitCaughtUp(node_id):
                 await _wait_caught_up(group, node_id, start, step)
             case WaitPromoted(node_id):
@@ -347,7 +342,7 @@ async def _execute(group: ReplicaActor, plan: tuple[Step, ...]) -> Message:
                 )
             case TransferLeadership(away_from, candidates):
                 if group.node_id == away_from:
-                    target = await group.call(lambda c, n=candidates: _hand_over(c, n))
+                    target = await group.hand_over(candidates)
                     return ErrorReply(
                         ErrorCode.STEPPING_DOWN,
                         f"node {group.node_id} leads and is leaving: leadership moves to node "
@@ -357,33 +352,22 @@ async def _execute(group: ReplicaActor, plan: tuple[Step, ...]) -> Message:
                         group.address_of(target),
                     )
             case EnterJoint(voters):
-                await _change(group, lambda c, v=dict(voters): enter_joint(c.config, v))
+                await _change(group, lambda config, v=dict(voters): enter_joint(config, v))
             case LeaveJoint():
                 # The leader appends C(new) by itself once C(old,new) commits; wait for it,
                 # as a follower too if this leader is not in C(new) and stepped down.
                 await _wait_for(group, lambda v: not v.committed_config.is_joint, leader=False)
             case Remove(node_id):
-                await _change(group, lambda c, n=node_id: remove(c.config, n))
+                await _change(group, lambda config, n=node_id: remove(config, n))
             case _:
                 assert_never(step)
     return AdminReply({"config": group.view.config.to_json()})
 
 
-async def _change(group: ReplicaActor, build: Callable[[RaftCore], Configuration]) -> None:
-    """One configuration change: validated and appended in the main loop, then committed."""
-
-    def propose(core: RaftCore) -> tuple[int, int]:
-        if core.transfer is not None:
-            raise ChangeInProgressError("a leadership transfer is under way")
-        if core.is_leader and core.term_at(core.commit_offset) != core.term:
-            # Raft's rule for changes one at a time (dissertation, 4.1 errata): a new
-            # leader's commit offset may not yet cover what its predecessor committed (a
-            # witness would start its log too early); its term's barrier commits soon.
-            raise ChangeInProgressError("the leader has not committed an entry of its term")
-        check_can_change(core.config, core.configs.committed)
-        return core.term, core.propose_config(build(core))
-
-    term, offset = await group.call(propose)
+async def _change(group: ReplicaActor, build: Callable[[Configuration], Configuration]) -> None:
+    """One configuration change of the one in effect: validated and appended in the
+    replica's task, then committed."""
+    term, offset = await group.change_config(build)
     await _wait_for(group, lambda v: v.term == term and v.commit_offset >= offset)
 
 
@@ -392,17 +376,11 @@ async def _wait_caught_up(
 ) -> None:
     deadline_s = 10 * group.settings.election_timeout_max_s + 30.0
 
-    def caught_up(c: RaftCore) -> bool:
-        if not c.is_leader:
-            raise LeadershipLost
-        p = c.progress.get(node_id)
-        return c.config.is_voter(node_id) or (p is not None and c.caught_up(p))
-
     with trio.move_on_after(deadline_s):
-        await group.call_when(caught_up)
+        await group.wait_caught_up(node_id)
         return
     for undo in rollback_steps(start, group.view.config):
-        await _change(group, lambda c, n=undo.node_id: remove(c.config, n))
+        await _change(group, lambda config, n=undo.node_id: remove(config, n))
     raise StepFailed(
         f"step {step} failed: node {node_id} did not catch up within {deadline_s:g} s; "
         "rolled back to the starting configuration"
@@ -426,13 +404,7 @@ async def _backfill(group: ReplicaActor, node_id: int) -> Message:
     """The leader copies a follower the records before its log start; answers once the
     follower's log starts where the leader's does."""
 
-    def copied(c: RaftCore) -> bool:
-        if not c.is_leader:
-            raise LeadershipLost
-        return c.holds_whole_log(node_id)
-
-    await group.call(lambda c: c.start_backfill(node_id))
-    await group.call_when(copied)
+    await group.backfill(node_id)
     return AdminReply({})
 
 
@@ -444,7 +416,7 @@ async def _transfer(group: ReplicaActor, target: int) -> Message:
         raise ConfigChangeError(f"node {target} is a learner: it cannot lead until promoted")
     if target in config.witnesses:
         raise ConfigChangeError(f"node {target} is a witness: it never leads")
-    await group.call(lambda c: c.transfer_leadership(target))
+    await group.transfer_leadership(target)
     view = await group.wait_until(
         lambda v: (
             v.leader_id not in (None, group.node_id) or (v.is_leader and v.transfer_to is None)
@@ -459,22 +431,6 @@ async def _transfer(group: ReplicaActor, target: int) -> Message:
             f"{group.node_id} still leads",
         )
     raise LeadershipLost
-
-
-def _hand_over(core: RaftCore, candidates: frozenset[int]) -> int:
-    target = _most_up_to_date(core, candidates)
-    core.transfer_leadership(target)
-    return target
-
-
-def _most_up_to_date(core: RaftCore, candidates: frozenset[int]) -> int:
-    def progress_of(node_id: int) -> tuple[int, int]:
-        p = core.progress.get(node_id)
-        return (p.match_offset, p.flushed_offset) if p else (-1, -1)
-
-    if not candidates:
-        raise ConfigChangeError("no other voter can take over the leadership")
-    return max(sorted(candidates), key=progress_of)
 
 
 def _silent(group: ReplicaActor, op: str, args: dict[str, Any]) -> str:

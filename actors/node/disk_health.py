@@ -40,7 +40,6 @@ from quorumlog.raft.settings import RaftSettings
 
 if TYPE_CHECKING:
     from quorumlog.actors.node.node import Node
-    from quorumlog.raft.core import RaftCore
 
 logger = structlog.get_logger("quorumlog.disk_health")
 
@@ -211,11 +210,8 @@ async def hand_over_leaderships(node: Node, now: float) -> None:
         if not view.is_leader or view.transfer_to is not None:
             continue
 
-        def to_fastest(core: RaftCore) -> int | None:
-            target = node.disk_health.fastest(core.live_voters(), now)
-            return target if target is not None and core.transfer_to_live_voter(target) else None
-
-        if (target := await group.call(to_fastest)) is not None:
+        fastest = await group.hand_to_live_voter(lambda live: node.disk_health.fastest(live, now))
+        if (target := fastest) is not None:
             logger.info(
                 "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
             )

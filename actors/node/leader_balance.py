@@ -35,7 +35,7 @@ async def balance_leaders(node: Node) -> None:
                 continue
             if preferred == node.id or node.disk_health.avoided(preferred, trio.current_time()):
                 continue  # a slow disk gets no leadership back until it has been healthy
-            if await group.call(lambda core, t=preferred: core.transfer_to_live_voter(t)):
+            if await group.hand_to_live_voter(lambda _live, t=preferred: t) is not None:
                 started += 1
                 if started >= TRANSFERS_PER_PASS_MAX:
                     break

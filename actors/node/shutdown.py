@@ -17,20 +17,12 @@ import trio
 
 if TYPE_CHECKING:
     from quorumlog.actors.node.node import Node
-    from quorumlog.raft.core import RaftCore
 
 logger = structlog.get_logger("quorumlog.shutdown")
 
 HAND_OVER_S = 5.0
 TRANSFERS_IN_FLIGHT_MAX = 32
 POLL_S = 0.02
-
-
-def _to_most_caught_up(core: RaftCore) -> bool:
-    """Start a transfer to the live voter with the most of the log (in the group's task)."""
-    live = core.live_voters()
-    target = max(live, key=lambda n: core.progress[n].match_offset, default=None)
-    return target is not None and core.transfer_to_live_voter(target)
 
 
 async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> int:
@@ -49,7 +41,7 @@ async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> in
             for group in leading:
                 if moving >= TRANSFERS_IN_FLIGHT_MAX:
                     break
-                if group.view.transfer_to is None and await group.call(_to_most_caught_up):
+                if group.view.transfer_to is None and await group.hand_to_live_voter() is not None:
                     moving += 1
             if not moving:
                 break  # nowhere to hand any of them

@@ -1,27 +1,38 @@
-"""What everyone outside a group's task may use of it: the view its last round published,
-a wait for a view that satisfies a predicate, and calls run inside its task.
+"""What everyone outside a replica's task may use of it: the view its last round published,
+a wait for a view that satisfies a predicate, and the requests it takes (a configuration
+change, a leadership transfer, a back-fill, and the waits for their progress).
 
-The group's task alone touches its Raft core (actors/replica/actor.py). Admin calls, ReadIndex,
-the controller, the balancer, the coordinators and the Kafka fetch path read `view`, wait
-with `wait_until`, and ask the core through `call` (once) or `call_when` (after every round
-until it answers): both travel through the mailbox, so the core never changes under a
-reader's feet and a reader never sees a state the round has not finished.
+The replica's task alone touches its Raft core (actors/replica/actor.py). Admin calls,
+ReadIndex, the controller, the balancer, the coordinators and the Kafka fetch path read
+`view` and wait with `wait_until`; a request runs in the replica's task, once (`in_task`) or
+after every round until it answers (`in_task_when`): both travel through the mailbox, so the
+core never changes under a reader's feet and a reader never sees a state the round has not
+finished. Only this package runs functions on the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
 
 from quorumlog.actors.replica.mailbox import CoreCall, Pending
+from quorumlog.membership.changes import (
+    ChangeInProgressError,
+    ConfigChangeError,
+    check_can_change,
+)
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.roles import Role
 
 T = TypeVar("T")
+
+
+class LeadershipLost(Exception):
+    """This replica stopped leading while a request needed it to lead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,18 +148,102 @@ class ReplicaHandle:
         """The next view after `seen` (at once if one was published since)."""
         return await self.wait_until(lambda view: view is not seen)
 
-    async def call(self, fn: Callable[[RaftCore], T]) -> T:
-        """Run `fn(core)` in the group's task and return its result (or raise its error)."""
+    # ------------------------------------------------------------------- requests
+
+    async def change_config(
+        self, build: Callable[[Configuration], Configuration]
+    ) -> tuple[int, int]:
+        """Append the configuration `build` makes of the one in effect, as its leader, one
+        change at a time; returns (term, offset) of the change (committed later)."""
+
+        def propose(core: RaftCore) -> tuple[int, int]:
+            if core.transfer is not None:
+                raise ChangeInProgressError("a leadership transfer is under way")
+            if core.is_leader and core.term_at(core.commit_offset) != core.term:
+                # Raft's rule for changes one at a time (dissertation, 4.1 errata): a new
+                # leader's commit offset may not yet cover what its predecessor committed
+                # (a witness would start its log too early); its term's barrier commits soon.
+                raise ChangeInProgressError("the leader has not committed an entry of its term")
+            check_can_change(core.config, core.configs.committed)
+            return core.term, core.propose_config(build(core.config))
+
+        return await self.in_task(propose)
+
+    async def wait_caught_up(self, node_id: int) -> None:
+        """Until `node_id` is a voter or a learner close enough to the leader's log to be
+        promoted (LeadershipLost if this replica stops leading)."""
+
+        def caught_up(core: RaftCore) -> bool:
+            if not core.is_leader:
+                raise LeadershipLost
+            p = core.progress.get(node_id)
+            return core.config.is_voter(node_id) or (p is not None and core.caught_up(p))
+
+        await self.in_task_when(caught_up)
+
+    async def backfill(self, node_id: int) -> None:
+        """Copy a follower the records before its log start; returns once its log starts
+        where the leader's does (LeadershipLost if this replica stops leading)."""
+
+        def copied(core: RaftCore) -> bool:
+            if not core.is_leader:
+                raise LeadershipLost
+            return core.holds_whole_log(node_id)
+
+        await self.in_task(lambda core: core.start_backfill(node_id))
+        await self.in_task_when(copied)
+
+    async def transfer_leadership(self, target: int) -> None:
+        """Start moving leadership to `target` (the view says when it moved)."""
+        await self.in_task(lambda core: core.transfer_leadership(target))
+
+    async def hand_over(self, candidates: Iterable[int]) -> int:
+        """Start moving leadership to the most up-to-date of `candidates`; returns it."""
+
+        def to_most_up_to_date(core: RaftCore) -> int:
+            def progress_of(node_id: int) -> tuple[int, int]:
+                p = core.progress.get(node_id)
+                return (p.match_offset, p.flushed_offset) if p else (-1, -1)
+
+            if not (ordered := sorted(candidates)):
+                raise ConfigChangeError("no other voter can take over the leadership")
+            target = max(ordered, key=progress_of)
+            core.transfer_leadership(target)
+            return target
+
+        return await self.in_task(to_most_up_to_date)
+
+    async def hand_to_live_voter(
+        self, choose: Callable[[list[int]], int | None] | None = None
+    ) -> int | None:
+        """Start moving leadership to the voter `choose` picks among the live ones (by
+        default the one holding most of the log), if it may lead and no transfer is under
+        way; returns it, or None if none started."""
+
+        def to_chosen(core: RaftCore) -> int | None:
+            live = core.live_voters()
+            if choose is None:
+                target = max(live, key=lambda n: core.progress[n].match_offset, default=None)
+            else:
+                target = choose(live)
+            return target if target is not None and core.transfer_to_live_voter(target) else None
+
+        return await self.in_task(to_chosen)
+
+    # ------------------------------------------------------------------- in the task
+
+    async def in_task(self, fn: Callable[[RaftCore], T]) -> T:
+        """Run `fn(core)` in the replica's task and return its result (or raise its error)."""
         reply = Pending()
         await self._inbox.send(CoreCall(fn, reply))
         return await reply.wait()
 
-    async def call_when(self, fn: Callable[[RaftCore], T]) -> T:
+    async def in_task_when(self, fn: Callable[[RaftCore], T]) -> T:
         """`fn(core)` after every round from now on, until it returns something true:
         that (conditions on the core's state beyond the view, as a follower's progress)."""
         reply = Pending()
-        # Registered in the group's task: the round this call makes checks it at once.
-        await self.call(lambda _core: self._watches.append((fn, reply)))
+        # Registered in the replica's task: the round this call makes checks it at once.
+        await self.in_task(lambda _core: self._watches.append((fn, reply)))
         try:
             return await reply.wait()
         finally:

@@ -61,7 +61,7 @@ async def read_index(group: ReplicaActor) -> int | None:
         group.read_waiters[ctx] = answer  # answered at the end of a round: this one, or later
         return ctx
 
-    ctx = await group.call(ask)
+    ctx = await group.in_task(ask)
     with trio.move_on_after(group.settings.election_timeout_min_s):
         return await answer.wait()
     group.read_waiters.pop(ctx, None)

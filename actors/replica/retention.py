@@ -25,7 +25,7 @@ async def keep_retention(group: ReplicaActor) -> None:
             # Wall-clock time, the node's (as its leaders stamp records with): retention by
             # age compares with the records' timestamps.
             now_ms = group.wall_clock_ms()
-            await group.call(lambda core, now_ms=now_ms: retain(group, core, now_ms))
+            await group.in_task(lambda core, now_ms=now_ms: retain(group, core, now_ms))
     finally:
         group.retaining = False
 
