@@ -53,7 +53,7 @@ run: $(VENV)/.base
 # processes, Spark) one test at a time.
 test: $(VENV)/.full $(VENV)/.chromium $(KAFKA_JAVA)/.fetched
 	$(BIN)/python -m pytest -q -n 2 tests/sim
-	$(BIN)/python -m pytest -q --ignore=tests/sim
+	$(BIN)/python -m pytest -q --ignore=tests/sim --durations=30
 
 lint: $(VENV)/.full
 	$(BIN)/ruff check .
