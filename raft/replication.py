@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import structlog
 
-from quorumlog.log.wal import LogChunk
+from quorumlog.log.tailcache import LogChunk
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import config_batch
 from quorumlog.raft.messages import AppendEntries, AppendEntriesReply, AppendResult, Heartbeat
