@@ -79,7 +79,7 @@ def test_topics_made_and_deleted_leave_nothing_behind(tmp_path):
                 c.append_spread([b"c%d" % i for i in range(60)], topic=name)
                 assert sum(len(c.read(0, 100, topic=name, partition=p)) for p in range(3)) == 60
                 consume_all(cluster, "churn-readers", name, 60)
-                c.reset_offsets("churn-keepers", name, "latest")
+                c.reset_offsets("churn-readers", name, "latest")  # no member now
                 c.append_spread([b"s%d" % i for i in range(50)], topic="steady")
                 c.delete_topic(name)
         deadline = time.monotonic() + SETTLED_WITHIN_S
