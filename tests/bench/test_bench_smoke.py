@@ -101,6 +101,7 @@ def test_storage(tmp_path):
         _positive(row, "pass_ms", "shared_log_pass_ms", "ratio")
 
 
+@pytest.mark.slow
 def test_partitions_smallest(tmp_path):
     from quorumlog.bench import partitions
 
@@ -134,6 +135,7 @@ def test_console_smallest(tmp_path):
         _positive(row, "median_ms", "p90_ms", "kb")
 
 
+@pytest.mark.slow
 def test_elections_smallest(tmp_path):
     from quorumlog.bench import elections
 
@@ -146,6 +148,7 @@ def test_elections_smallest(tmp_path):
     _no_serve_left()
 
 
+@pytest.mark.slow
 def test_produce(tmp_path):
     rows = _by_figure(_written(tmp_path, "produce", produce.run(quick=True, tiny=True)))
     for figure in (
@@ -261,6 +264,7 @@ def test_membership_smallest(tmp_path):
     _no_serve_left()
 
 
+@pytest.mark.slow
 def test_sim_smallest(tmp_path):
     from quorumlog.bench import sim
 
@@ -346,6 +350,7 @@ def test_nemesis_smallest_through_the_command_line(tmp_path):
     assert "running" not in bad.output, "refused before any scenario ran"
 
 
+@pytest.mark.slow
 def test_consume_smallest(tmp_path):
     from quorumlog.bench import consume
 
@@ -384,6 +389,7 @@ def test_kafka_smallest(tmp_path):
     _no_serve_left()
 
 
+@pytest.mark.slow
 def test_vs_kafka_smallest(tmp_path):
     """Needs java 17+ and Kafka 4.4's jars (make test fetches them with mvn); skipped with
     the scenario's own reason where they are missing."""
@@ -442,6 +448,7 @@ def test_timestamps_smallest(tmp_path):
     _no_serve_left()
 
 
+@pytest.mark.slow
 def test_gray_smallest(tmp_path):
     rows = _by_figure(_written(tmp_path, "gray", gray.run(tiny=True)))
     phases = [r["phase"] for r in rows.values() if "phase" in r]
@@ -493,6 +500,7 @@ def test_rebalance_smallest(tmp_path):
     _no_serve_left()
 
 
+@pytest.mark.slow
 def test_soak_smallest(tmp_path):
     """Both variants run their load, sample every node, read its tables and compare its
     heap snapshots (issue 51); flat or not is the machine's to say, not the suite's."""

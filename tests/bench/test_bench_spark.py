@@ -9,6 +9,7 @@ from tests.bench.test_bench_smoke import _by_figure, _no_serve_left, _positive, 
 pytest.importorskip("pyspark")
 
 
+@pytest.mark.slow
 def test_spark_smallest(tmp_path):
     from quorumlog.bench import spark
     from quorumlog.bench.scenarios import SCENARIOS, scenario

@@ -7,12 +7,15 @@ the cluster needs (bench elections: seconds); a storm never ends."""
 
 from __future__ import annotations
 
+import pytest
+
 from quorumlog.bench.elections import TOPIC, lose_and_recover
 from quorumlog.cli.localcluster import ProcessCluster
 
 PARTITIONS = 1000
 
 
+@pytest.mark.slow
 def test_a_thousand_partitions_lead_again_after_a_node_is_lost_and_after_a_restart(tmp_path):
     cluster = ProcessCluster(str(tmp_path))
     cluster.start_all()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import glob
 import os
 
+import pytest
+
 from quorumlog import Consumer, Record
 from quorumlog.cli.localcluster import ProcessCluster
 from quorumlog.consumers.state import GROUPS_PARTITIONS, GROUPS_TOPIC, groups_partition
@@ -28,6 +30,7 @@ def committed(cluster: ProcessCluster, group: str) -> int | None:
         return row["committed"]
 
 
+@pytest.mark.slow
 def test_groups_log_is_compacted_and_a_new_coordinator_starts_from_its_snapshot(tmp_path):
     cluster = ProcessCluster(
         str(tmp_path), env={"QUORUMLOG_GROUPS_SNAPSHOT_EVERY": str(SNAPSHOT_EVERY)}

@@ -56,6 +56,7 @@ def kafka_leaders(cluster: ProcessCluster, node_id: int) -> dict[int, int]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 def test_partitions_whose_leader_lost_its_quorum_are_shown_without_one(cluster, stop):
     cluster.wait_for_leader()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
 import trio
 
 from quorumlog import Client
@@ -33,6 +34,7 @@ def voters(cluster: ProcessCluster, brokers: str) -> list[int]:
     )
 
 
+@pytest.mark.slow
 def test_grow_shrink_replace_remove_leader_and_transfer_under_load(cluster):
     cluster.wait_for_leader()
     producer = Producer(cluster)

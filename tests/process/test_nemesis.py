@@ -26,6 +26,7 @@ RUNS = [
 STEPS = 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "seed"), RUNS)
 def test_no_promise_is_broken(family, seed, tmp_path):
     faults = FAMILIES[family]

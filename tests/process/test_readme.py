@@ -74,6 +74,7 @@ def test_the_readme_has_a_tour_and_the_docs_python_blocks():
     assert pages_with_python_blocks() <= set(DOC_ORDER)
 
 
+@pytest.mark.slow
 def test_the_tour_then_every_python_block_runs_in_order(cluster, tmp_path):
     places = {f"127.0.0.1:{7001 + i}": cluster.address(i + 1) for i in range(3)}
     places["127.0.0.1:9092"] = f"127.0.0.1:{cluster.kafka_ports[0]}"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from quorumlog import Client
 from quorumlog.bench.partitions import groups_settled
 from tests.process.test_replica_moves import TopicProducer, check_no_loss, ql
@@ -30,6 +32,7 @@ def balanced(brokers: str) -> dict | None:
     return found if found and found["state"] == "balanced" and not found["moves_left"] else None
 
 
+@pytest.mark.slow
 def test_a_joining_node_gets_replicas_and_leaders_under_load_across_a_controller_kill(cluster):
     cluster.wait_for_leader()
     brokers = cluster.brokers
