@@ -132,7 +132,10 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
     if group is None:
         raise GroupError(f"unknown group {name!r}")
     rows = []
-    tps = sorted(set(co.partitions_of(group.topics)) | set(group.committed))
+    # Topics deleted since (their positions leave soon: ForgetTopics) are not shown.
+    known = co.node.controller_actor.state.topics
+    subscribed = co.partitions_of(tuple(t for t in group.topics if t in known))
+    tps = sorted(set(subscribed) | {tp for tp in group.committed if tp[0] in known})
     offsets = await _for_each(tps, co.offsets_of)
     sessions = c.sessions.get(name, {})
     for tp in tps:
