@@ -15,16 +15,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from quorumlog.log.batch import BatchHeader
+from quorumlog.log.batch import BatchHeader, check_continues
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import File, FileSystem
 from quorumlog.log.segment import Segment, segment_file_name
 
 BACKFILL_DIR = "backfill"
-
-
-class BackfillError(ValueError):
-    """Batches that do not continue the copy where it stands."""
 
 
 def drop_unfinished(fs: FileSystem, log_dir: str) -> None:
@@ -78,13 +74,9 @@ class Backfill:
         return sum(s.size_bytes for s in self.segments)
 
     def write(self, batches: Sequence[tuple[BatchHeader, memoryview]]) -> None:
-        """Whole batches at the next offsets, none past the copy's end."""
+        """Whole batches at the next offsets, none past the copy's end (BatchError)."""
+        check_continues(batches, self.next_offset, self.end)
         for header, batch in batches:
-            if header.base_offset != self.next_offset or header.last_offset >= self.end:
-                raise BackfillError(
-                    f"batch {header.base_offset}-{header.last_offset} does not continue the "
-                    f"copy at {self.next_offset} (it ends before {self.end})"
-                )
             active = self.segments[-1] if self.segments else None
             full = active is not None and (
                 active.size_bytes + header.total_bytes > self.config.segment_bytes_max

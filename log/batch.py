@@ -248,6 +248,21 @@ def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryvie
     return out
 
 
+def check_continues(
+    batches: Sequence[tuple[BatchHeader, memoryview]], next_offset: int, end: int
+) -> int:
+    """Where placed batches that continue a run at `next_offset`, none reaching `end`,
+    leave it (the next chunk of a copy: log/backfill.py); BatchError if they do not."""
+    for header, _ in batches:
+        if header.base_offset != next_offset or header.last_offset >= end:
+            raise BatchError(
+                f"batch {header.base_offset}-{header.last_offset} does not continue the "
+                f"copy at {next_offset} (it ends before {end})"
+            )
+        next_offset = header.last_offset + 1
+    return next_offset
+
+
 def with_offset_and_term(batch: bytes | memoryview, base_offset: int, term: int) -> bytes:
     """Return a copy of `batch` placed at `base_offset` in `term` (the leader's patch):
     a new header joined to the same payload, which is copied once."""

@@ -420,7 +420,7 @@ class Log:
 
     # Copying in the records before the start (log/backfill.py)
 
-    def backfill(self, start: int) -> Backfill:
+    def _copy_from(self, start: int) -> Backfill:
         """The copy of the offsets from `start` to this log's start, begun now unless one
         of exactly those is under way."""
         copy = self._backfill
@@ -433,6 +433,20 @@ class Log:
                 self._fs, self._dir, start, self.log_start_offset, self._config
             )
         return copy
+
+    def backfill_next(self, start: int) -> int:
+        """The next offset of the copy from `start` under way (`start`: none is); a copy
+        done, waiting for the flush that moves it in, answers its end, whatever `start`."""
+        copy = self._backfill
+        if self._splice_due:
+            return copy.end
+        if copy is None or copy.start != start or copy.end != self.log_start_offset:
+            return start
+        return copy.next_offset
+
+    def write_backfill(self, start: int, batches: Sequence[tuple[BatchHeader, memoryview]]) -> None:
+        """The next batches of the copy from `start` (BatchError unless they continue it)."""
+        self._copy_from(start).write(batches)
 
     @property
     def _splice_due(self) -> bool:

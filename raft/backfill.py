@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import structlog
 
-from quorumlog.log.backfill import BackfillError
 from quorumlog.log.batch import BatchError, split_batches
 from quorumlog.membership.changes import ConfigChangeError
 from quorumlog.raft.messages import BackfillChunk, BackfillReply
@@ -125,13 +124,13 @@ class BackfillRules:
         log = self.log
         gap = False
         if chunk.end == log.log_start_offset:
-            copy = log.backfill(chunk.start)
-            if chunk.offset > copy.next_offset:
+            next_offset = log.backfill_next(chunk.start)
+            if chunk.offset > next_offset:
                 gap = True
-            elif chunk.offset == copy.next_offset and not copy.complete:
-                try:
-                    copy.write(split_batches(chunk.batches))
-                except (BatchError, BackfillError) as exc:
+            elif chunk.offset == next_offset < chunk.end:
+                try:  # written beside the log at the round's end (raft/raft_log.py)
+                    next_offset = log.backfill(chunk.start, split_batches(chunk.batches))
+                except BatchError as exc:
                     logger.error(
                         "bad_backfill_chunk",
                         node_id=self.id,
@@ -140,10 +139,9 @@ class BackfillRules:
                         error=str(exc),
                     )
                     gap = True
-                if copy.complete:
+                if next_offset == chunk.end:
                     self.flush_urgent = True  # one flush moves the copy in
                     self.backfill_moving = (chunk.end, sender)
-            next_offset = copy.next_offset
         else:
             next_offset = chunk.start  # our log starts elsewhere now: the leader sees why
         self._send(

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -46,6 +46,7 @@ from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.backfill import BackfillRules
+from quorumlog.raft.conditions import NodeConditions
 from quorumlog.raft.configs import ConfigTracker, config_of
 from quorumlog.raft.election import (
     ELECTION_BACKOFF,
@@ -116,8 +117,6 @@ class RaftCore(
         now: float,
         *,
         witnesses_from_commit: bool = True,
-        peer_alive: Callable[[int], bool] = lambda node_id: True,
-        node_stopping: Callable[[], bool] = lambda: False,
     ):
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
@@ -131,12 +130,7 @@ class RaftCore(
         # Where an operator's trim starts the readers (actors/replica/actor.py keeps it here):
         # nobody needs the records before it, a member that would lead neither.
         self.log_floor = 0
-        # Whether a peer's node looks alive (its link is up): who comes first in an
-        # election (raft/election.py).
-        self.peer_alive = peer_alive
-        # Whether the node is about to stop (actors/node/shutdown.py): it hands leadership over
-        # and takes none (no campaign, no transfer to it); it still votes.
-        self.node_stopping = node_stopping
+        self.conditions = NodeConditions()  # what its node last said of itself
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
@@ -194,7 +188,6 @@ class RaftCore(
         self.flush_urgent = False
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
-        self.campaign_late = False  # set by the node while its disk is avoided
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -246,7 +239,7 @@ class RaftCore(
         s = self.settings
         # A node whose disk was slow lately campaigns an election timeout late, so that a
         # healthy voter wins first (actors/node/disk_health.py), and still when none does.
-        late = s.election_timeout_max_s if self.campaign_late else 0.0
+        late = s.election_timeout_max_s if self.conditions.campaign_late else 0.0
         # The exponent capped: a group cut off for hours counts thousands of elections.
         steps = min(self.failed_elections, ELECTION_BACKOFF_STEPS_MAX)
         backoff = min(ELECTION_BACKOFF**steps, ELECTION_BACKOFF_MAX)
@@ -287,6 +280,19 @@ class RaftCore(
             logger.info("stepped_down", node_id=self.id, group=self.group_id, term=self.term)
 
     # ----------------------------------------------------------------------- inputs
+
+    def observe(self, conditions: NodeConditions) -> None:
+        """What the node says of itself now (raft/conditions.py), for the inputs to come."""
+        self.conditions = conditions
+
+    def set_time(self, now: float) -> None:
+        """The time of the node's next call, an input that carries none of its own."""
+        self.now = now
+
+    def set_log_floor(self, offset: int) -> None:
+        """An operator's trim starts readers at `offset`: a member need not hold what
+        precedes it (raft/reconfiguration.py)."""
+        self.log_floor = offset
 
     def tick(self, now: float) -> None:
         """Time passed: heartbeats, elections, lost-message recovery, leader step-down."""
@@ -356,7 +362,11 @@ class RaftCore(
             case BackfillReply():
                 self._on_backfill_reply(sender, message, now)
             case TimeoutNow():
-                if self._can_lead() and self.role is not Role.LEADER and not self.node_stopping():
+                if (
+                    self._can_lead()
+                    and self.role is not Role.LEADER
+                    and not self.conditions.stopping
+                ):
                     self._campaign(now, transfer=True)
             case _:
                 raise AssertionError(f"not a Raft message: {message!r}")

@@ -58,7 +58,7 @@ class QuiescenceRules:
                     and not p.probing
                     and not p.backfill_wanted
                     for p in self.progress.values()
-                    if self.peer_alive(p.node_id)
+                    if p.node_id not in self.conditions.unreachable
                 )
             )
         return (
@@ -77,6 +77,11 @@ class QuiescenceRules:
         no replies of their own, and must not look gone to the check-quorum rule."""
         for p in self.progress.values():
             p.last_contact_s = max(p.last_contact_s, contacts.get(p.node_id, -math.inf))
+
+    def quiesce(self) -> None:
+        """The node stops running this group's timers until something happens (it
+        checked `can_quiesce`): its heartbeats stand for the group's meanwhile."""
+        self.quiet = True
 
     def wake(self, now: float, contacts: Mapping[int, float]) -> None:
         """Leave the quiet state with what the node heard meanwhile: `contacts` are the

@@ -1,10 +1,10 @@
 """The log as a Raft core sees it (etcd's `raftLog`): the node's log, and in front of it
 what the core appended or cut since the node last took its writes.
 
-The core never writes the node's log (but for a follower's side copy of older records,
-raft/backfill.py). It places entries here (offsets and terms assigned once, the batches
+The core never writes the node's log. It places entries here (offsets and terms assigned once, the batches
 patched once), cuts a conflicting suffix or starts the log again, and reads through this
-one view: a leader replicates entries of this round from memory. At the end of the round
+one view: a leader replicates entries of this round from memory; a follower's copy of
+older records (raft/backfill.py) waits here too. At the end of the round
 the group actor takes the writes (`take_writes`, in the core's `Ready`) and applies them to
 its log, then saves term and vote, then sends (storage rule 1); durability comes back later
 as an input (`RaftCore.on_persisted`).
@@ -17,8 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from quorumlog.log.backfill import Backfill
-from quorumlog.log.batch import BatchHeader, BatchType, place_batches
+from quorumlog.log.batch import BatchHeader, BatchType, check_continues, place_batches
 from quorumlog.log.config import LogConfig
 from quorumlog.log.tailcache import LogChunk, OffsetOutOfRangeError, TailCache, read_upto
 from quorumlog.raft.storage import LogStorage
@@ -27,11 +26,13 @@ from quorumlog.raft.storage import LogStorage
 @dataclass(frozen=True, slots=True)
 class LogWrites:
     """A round's changes to a log, in order: a cut (from `cut_from` on, or the whole log
-    to start again there), then whole placed batches."""
+    to start again there), the next chunks of a copy of older records, then whole placed
+    batches."""
 
     cut_from: int | None
     reset: bool
     reset_records: int  # with `reset`: the data records before `cut_from`
+    copy: BackfillWrite | None
     entries: list[tuple[BatchHeader, bytes | memoryview]]
     leader: bool  # placed by a leader: the log keeps them in memory for replicating
 
@@ -40,13 +41,25 @@ class LogWrites:
             log.reset(self.cut_from, self.reset_records)
         elif self.cut_from is not None:
             log.truncate_suffix(self.cut_from)
+        if self.copy is not None:
+            log.write_backfill(self.copy.start, self.copy.batches)
         if self.entries:
             log.append_placed(self.entries, keep_recent=self.leader)
+
+
+@dataclass(slots=True)
+class BackfillWrite:
+    """The chunks of a copy of the records before the log's start taken this round."""
+
+    start: int
+    next_offset: int  # after them
+    batches: list[tuple[BatchHeader, memoryview]]
 
 
 class RaftLog:
     def __init__(self, stored: LogStorage):
         self.stored = stored
+        self._copy: BackfillWrite | None = None
         self._clear()
 
     def _clear(self) -> None:
@@ -64,10 +77,13 @@ class RaftLog:
 
     def take_writes(self) -> LogWrites | None:
         """What to apply to the stored log now, in order; None: nothing."""
-        if self._cut is None and not self._entries:
+        if self._cut is None and not self._entries and self._copy is None:
             return None
-        writes = LogWrites(self._cut, self._reset, self._reset_records, self._entries, self._leader)
+        writes = LogWrites(
+            self._cut, self._reset, self._reset_records, self._copy, self._entries, self._leader
+        )
         self._clear()
+        self._copy = None
         return writes
 
     # ----------------------------------------------------------------------- reading
@@ -169,9 +185,12 @@ class RaftLog:
             return chunk
         return self.stored.read(from_offset, bytes_max, min(upto, self.stored_end()))
 
-    def backfill(self, start: int) -> Backfill:
-        """A follower's copy of the records before its log's start (raft/backfill.py)."""
-        return self.stored.backfill(start)
+    def backfill_next(self, start: int) -> int:
+        """The next offset of a follower's copy from `start` of the records before its
+        log's start (raft/backfill.py): `start` if none is under way."""
+        if self._copy is not None and self._copy.start == start:
+            return self._copy.next_offset
+        return start if self._reset else self.stored.backfill_next(start)
 
     # ----------------------------------------------------------------------- writing
 
@@ -212,10 +231,21 @@ class RaftLog:
         self._clear()
         self._cut = from_offset
 
+    def backfill(self, start: int, batches: Sequence[tuple[BatchHeader, memoryview]]) -> int:
+        """The next chunk of the copy from `start` to the log's start; returns its next
+        offset (BatchError unless the batches continue the copy)."""
+        next_offset = check_continues(batches, self.backfill_next(start), self.log_start_offset)
+        if self._copy is None or self._copy.start != start:
+            self._copy = BackfillWrite(start, start, [])
+        self._copy.batches += batches
+        self._copy.next_offset = next_offset
+        return next_offset
+
     def reset(self, next_offset: int, records_before: int) -> None:
         """Drop everything and continue at `next_offset`, with `records_before` data records
         before it (a follower whose log is behind the leader's retained start)."""
         self._clear()
+        self._copy = None  # it ended where the log started
         self._cut = next_offset
         self._reset = True
         self._reset_records = records_before

@@ -82,6 +82,11 @@ class ReconfigurationRules:
         members.discard(self.id)
         return members
 
+    def peer_ids(self) -> set[int]:
+        """The nodes whose reachability the core asks of its node (raft/conditions.py):
+        the members, and the departing ones a leader still replicates to."""
+        return self._members() | self.progress.keys() if self.config is not None else set()
+
     def _new_progress(self, peer: int) -> Progress:
         floor = self._witness_floor(peer)
         return Progress(

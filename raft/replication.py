@@ -40,7 +40,7 @@ class ReplicationRules:
             return False
         window = self.settings.election_timeout_max_s
         return any(
-            not self.peer_alive(p.node_id)
+            p.node_id in self.conditions.unreachable
             or p.recovering
             or (p.match_offset < self.commit_offset and now - p.advanced_s > window)
             for p in self.progress.values()

@@ -1,15 +1,13 @@
 """What a Raft core needs of its node's log (`log.wal.Log` in a node, the same on the
-simulated disk): reads, and the writes the group actor applies for it (`raft/raft_log.py`:
-the core itself writes only a follower's side copy of older records, `backfill`).
-Durability comes back as an input (`RaftCore.on_persisted`) once the node's flusher has
-synced them."""
+simulated disk): reads, and the writes the replica's task applies for it at the end of a
+round (`raft/raft_log.py`; the core itself writes nothing). Durability comes back as an
+input (`RaftCore.on_persisted`) once the node's flusher has synced them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-from quorumlog.log.backfill import Backfill
 from quorumlog.log.batch import BatchHeader
 from quorumlog.log.config import LogConfig
 from quorumlog.log.tailcache import LogChunk
@@ -40,4 +38,7 @@ class LogStorage(Protocol):
     ) -> int: ...
     def truncate_suffix(self, from_offset: int) -> None: ...
     def reset(self, next_offset: int, records_before: int) -> None: ...
-    def backfill(self, start: int) -> Backfill: ...
+    def backfill_next(self, start: int) -> int: ...
+    def write_backfill(
+        self, start: int, batches: Sequence[tuple[BatchHeader, memoryview]]
+    ) -> None: ...

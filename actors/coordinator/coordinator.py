@@ -144,7 +144,7 @@ class Coordinator:
                 with contextlib.suppress(PassBack):
                     await self._forget_deleted_topics(c)
                 for group in list(c.state.groups.values()):
-                    for tp in self._known_partitions(group):
+                    for tp in self.partitions_existing(group.topics):
                         with contextlib.suppress(PassBack, UnknownTopic):
                             await self.offsets_of(tp)
 
@@ -152,8 +152,11 @@ class Coordinator:
         """Drop every position held of a topic the cluster deleted (ForgetTopics)."""
         controller = self.node.controller_actor
         held = {tp[0] for g in c.state.groups.values() for tp in (*g.committed, *g.queues)}
-        gone = [t for t in sorted(held - set(controller.state.topics))]
-        gone = [t for t in gone if await controller.topic_is_unknown(t)]
+        gone = [
+            t
+            for t in sorted(held - set(controller.state.topics))
+            if await controller.topic_is_unknown(t)
+        ]
         if gone:
             await c.propose(ForgetTopics(tuple(gone)))
             logger.info("deleted_topics_forgotten", partition=c.partition, topics=gone)
@@ -168,18 +171,12 @@ class Coordinator:
             len(g.committed) + len(g.queues) for c in self._led() for g in c.state.groups.values()
         )
 
-    def _known_partitions(self, group: Group) -> list[TopicPartition]:
-        try:
-            return self.partitions_of(group.topics)
-        except UnknownTopic:  # deleted since: its positions stay, nothing to read
-            return []
-
     def lag_rows(self) -> list[dict[str, Any]]:
         """Each group led here, per partition: committed position, end as last seen, lag."""
         rows = []
         for c in self._led():
             for group in c.state.groups.values():
-                for tp in self._known_partitions(group):
+                for tp in self.partitions_existing(group.topics):
                     committed, end = group.committed.get(tp), self.ends.get(tp)
                     lag = None if committed is None or end is None else max(end - committed, 0)
                     row = {"group": group.name, "topic": tp[0], "partition": tp[1]}
@@ -232,6 +229,12 @@ class Coordinator:
         why = await c.propose(command)
         if why is not None:
             raise GroupError(why)
+
+    def partitions_existing(self, topics: tuple[str, ...]) -> list[TopicPartition]:
+        """The partitions of those topics that exist: a deleted topic's positions stay in
+        its groups until ForgetTopics drops them, with nothing to read or show."""
+        known = self.node.controller_actor.state.topics
+        return self.partitions_of(tuple(t for t in topics if t in known))
 
     def partitions_of(self, topics: tuple[str, ...]) -> list[TopicPartition]:
         state = self.node.controller_actor.state

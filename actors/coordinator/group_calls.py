@@ -134,7 +134,7 @@ async def describe(co: Coordinator, c: Coordination, name: str, args: dict) -> R
     rows = []
     # Topics deleted since (their positions leave soon: ForgetTopics) are not shown.
     known = co.node.controller_actor.state.topics
-    subscribed = co.partitions_of(tuple(t for t in group.topics if t in known))
+    subscribed = co.partitions_existing(group.topics)
     tps = sorted(set(subscribed) | {tp for tp in group.committed if tp[0] in known})
     offsets = await _for_each(tps, co.offsets_of)
     sessions = c.sessions.get(name, {})

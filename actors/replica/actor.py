@@ -56,6 +56,7 @@ from quorumlog.actors.replica.stamper import Stamper
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.config import LogConfig
 from quorumlog.membership.config import Configuration
+from quorumlog.raft.conditions import NodeConditions
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.messages import Heartbeat
 from quorumlog.raft.producers import StaleSequenceError
@@ -111,6 +112,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         self.stats = stats
         self._on_changed = on_changed
         self.peer_alive = peer_alive  # whether this node's link to a peer is up
+        self._node_stopping = node_stopping
         self.log = storage.log
         self.core = RaftCore(
             node_id,
@@ -121,11 +123,9 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
             rng,
             trio.current_time(),
             witnesses_from_commit=group_id != CONTROLLER_GROUP,
-            peer_alive=peer_alive,
-            node_stopping=node_stopping,
         )
         ReplicaHandle.__init__(self, self.core)
-        self.log_floor = storage.log_floor
+        self.core.set_log_floor(storage.log_floor)
         self._inbox, self._mailbox = trio.open_memory_channel[object](MAILBOX_MAX)
         self._timer = RoundTimer(self._timer_fired)  # the core's next deadline
         self._flusher = flusher
@@ -185,7 +185,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
     def trim(self, log_start: int) -> None:
         """Readers start at `log_start` now; the segments wholly before it go as they are
         committed here (the retention task: not awaited, the controller's work goes on)."""
-        self.log_floor = log_start
+        self.core.set_log_floor(log_start)
         self._keep_retention()
 
     @property
@@ -194,10 +194,6 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         drops the segments wholly before it): reads see max(it, the log's start). The
         core keeps it: a member need not hold what precedes it."""
         return self.core.log_floor
-
-    @log_floor.setter
-    def log_floor(self, offset: int) -> None:
-        self.core.log_floor = offset
 
     def wall_clock_ms(self) -> int:
         """The node's wall clock (a simulation's is simulated)."""
@@ -247,9 +243,9 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         mailbox = self._mailbox
         appends: list[ClientAppend] = []
         while True:
-            core.campaign_late = self._disk_health.avoided(self.node_id, trio.current_time())
             self._timer.set(min(self._next_deadline(), self._hold_release_s()))
             item = await mailbox.receive()
+            self._observe_node()
             if core.quiet and item is not TIMER_FIRED:  # before the input: what the node heard
                 core.wake(
                     trio.current_time(),
@@ -286,6 +282,18 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
             core.pump()
             await self._perform()
 
+    def _observe_node(self) -> None:
+        """Tell the core what its node is like now (raft/conditions.py): before it takes
+        inputs, and again after any wait."""
+        core = self.core
+        core.observe(
+            NodeConditions(
+                frozenset(n for n in core.peer_ids() if not self.peer_alive(n)),
+                self._node_stopping(),
+                self._disk_health.avoided(self.node_id, trio.current_time()),
+            )
+        )
+
     def _next_deadline(self) -> float:
         """When the core's timers want a tick (none while waiting for a campaign slot)."""
         return math.inf if self._turn.waiting() else self.core.next_deadline()
@@ -303,7 +311,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
             case PeerConnected(peer):
                 core.peer_connected(peer)
             case CoreCall():
-                core.now = trio.current_time()
+                core.set_time(trio.current_time())
                 self.run_call(item, core)
             case _:
                 raise AssertionError(f"unknown mailbox item {item!r}")
@@ -379,6 +387,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
             ready.writes.apply(self.log)  # the page cache: before the core is read again
         if ready.hard_state is not None:
             await self.save_metadata()
+            self._observe_node()  # what changed while it waited
         self._answer_waiters()
         for state in ready.read_states:
             if (waiting := self.read_waiters.pop(state.ctx, None)) is not None:
@@ -418,7 +427,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         self._led = core.is_leader
         if self._waiters or self._held or not core.can_quiesce():
             return
-        core.quiet = True
+        core.quiesce()
         if core.is_leader:
             heartbeats.quiet_leader(self.group_id)
         else:
@@ -450,8 +459,8 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
     async def save_metadata(self) -> None:
         """Persist term, vote and configuration (and, in passing, the commit offset known)."""
         core = self.core
-        core.meta = replace(core.meta, known_commit_offset=core.commit_offset)
-        await self._metadata_writer.save(self.storage.store, core.meta)
+        meta = replace(core.meta, known_commit_offset=core.commit_offset)
+        await self._metadata_writer.save(self.storage.store, meta)
 
     def address_of(self, node_id: int | None) -> str | None:
         config = self.core.config
@@ -550,6 +559,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         return out
 
     def under_replicated(self, now: float) -> bool:
+        self._observe_node()  # a quiet leader's last round may be long past
         return self.core.under_replicated(now)
 
     def status(self) -> dict:

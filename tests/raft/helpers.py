@@ -7,6 +7,7 @@ sent comes out of `take_outbox`. The in-memory disk stands in for the log's file
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from quorumlog.log.batch import split_batches
 from quorumlog.log.config import LogConfig
@@ -33,12 +34,17 @@ WITH_WITNESS = Configuration(
 )
 
 
-def flush(log: RaftLog) -> int:
-    """What a node does with a core's log: its group actor applies the round's writes,
-    then its flusher makes them durable. Returns the durable offset."""
+def apply_writes(log: RaftLog) -> None:
+    """What a replica's task does at the end of a round: the core's writes go to its log."""
     writes = log.take_writes()
     if writes is not None:
         writes.apply(log.stored)
+
+
+def flush(log: RaftLog) -> int:
+    """What a node does with a core's log: its replica's task applies the round's writes,
+    then its flusher makes them durable. Returns the durable offset."""
+    apply_writes(log)
     coro = log.stored.flush()
     try:
         coro.send(None)
@@ -107,11 +113,17 @@ def make_core(
     log = Log.open(fs, "/log", log_config, run_sync=run_inline)
     wire = config.to_wire() if config is not None else None
     meta = ConsensusMetadata("x", current_term=term, config=wire)
+    core = RaftCore(node_id, 0, log, meta, settings, random.Random(node_id), now)
     # No peer's node looks alive, so a core campaigns as soon as its own timer runs out:
     # the turns of the group's election order are tested on their own.
-    return RaftCore(
-        node_id, 0, log, meta, settings, random.Random(node_id), now, peer_alive=lambda n: False
-    )
+    reach_only(core, alive=set())
+    return core
+
+
+def reach_only(core: RaftCore, alive: set[int]) -> None:
+    """Tell the core that its node reaches those members' nodes, and not the others'."""
+    members = core.config.members if core.config is not None else frozenset()
+    core.observe(replace(core.conditions, unreachable=frozenset(members - alive - {core.id})))
 
 
 def elect(core: RaftCore, now: float = 10.0) -> None:

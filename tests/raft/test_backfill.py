@@ -15,6 +15,7 @@ from tests.log.helpers import batch_of, values_in
 from tests.raft.helpers import (
     SETTINGS,
     append_reply,
+    apply_writes,
     caught_up_leader,
     first_message_to,
     flush,
@@ -114,6 +115,8 @@ def test_a_copy_cut_short_by_a_crash_is_dropped_and_done_again():
     for chunk in first:
         witness.step(1, chunk, 10.0)
     fs = witness.log.stored._fs
+    assert not fs.exists(f"/log/{BACKFILL_DIR}"), "the core writes nothing itself"
+    apply_writes(witness.log)  # the round's end: its writes, the copy's chunks among them
     assert fs.exists(f"/log/{BACKFILL_DIR}")
     fs.crash()
     reopened = Log.open(fs, "/log", run_sync=run_inline)

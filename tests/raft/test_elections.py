@@ -5,6 +5,7 @@ stepping down, the election order of a node's many groups, and campaign slots.""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from quorumlog.raft.election import ELECTION_BACKOFF, ELECTION_BACKOFF_MAX, elec
 from quorumlog.raft.messages import Heartbeat, VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
 from tests.log.helpers import batch_of
-from tests.raft.helpers import BOOTSTRAP, SETTINGS, elect, entries, make_core
+from tests.raft.helpers import BOOTSTRAP, SETTINGS, elect, entries, make_core, reach_only
 
 
 def test_pre_vote_and_vote_are_refused_while_a_leader_is_live():
@@ -69,7 +70,7 @@ def test_a_leader_cut_off_from_the_majority_steps_down():
 def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
     s = SETTINGS
     healthy, slow = make_core(node_id=2), make_core(node_id=3)
-    slow.campaign_late = True
+    slow.observe(replace(slow.conditions, campaign_late=True))
     for core in (healthy, slow):
         core.step(
             1,
@@ -118,7 +119,7 @@ def _core_in_place(place: int, alive: set[int]) -> RaftCore:
     """A core of group 0 whose node stands at `place` in the group's election order."""
     node_id = election_order(0, BOOTSTRAP.voters)[place]
     core = make_core(node_id)
-    core.peer_alive = lambda n: n in alive
+    reach_only(core, alive)
     return core
 
 

@@ -281,9 +281,9 @@ def test_a_member_need_not_hold_what_a_trim_put_before_the_log_start():
     core.commit_offset = 2
     joined = Progress(2, 3, log_start=2)
     assert not core.holds_the_log(joined)
-    core.log_floor = 2
+    core.set_log_floor(2)
     assert core.holds_the_log(joined)
-    core.log_floor = 9  # past the commit offset: only what is committed can be trimmed
+    core.set_log_floor(9)  # past the commit offset: only what is committed can be trimmed
     assert not core.holds_the_log(Progress(2, 3, log_start=4))
 
 

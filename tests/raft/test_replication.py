@@ -32,6 +32,7 @@ from tests.raft.helpers import (
     make_core,
     persist,
     propose,
+    reach_only,
 )
 
 
@@ -336,16 +337,15 @@ def test_a_link_that_connects_gets_at_once_what_was_sent_before_it_was_up():
 def test_a_leader_is_under_replicated_while_a_voter_is_down_or_stays_behind():
     core = make_core()
     elect(core)  # with no peer alive, so that it campaigns at once
-    alive = {2: True, 3: True}
-    core.peer_alive = lambda n: alive[n]
+    reach_only(core, alive={2, 3})
     _, first = propose(core, batch_of(b"x"), 10.0, True)
     for peer in (2, 3):
         core.step(peer, append_reply(peer, core.term, first, first), 10.0)
     persist(core, 10.0)
     assert not core.under_replicated(10.0)
-    alive[3] = False
+    reach_only(core, alive={2})
     assert core.under_replicated(10.0), "a voter's node is down"
-    alive[3] = True
+    reach_only(core, alive={2, 3})
     _, second = propose(core, batch_of(b"y"), 10.0, True)
     core.step(2, append_reply(2, core.term, second, second), 10.0)
     persist(core, 10.0)

@@ -15,7 +15,15 @@ from quorumlog.raft.messages import AppendEntries
 from quorumlog.raft.roles import Role
 from quorumlog.raft.witness import WITNESS_CAMPAIGN_TIMEOUTS
 from tests.log.helpers import batch_of
-from tests.raft.helpers import SETTINGS, WITH_WITNESS, elect, make_core, persist, propose
+from tests.raft.helpers import (
+    SETTINGS,
+    WITH_WITNESS,
+    elect,
+    make_core,
+    persist,
+    propose,
+    reach_only,
+)
 
 STEP_S = 0.01
 
@@ -69,8 +77,8 @@ def removal_taken_by_2_and_3_then_1_crashes() -> tuple[dict[int, RaftCore], int]
         SETTINGS,
         random.Random(11),
         12.0,
-        peer_alive=lambda n: False,
     )
+    reach_only(cores[1], alive=set())
     assert cores[1].log.dirty_offset < change == cores[3].log.dirty_offset
     assert not cores[2]._is_voter() and 3 in cores[3].config.witnesses
     return cores, change
