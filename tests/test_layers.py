@@ -176,6 +176,65 @@ def test_the_folders_import_each_other_without_cycles():
     assert cycle is None, " -> ".join(cycle)
 
 
+# The programs that make a node: they alone, and the node's own folder, import `Node`.
+NODE_MAKERS = {"quorumlog/server/server.py", "bench/sim_node.py", "bench/sim_cluster.py"}
+NODE = "quorumlog.actors.node.node"
+
+
+def test_the_services_take_a_face_of_the_node_and_not_the_node():
+    """The controller actor, the coordinator, the Kafka listener, ... take the narrow
+    protocol they need (actors/cluster/member.py and beside each), type hints included."""
+    bad = {
+        f"{path.relative_to(ROOT)}"
+        for path in python_files(*FOLDERS)
+        if not path.relative_to(ROOT).is_relative_to("actors/node")
+        and str(path.relative_to(ROOT)) not in NODE_MAKERS
+        and any(within(m, NODE) for m in imports_of(path))
+    }
+    assert not bad
+
+
+def module_imports(folders: dict[str, str]) -> dict[str, set[str]]:
+    """Which of the project's modules each of its modules imports (type hints included;
+    an imported name counts as a module when it is one)."""
+    paths = {}
+    for folder, package in folders.items():
+        for path in python_files(folder):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
+            paths[".".join((package, *parts)).removesuffix(".__init__")] = path
+    graph = {}
+    for module, path in paths.items():
+        graph[module] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            graph[module] |= {n for n in names if n in paths and n != module}
+    return graph
+
+
+def reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules `start` imports, directly or not."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        if (module := todo.pop()) not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    return seen
+
+
+def test_nothing_the_node_imports_imports_it_back():
+    """The node sits on top of its services: no cycle of imports runs through it (one
+    tied 29 modules together through type hints)."""
+    graph = module_imports(FOLDERS)
+    back = sorted(m for m in reaches(graph, NODE) if NODE in reaches(graph, m))
+    assert not back
+
+
 def test_the_checks_can_fail(tmp_path):
     """The readers above find what they look for."""
     sample = tmp_path / "sample.py"
@@ -186,3 +245,5 @@ def test_the_checks_can_fail(tmp_path):
     assert runs_on_the_core(sample) == ["quorumlog.raft.core", "in_task at line 2"]
     assert a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+    assert reaches({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, "a") == {"a", "b", "c"}
+    assert NODE in module_imports(FOLDERS)["quorumlog.server.server"]

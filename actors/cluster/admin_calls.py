@@ -76,7 +76,7 @@ from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.actors.replica.handle import GroupView
 
@@ -100,7 +100,7 @@ def _wait_s(request: AdminRequest) -> float:
     )
 
 
-async def handle_admin(node: Node, request: AdminRequest) -> Message:
+async def handle_admin(node: ClusterMember, request: AdminRequest) -> Message:
     """A call from a client (the controller's group, then `default`'s), or the forwarded
     part of one (`args["group"]` names the group)."""
     if request.op in TOPIC_OPS:
@@ -132,7 +132,7 @@ async def handle_admin(node: Node, request: AdminRequest) -> Message:
     )
 
 
-async def _backfill_witness(node: Node, request: AdminRequest) -> Message | None:
+async def _backfill_witness(node: ClusterMember, request: AdminRequest) -> Message | None:
     """A witness of `default` holds only the log's tail: before it may lead, its leader
     copies it the rest (raft/backfill.py). None once it holds the whole log."""
     node_id = check_node_id(request.args["node_id"])
@@ -155,7 +155,9 @@ async def _backfill_witness(node: Node, request: AdminRequest) -> Message | None
     )
 
 
-async def forward_to_leader(node: Node, group: ReplicaActor, request: AdminRequest) -> Message:
+async def forward_to_leader(
+    node: ClusterMember, group: ReplicaActor, request: AdminRequest
+) -> Message:
     """Run `request` on the leader of `group` (here or on another node) until it answers
     something other than "ask again"."""
     while True:

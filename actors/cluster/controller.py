@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import msgpack
 import structlog
@@ -64,8 +65,12 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.rebalancer import Rebalancer
+    from quorumlog.actors.node.cluster_guard import ClusterGuard
+    from quorumlog.actors.node.heartbeats import HeartbeatManager
+    from quorumlog.actors.node.storage import NodeStorage
     from quorumlog.actors.replica.actor import ReplicaActor
+    from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.controller")
 
@@ -89,8 +94,41 @@ LIVE_BEATS = 4
 TOPIC_ASK_S = 2.0
 
 
+@runtime_checkable
+class ControllerHost(Protocol):
+    """What the controller actor needs of its node (a `Node` is one): who it is, its
+    peers, and its replicas, which it makes match the cluster's state."""
+
+    id: int
+    settings: RaftSettings
+    storage: NodeStorage
+    heartbeats: HeartbeatManager  # who answered lately: the live brokers
+    cluster: ClusterGuard  # takes the cluster's id once named
+    controller: ReplicaActor  # its replica of the controller group
+    partitions: Mapping[tuple[str, int], ReplicaActor]
+    rebalancer: Rebalancer
+
+    async def request(self, peer: int, message: Message) -> Message: ...
+
+    def send_nowait(self, peer: int, message: Message) -> bool: ...
+
+    def partitions_status(self, topic: str) -> dict: ...
+
+    async def add_partition(
+        self, placed: Partition, config: Configuration | None, settings: TopicSettings
+    ) -> None: ...
+
+    async def configure_partition(
+        self, key: tuple[str, int], settings: TopicSettings, log_start: int
+    ) -> None: ...
+
+    async def remove_partition(self, key: tuple[str, int]) -> None: ...
+
+    async def remove_tombstone(self, key: tuple[str, int]) -> None: ...
+
+
 class ControllerActor:
-    def __init__(self, node: Node, rng: random.Random):
+    def __init__(self, node: ControllerHost, rng: random.Random):
         self.node = node
         self._rng = rng  # for the cluster's id and topic ids
         self._naming = False  # a NameCluster is being proposed

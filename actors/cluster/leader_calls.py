@@ -27,7 +27,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.replica.actor import ReplicaActor
 
 logger = structlog.get_logger("quorumlog.coordinator")
@@ -50,7 +50,7 @@ class OutOfRange(Exception):
 
 
 async def ask_partition_leader(
-    node: Node, tp: TopicPartition, message: PartitionCall, answer: type[M]
+    node: ClusterMember, tp: TopicPartition, message: PartitionCall, answer: type[M]
 ) -> M:
     """`message` answered by the leader of a topic partition, here or elsewhere, retried
     while leadership moves; UnknownTopic, OutOfRange, or PassBack after ASK_S."""
@@ -88,7 +88,7 @@ async def ask_partition_leader(
 
 
 def leader_of(
-    node: Node, tp: TopicPartition, replica: ReplicaActor | None, turn: int = 0
+    node: ClusterMember, tp: TopicPartition, replica: ReplicaActor | None, turn: int = 0
 ) -> int | None:
     """Who to ask for `tp`: the leader as this node sees it, else one of the replicas the
     controller places (a `turn` each), which answers or names the leader."""
@@ -105,7 +105,7 @@ def leader_of(
     return others[turn % len(others)] if others else None
 
 
-async def ask_node(node: Node, node_id: int | None, message: Message) -> Message | None:
+async def ask_node(node: ClusterMember, node_id: int | None, message: Message) -> Message | None:
     """`message` answered by another node; None if there is none to ask or it is gone."""
     if node_id is None or node_id == node.id:
         return None

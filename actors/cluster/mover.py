@@ -38,7 +38,7 @@ from quorumlog.transport.messages import AdminReply, AdminRequest, ErrorReply, M
 
 if TYPE_CHECKING:
     from quorumlog.actors.cluster.controller import ControllerActor
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
 
 logger = structlog.get_logger("quorumlog.mover")
 
@@ -57,7 +57,7 @@ LEADER_ROUNDS_MAX = 4  # rounds of asking who leads, following the leaders repli
 
 
 class ReplicaMover:
-    def __init__(self, node: Node):
+    def __init__(self, node: ClusterMember):
         self.node = node
         self._limiter = trio.CapacityLimiter(MOVES_AT_ONCE)
         # partition -> (revision, scope) of the drive under way, cancelled if moved again

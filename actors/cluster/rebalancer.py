@@ -43,7 +43,8 @@ from quorumlog.transport.messages import AdminReply, Message
 
 if TYPE_CHECKING:
     from quorumlog.actors.cluster.controller import ControllerActor
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.mover import ReplicaMover
+    from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.rebalancer")
 
@@ -65,12 +66,10 @@ def balanced_sets(state: ClusterState) -> dict[tuple[str, int], tuple[int, ...]]
 
 
 class Rebalancer:
-    def __init__(self, node: Node):
-        self.node = node
-
-    @property
-    def controller(self) -> ControllerActor:
-        return self.node.controller_actor
+    def __init__(self, controller: ControllerActor, mover: ReplicaMover, settings: RaftSettings):
+        self.controller = controller
+        self.mover = mover
+        self.settings = settings
 
     async def run(self) -> None:
         while True:
@@ -81,7 +80,7 @@ class Rebalancer:
                     acted = await self._pass()
             await trio.sleep(PASS_INTERVAL_S)
             if not acted:  # what it appended was applied already: no change to wait for
-                await _wait_either(ctl.changed, self.node.mover.progressed, CHECK_S)
+                await _wait_either(ctl.changed, self.mover.progressed, CHECK_S)
 
     async def _pass(self) -> bool:
         """One look at the state, and the commands it calls for; whether it appended any."""
@@ -99,11 +98,11 @@ class Rebalancer:
                 await ctl.propose(StartRebalance(reason))
                 return True
             return False
-        if not self.node.mover.settled_in(ctl.group.view.term) or self.waiting(state):
+        if not self.mover.settled_in(ctl.group.view.term) or self.waiting(state):
             return False
         busy = self._busy(state)
         sets = balanced_sets(state)
-        window = self.node.settings.rebalance_moves_max - len(busy)
+        window = self.settings.rebalance_moves_max - len(busy)
         step = rebalance_step(sets, brokers, ctl.live_brokers(), window, busy)
         for key, replicas in sorted(step.items()):
             if not state.rebalance.under_way or balanced_sets(state).get(key) != sets[key]:
@@ -123,7 +122,7 @@ class Rebalancer:
 
     def _busy(self, state: ClusterState) -> set[tuple[str, int]]:
         """The partitions with a move under way (theirs or anyone's)."""
-        mover = self.node.mover
+        mover = self.mover
         return {
             (t.name, p.partition)
             for t in state.topics.values()

@@ -65,7 +65,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.controller.state import Topic
 
 logger = structlog.get_logger("quorumlog.coordinator")
@@ -97,7 +97,7 @@ async def _logged(fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
 
 
 class Coordinator:
-    def __init__(self, node: Node, calls: Calls):
+    def __init__(self, node: ClusterMember, calls: Calls):
         self.node = node
         self.calls = calls
         self.coordinations: dict[int, Coordination] = {}

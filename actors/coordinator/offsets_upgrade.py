@@ -19,13 +19,13 @@ from quorumlog.log.offsets import OffsetTranslator
 from quorumlog.transport.messages import OffsetMapReply, OffsetMapRequest
 
 if TYPE_CHECKING:
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.coordinator.coordination import Coordination
-    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.coordinator")
 
 
-async def count_records(node: Node, c: Coordination) -> None:
+async def count_records(node: ClusterMember, c: Coordination) -> None:
     """Append RecordOffsets for `c`'s partition unless its state counts records already
     (PassBack when a partition's leader cannot be asked: the caller retries)."""
     async with c.counting:

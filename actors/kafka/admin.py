@@ -28,7 +28,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.kafka.host import KafkaHost
 
 TOPIC, BROKER = 2, 4  # Kafka's resource types
 STATIC_BROKER_CONFIG = 4  # a config source
@@ -37,7 +37,7 @@ CALL_S_DEFAULT = 30.0
 
 
 class KafkaAdmin:
-    def __init__(self, node: Node, groups: KafkaGroups):
+    def __init__(self, node: KafkaHost, groups: KafkaGroups):
         self.node = node
         self.groups = groups
 

@@ -19,7 +19,7 @@ from quorumlog.transport import kafka
 from quorumlog.transport.kafka import Request
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.kafka.host import KafkaHost
 
 PRODUCE = 0
 CONSUMER_GROUP_HEARTBEAT = 68  # its handler is given the client's id and host
@@ -31,7 +31,7 @@ Answer = Callable[[], Awaitable[dict | None]]
 class KafkaApi:
     def __init__(
         self,
-        node: Node,
+        node: KafkaHost,
         brokers: KafkaBrokers,
         rng: random.Random,
         auto_create: tuple[int, int] | None = None,

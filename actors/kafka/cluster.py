@@ -30,7 +30,7 @@ from quorumlog.transport.messages import (
 )
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
 
 logger = structlog.get_logger("quorumlog.kafka")
 
@@ -70,7 +70,7 @@ class KafkaBrokers:
     asked in the background every REFRESH_S (a node's address is fixed while it runs, and
     may change or go with a restart)."""
 
-    def __init__(self, node: Node, own_address: str):
+    def __init__(self, node: ClusterMember, own_address: str):
         self.node = node
         # None: the broker answered that it serves no Kafka clients. It is never advertised:
         # a client would connect to whatever address it had before (issue 44).
@@ -110,7 +110,7 @@ class KafkaBrokers:
 
 class Cluster:
     def __init__(
-        self, node: Node, brokers: KafkaBrokers, auto_create: tuple[int, int] | None = None
+        self, node: ClusterMember, brokers: KafkaBrokers, auto_create: tuple[int, int] | None = None
     ):
         self.node = node
         self.brokers = brokers
@@ -352,7 +352,9 @@ def _exists(name: str) -> dict:
     }
 
 
-async def ask_controller(node: Node, op: str, args: dict, timeout_s: float) -> Message | None:
+async def ask_controller(
+    node: ClusterMember, op: str, args: dict, timeout_s: float
+) -> Message | None:
     """`op` answered by the controller's leader (forwarded there), or None after
     `timeout_s`."""
     with trio.move_on_after(timeout_s):

@@ -34,7 +34,7 @@ from quorumlog.consumers.server_assignors import ASSIGNORS, assign
 from quorumlog.consumers.topic_patterns import PatternRefused, compile_pattern
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
 
 logger = structlog.get_logger("quorumlog.kafka")
 
@@ -103,7 +103,7 @@ class Refused(Exception):
 
 
 class ConsumerGroups:
-    def __init__(self, node: Node, classic: KafkaGroups):
+    def __init__(self, node: ClusterMember, classic: KafkaGroups):
         self.node = node
         self.classic = classic
         self.groups: dict[str, ConsumerGroup] = {}

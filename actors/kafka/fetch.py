@@ -23,7 +23,7 @@ from quorumlog.log.records import batch_records
 from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.actors.replica.handle import GroupView
 
@@ -38,7 +38,7 @@ NO_EPOCH = -1
 
 
 class Fetch:
-    def __init__(self, node: Node):
+    def __init__(self, node: ClusterMember):
         self.node = node
 
     async def fetch(self, request, version: int) -> dict:

@@ -42,7 +42,7 @@ from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
     from quorumlog.actors.kafka.consumer_groups import ConsumerGroups
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.kafka.host import KafkaHost
 
 logger = structlog.get_logger("quorumlog.kafka")
 
@@ -97,7 +97,7 @@ class KafkaGroup:
 
 
 class KafkaGroups:
-    def __init__(self, node: Node, brokers: KafkaBrokers, rng: random.Random):
+    def __init__(self, node: KafkaHost, brokers: KafkaBrokers, rng: random.Random):
         self.node = node
         self.brokers = brokers
         self.rng = rng

@@ -26,7 +26,7 @@ from quorumlog.actors.kafka.sasl import SaslRefused, SaslSession
 from quorumlog.transport import kafka
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.kafka.host import KafkaHost
 
 logger = structlog.get_logger("quorumlog.kafka")
 
@@ -35,7 +35,7 @@ RECEIVE_BYTES = 256 * 1024
 
 
 async def serve_kafka(
-    node: Node,
+    node: KafkaHost,
     address: str,
     rng: random.Random,
     secret: bytes | None = None,

@@ -24,7 +24,7 @@ from quorumlog.log.batch import MAX_TIMESTAMP, BatchError, Compression, build_ba
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Message
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
 
 ACKS = {0: Acks.NONE, 1: Acks.LEADER, -1: Acks.QUORUM}
 PRODUCER_ID_BITS = 46  # Kafka's id, then 16 bits of epoch, make a quorumlog producer id
@@ -36,7 +36,7 @@ def producer_id(kafka_id: int, epoch: int) -> int:
 
 
 class Produce:
-    def __init__(self, node: Node, rng: random.Random):
+    def __init__(self, node: ClusterMember, rng: random.Random):
         self.node = node
         self.rng = rng
 

@@ -16,25 +16,40 @@ A replica it still leads stays until a move makes it step down.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 import trio
 
 from quorumlog.actors.cluster.leader_calls import ASK_S
+from quorumlog.actors.cluster.member import ClusterMember
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.replica.actor import ReplicaActor
+
+
+@runtime_checkable
+class BurialHost(ClusterMember, Protocol):
+    """What burial needs of its node (a `Node` is one): its replicas, which are moved off,
+    and the means to bury one."""
+
+    partitions: Mapping[tuple[str, int], ReplicaActor]
+
+    def moved_off(self, key: tuple[str, int]) -> bool: ...
+
+    async def bury_partition(self, key: tuple[str, int]) -> None: ...
+
 
 logger = structlog.get_logger("quorumlog.burial")
 
 CHECK_S = 5.0
 
 
-async def bury_moved_replicas(node: Node) -> None:
+async def bury_moved_replicas(node: BurialHost) -> None:
     while True:
         await trio.sleep(CHECK_S)
         if node.is_member():
@@ -46,7 +61,7 @@ async def bury_moved_replicas(node: Node) -> None:
                 await node.bury_partition(key)
 
 
-async def _left_out(node: Node, key: tuple[str, int]) -> bool:
+async def _left_out(node: BurialHost, key: tuple[str, int]) -> bool:
     """Whether the partition's leader says its group counts this node no more."""
     group = node.partitions[key]
     leader = group.view.leader_id

@@ -21,8 +21,8 @@ What follows from it (TiKV evicts leaders from slow stores the same way):
   Shorter slowness (a burst of writes, a node starting, a disk slow a second in every ten)
   changes nothing, and a disk that stays slow moves leadership once.
 
-`DiskHealth` is plain state (no trio, no clock: times are passed in); the task below
-applies it to the node's groups.
+`DiskHealth` is plain state (no trio, no clock: times are passed in); the node's leader
+balancing applies it to its groups (actors/node/leader_balance.py).
 """
 
 from __future__ import annotations
@@ -31,22 +31,16 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import structlog
-import trio
 
 from quorumlog.raft.settings import RaftSettings
-
-if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
 
 logger = structlog.get_logger("quorumlog.disk_health")
 
 EWMA_WEIGHT = 0.3  # of each new flush pass: a change of disk speed shows within a few passes
 REPORT_STALE_S = 5.0  # a peer's figure older than this is not compared with
 CHECK_INTERVAL_S = 0.25
-HAND_OVERS_PER_CHECK_MAX = 64  # many partitions move a little at a time, not in one storm
 UNKNOWN_US = -1  # on the wire: no fsync measured yet
 # A process starved: this many stalls within this window (one or two may be a collector's
 # pause or a burst of load on a busy machine).
@@ -188,33 +182,3 @@ class DiskHealth:
     def to_json(self, now: float) -> dict:
         cooldown = self._settings.slow_fsync_cooldown_s
         return {str(n): d.to_json(now, cooldown) for n, d in sorted(self.disks.items())}
-
-
-async def hand_over_from_slow_disk(node: Node) -> None:
-    """While this node's disk stays slow, give the groups it leads to healthier voters."""
-    health = node.disk_health
-    while True:
-        await trio.sleep(CHECK_INTERVAL_S)
-        now = trio.current_time()
-        health.judge(now)
-        if health.should_hand_over(now):
-            await hand_over_leaderships(node, now)
-
-
-async def hand_over_leaderships(node: Node, now: float) -> None:
-    """Give the groups this node leads to the caught-up voters with the fastest disks, a
-    bounded number at a time."""
-    moved = 0
-    for group in list(node.groups.values()):
-        view = group.view
-        if not view.is_leader or view.transfer_to is not None:
-            continue
-
-        fastest = await group.hand_to_live_voter(lambda live: node.disk_health.fastest(live, now))
-        if (target := fastest) is not None:
-            logger.info(
-                "leadership_handed_over", node_id=node.id, group=group.group_id, target=target
-            )
-            moved += 1
-            if moved >= HAND_OVERS_PER_CHECK_MAX:
-                break

@@ -17,17 +17,24 @@ failed fsync raises: fatal to the node (storage rule 8).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import trio
 
 from quorumlog.actors.node.disk_health import DiskHealth
 from quorumlog.actors.node.stats import NodeStats
 from quorumlog.log.flushjob import FlushJob
-from quorumlog.log.wal import RunSync
+from quorumlog.log.wal import Log, RunSync
 
-if TYPE_CHECKING:
-    from quorumlog.actors.replica.actor import ReplicaActor
+
+class Flushed(Protocol):
+    """A replica as the flusher sees it (a `ReplicaActor` is one)."""
+
+    group_id: int
+    log: Log
+
+    def persisted(self, offset: int, truncations: int) -> None:
+        """Its log is durable up to `offset`, as of its `truncations`."""
 
 
 class Flusher:
@@ -44,12 +51,12 @@ class Flusher:
         self._pool = pool  # the node's fsync threads (None: one file after another)
         self._interval_s = interval_s
         self._stats = stats
-        self._asked: dict[int, ReplicaActor] = {}  # by group id, in the order they asked
+        self._asked: dict[int, Flushed] = {}  # by group id, in the order they asked
         self._wanted = trio.Event()
         self._urgent = trio.Event()
         self._pass = trio.Lock()  # held while a pass works on the groups' logs
 
-    def request(self, group: ReplicaActor, urgent: bool) -> None:
+    def request(self, group: Flushed, urgent: bool) -> None:
         self._asked[group.group_id] = group
         self._wanted.set()
         if urgent:

@@ -24,7 +24,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 import structlog
@@ -36,10 +36,20 @@ from quorumlog.transport.messages import HeartbeatBatch, HeartbeatBatchReply
 if TYPE_CHECKING:
     from quorumlog.actors.node.disk_health import DiskHealth
     from quorumlog.actors.node.stats import NodeStats
-    from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.heartbeats")
+
+
+class Beating(Protocol):
+    """A replica as the heartbeats see it (a `ReplicaActor` is one)."""
+
+    def deliver_nowait(self, sender: int, message: Heartbeat) -> None:
+        """A beat (or what a quiet group's beat stands for) into its mailbox."""
+
+    def wake_up(self) -> None:
+        """A quiet group runs its timers again."""
+
 
 # A group named by a leader's beats but not hosted here for this long is forgotten (its
 # topic was deleted: issue 51). One still being made here is named by every beat until it
@@ -156,7 +166,7 @@ class HeartbeatManager:
         self,
         node_id: int,
         settings: RaftSettings,
-        groups: Callable[[], dict[int, ReplicaActor]],
+        groups: Callable[[], dict[int, Beating]],
         send: Callable[[int, object], None],
         stats: NodeStats,
         disk_health: DiskHealth,

@@ -10,12 +10,12 @@ import structlog
 from quorumlog.transport.messages import ErrorCode, ErrorReply, PartitionCall
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.cluster.member import ClusterMember
 
 logger = structlog.get_logger("quorumlog.node")
 
 
-def no_replica(node: Node, message: PartitionCall) -> ErrorReply:
+def no_replica(node: ClusterMember, message: PartitionCall) -> ErrorReply:
     """A call for a partition this node holds no (current) replica of: the leader it believes in,
     or, for a partition it does not know, the controller's leader to ask (or, from that
     leader, the answer: no such partition)."""

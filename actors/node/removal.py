@@ -30,7 +30,7 @@ partition it is the only copy of, `default`'s) until its folder is wiped.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 import trio
@@ -39,8 +39,9 @@ from quorumlog.transport.errors import ConnectionClosed
 from quorumlog.transport.messages import AdminReply, AdminRequest
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.actors.replica.handle import GroupView
+    from quorumlog.transport.messages import Message
 
 logger = structlog.get_logger("quorumlog.removal")
 
@@ -95,10 +96,22 @@ def proves_removal(node_id: int, view: GroupView, answer: dict) -> bool:
     return not kept
 
 
+@runtime_checkable
+class RemovalHost(Protocol):
+    """What the watch needs of its node (a `Node` is one)."""
+
+    id: int
+    controller: ReplicaActor  # its replica of the controller group
+
+    def peer_alive(self, peer: int) -> bool: ...
+
+    async def request(self, peer: int, message: Message) -> Message: ...
+
+
 class RemovalWatch:
     """Whether this node is still a member of the cluster, and the task that asks."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: RemovalHost) -> None:
         self.node = node
         self.proof: Proof | None = None
         self._said = False  # the removal was logged

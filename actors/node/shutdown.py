@@ -10,13 +10,14 @@ other nodes are stopping too), or after `timeout_s` anyway.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import structlog
 import trio
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+    from quorumlog.actors.replica.actor import ReplicaActor
 
 logger = structlog.get_logger("quorumlog.shutdown")
 
@@ -25,15 +26,19 @@ TRANSFERS_IN_FLIGHT_MAX = 32
 POLL_S = 0.02
 
 
-async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> int:
-    """Move every leadership this node holds to another voter; returns how many groups it
-    still led when it gave up."""
-    node.stopping = True  # every core, and any reopened meanwhile, reads it
-    leading = [g for g in node.groups.values() if g.view.is_leader]
+async def hand_over_leadership(
+    node_id: int,
+    groups: Mapping[int, ReplicaActor],
+    election_timeout_min_s: float,
+    timeout_s: float = HAND_OVER_S,
+) -> int:
+    """Move every leadership this node holds to another voter (the node, stopping, takes
+    none back); returns how many groups it still led when it gave up."""
+    leading = [g for g in groups.values() if g.view.is_leader]
     # No leadership left this node for most of an election timeout (a transfer takes tens
     # of ms): its targets refuse (all the nodes are stopping) or are gone, and waiting
     # longer would only delay the stop.
-    patience_s = node.settings.election_timeout_min_s + 0.1
+    patience_s = election_timeout_min_s + 0.1
     last_moved = trio.current_time()
     with trio.move_on_after(timeout_s):
         while leading and trio.current_time() - last_moved < patience_s:
@@ -50,5 +55,5 @@ async def hand_over_leadership(node: Node, timeout_s: float = HAND_OVER_S) -> in
             if len(still) < len(leading):
                 last_moved = trio.current_time()
             leading = still
-    logger.info("leadership_handed_over", node_id=node.id, still_leading=len(leading))
+    logger.info("leadership_handed_over", node_id=node_id, still_leading=len(leading))
     return len(leading)

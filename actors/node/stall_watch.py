@@ -16,21 +16,18 @@ the CPU they lacked (a 1,000-partition cluster went on electing for minutes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 import trio
 
-if TYPE_CHECKING:
-    from quorumlog.actors.node.node import Node
+from quorumlog.actors.node.disk_health import DiskHealth
 
 logger = structlog.get_logger("quorumlog.disk_health")
 
 STALL_CHECK_S = 0.05
 
 
-async def watch_stalls(node: Node) -> None:
-    stood_still_min_s = node.settings.election_timeout_min_s / 2
+async def watch_stalls(node_id: int, election_timeout_min_s: float, health: DiskHealth) -> None:
+    stood_still_min_s = election_timeout_min_s / 2
     while True:
         asked = trio.current_time() + STALL_CHECK_S
         await trio.sleep_until(asked)
@@ -38,6 +35,6 @@ async def watch_stalls(node: Node) -> None:
         if now - asked <= stood_still_min_s:
             continue
         logger.warning(
-            "process_stalled", node_id=node.id, stood_still_ms=round((now - asked) * 1000)
+            "process_stalled", node_id=node_id, stood_still_ms=round((now - asked) * 1000)
         )
-        node.disk_health.process_stalled(now - asked, now)
+        health.process_stalled(now - asked, now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import trio
 
-from quorumlog.actors.node.node import Node
+from quorumlog.actors.cluster.member import ClusterMember
 from quorumlog.client.aclient import AsyncClient
 from quorumlog.console.app import Console, ConsoleSettings
 from quorumlog.console.data import ConsoleData
@@ -20,7 +20,7 @@ CONSOLE_TIMEOUT_S = 5.0  # a page waits at most this long for the cluster
 
 
 async def serve_console(
-    node: Node,
+    node: ClusterMember,
     options: HttpOptions,
     node_listen: str,
     secret: bytes | None,
@@ -51,7 +51,7 @@ async def serve_console(
         await serve_http(options.listen, console.handle, context, task_status=task_status)
 
 
-def _dial_address(node: Node, listen: str) -> str:
+def _dial_address(node: ClusterMember, listen: str) -> str:
     """Where the console's client reaches this node: the address its peers know it by
     (a certificate names it), else where it listens (a wildcard: on loopback)."""
     known = node.address_of(node.id)

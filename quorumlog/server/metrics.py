@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol, runtime_checkable
 
 import trio
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from quorumlog.actors.node.node import Node
-from quorumlog.actors.node.stats import Histogram
+from quorumlog.actors.coordinator.coordinator import Coordinator
+from quorumlog.actors.node.disk_health import DiskHealth
+from quorumlog.actors.node.stats import Histogram, NodeStats
+from quorumlog.actors.replica.actor import ReplicaActor
 
 ROLES = ("leader", "follower", "candidate", "learner")
 
@@ -22,22 +25,33 @@ def _histogram(name: str, doc: str, label: str | None, series: dict[str, Histogr
     return family
 
 
+@runtime_checkable
+class MeasuredNode(Protocol):
+    """What the metrics read of a node (a `Node` is one)."""
+
+    stats: NodeStats
+    disk_health: DiskHealth
+    coordinator: Coordinator  # the lag of the consumer groups it coordinates
+    default_group: ReplicaActor
+    partitions: Mapping[tuple[str, int], ReplicaActor]
+
+
 class NodeCollector:
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: MeasuredNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator:
         return iter(snapshot(self.node))
 
 
-def metrics_exporter(node: Node) -> Callable[[], bytes]:
+def metrics_exporter(node: MeasuredNode) -> Callable[[], bytes]:
     """The node's metrics in Prometheus' text format, as of each call."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(node))
     return lambda: generate_latest(registry)
 
 
-def snapshot(node: Node) -> list:
+def snapshot(node: MeasuredNode) -> list:
     group, stats = node.default_group, node.stats
     view = group.view
     status = group.replica_status()  # record offsets, as readers count

@@ -23,7 +23,6 @@ import trio
 
 from quorumlog.actors.node.cluster_guard import ForeignClusterError
 from quorumlog.actors.node.node import Node
-from quorumlog.actors.node.shutdown import hand_over_leadership
 from quorumlog.actors.node.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.node.worker import WorkerThread
 from quorumlog.log.config import LogConfig
@@ -434,7 +433,7 @@ async def _run(
             logger.info("serving", node_id=options.node_id, listen=options.listen)
             async for signum in signals:
                 logger.info("stopping", node_id=options.node_id, signal=signal.Signals(signum).name)
-                await hand_over_leadership(node)  # serving meanwhile: clients follow it
+                await node.stop_leading()  # serving meanwhile: clients follow it
                 nursery.cancel_scope.cancel()
                 break
     await node.close()

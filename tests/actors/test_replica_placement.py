@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from quorumlog.actors.cluster.controller import ControllerActor
-from quorumlog.actors.node.replicas import NodeReplicas
+from quorumlog.actors.node.node import Node
 from quorumlog.controller.commands import CreateTopic, RegisterBroker, SetReplicas
 from quorumlog.controller.state import ClusterState
 
@@ -67,7 +67,7 @@ def node_with_replica(state: ClusterState, node_id: int):
         member=True,
     )
     node.is_member = lambda: node.member
-    node.moved_off = lambda key: NodeReplicas.moved_off(node, key)
+    node.moved_off = lambda key: Node.moved_off(node, key)
     return node
 
 
@@ -79,11 +79,11 @@ async def test_a_replica_placed_here_again_while_its_leader_was_asked_is_not_bur
     node = node_with_replica(state, 2)
     assert node.moved_off(("t", 0))
     state.apply(SetReplicas("t", 0, (1, 2, 3)), 20)  # placed here again
-    await NodeReplicas.bury_partition(node, ("t", 0))  # checks again: buries nothing
+    await Node.bury_partition(node, ("t", 0))  # checks again: buries nothing
 
     state.apply(SetReplicas("t", 0, (1, 3, 4)), 21)
     with pytest.raises(Buried):  # a replica still moved off is buried
-        await NodeReplicas.bury_partition(node, ("t", 0))
+        await Node.bury_partition(node, ("t", 0))
 
 
 async def test_a_removed_node_buries_what_its_stale_state_still_places_on_it():
@@ -91,7 +91,7 @@ async def test_a_removed_node_buries_what_its_stale_state_still_places_on_it():
     it. Once the group's leader says the group no longer counts it, it is buried."""
     state = state_after(CreateTopic("t", ((1, 2, 3),)))
     node = node_with_replica(state, 2)
-    await NodeReplicas.bury_partition(node, ("t", 0))  # a member, placed here: kept
+    await Node.bury_partition(node, ("t", 0))  # a member, placed here: kept
     node.member = False
     with pytest.raises(Buried):  # a removed node keeps no replica its group no longer counts
-        await NodeReplicas.bury_partition(node, ("t", 0))
+        await Node.bury_partition(node, ("t", 0))

@@ -152,7 +152,7 @@ FOUND_SEEDS += [(77020, 5, {"membership": True, "topics": True})]
 # creation set was 4, 3, 5; nodes 3 and 4 applied the creation and a move at once, 4 never
 # made its replica and 3 made it as a joiner: no quorum ever (a node of the creation set
 # bootstraps). 80100: a burial raced the move placing the replica back: the learner the
-# move added had no replica (actors/node/replicas.py `bury_partition` checks again).
+# move added had no replica (`Node.bury_partition` checks again).
 FOUND_SEEDS += [
     (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
     for seed in (80003, 80100, 80174)

@@ -1,0 +1,21 @@
+"""What the Kafka listener needs of its node (a `Node` is one): a cluster member, with its
+consumer groups' coordinator and its storage's defaults, and where the listener says how
+many members its own Kafka groups count (the node's `status`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from quorumlog.actors.cluster.member import ClusterMember
+
+if TYPE_CHECKING:
+    from quorumlog.actors.coordinator.coordinator import Coordinator
+    from quorumlog.actors.node.storage import NodeStorage
+
+
+@runtime_checkable
+class KafkaHost(ClusterMember, Protocol):
+    coordinator: Coordinator
+    storage: NodeStorage
+    kafka_members: Callable[[str], int]  # a group's members, set by the listener
