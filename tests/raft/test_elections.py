@@ -12,7 +12,7 @@ import pytest
 from quorumlog.actors.replica.campaigns import CampaignSlots
 from quorumlog.raft.core import RaftCore
 from quorumlog.raft.election import ELECTION_BACKOFF, ELECTION_BACKOFF_MAX, election_order
-from quorumlog.raft.messages import Heartbeat, VoteReply, VoteRequest
+from quorumlog.raft.messages import Heartbeat, TimeoutNow, VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
 from tests.log.helpers import batch_of
 from tests.raft.helpers import BOOTSTRAP, SETTINGS, elect, entries, make_core, reach_only
@@ -79,6 +79,29 @@ def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
         )
     assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
     assert slow.election_deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s
+
+
+def test_a_stopping_node_takes_no_leadership_but_still_votes():
+    """Told its node is stopping (actors/node/shutdown.py), a core neither campaigns when
+    its timer runs out nor takes a transfer; it votes, as a majority may need it to."""
+    core = make_core()
+    core.step(2, entries(2, 1), now=1.0)
+    core.take_outbox()
+    core.observe(replace(core.conditions, stopping=True))
+    core.tick(core.election_deadline_s)
+    assert core.role is Role.FOLLOWER and not core.take_outbox(), "no pre-vote"
+    core.step(2, TimeoutNow(group=0, term=1, leader_id=2), now=core.now)
+    assert core.role is Role.FOLLOWER and not core.take_outbox(), "no transfer taken"
+    vote = VoteRequest(
+        group=0, term=2, candidate_id=3, last_offset=10, last_term=1, pre_vote=False, transfer=True
+    )
+    core.step(3, vote, now=core.now)
+    assert core.take_outbox() == [
+        (3, VoteReply(group=0, node_id=1, term=2, granted=True, pre_vote=False))
+    ]
+    core.observe(replace(core.conditions, stopping=False))
+    core.tick(core.election_deadline_s + 10.0)
+    assert any(isinstance(m, VoteRequest) for _, m in core.take_outbox()), "campaigns again"
 
 
 def test_a_replica_waiting_to_be_added_votes_for_no_one():
