@@ -112,6 +112,33 @@ def test_other_actors_ask_a_replica_for_what_they_need_and_never_run_code_on_its
     assert not bad
 
 
+# What writes a node's log (raft/storage.py's LogStorage and the log's own flush).
+LOG_WRITES = {"append_placed", "truncate_suffix", "reset", "backfill", "write_backfill", "flush"}
+
+
+def log_writes(path: Path) -> list[str]:
+    """Calls of a stored log's writes: on anything reached through `.stored`, and the
+    writes no core view has (`append_placed`, `write_backfill`) on anything, but in
+    `LogWrites.apply`, the one place the replica's task applies a round's writes."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(fn, ast.FunctionDef) or fn.name == "apply":
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name, receiver = node.func.attr, ast.unparse(node.func.value)
+                stored = receiver.endswith("stored") or ".stored." in receiver
+                if name in LOG_WRITES and (stored or name in ("append_placed", "write_backfill")):
+                    found.append(f"{receiver}.{name} at line {node.lineno}")
+    return found
+
+
+def test_the_core_writes_nothing_itself():
+    """A core's writes go out in its Ready (raft/raft_log.py `LogWrites`)."""
+    bad = {f"{p.relative_to(ROOT)}: {w}" for p in python_files("raft") for w in log_writes(p)}
+    assert not bad
+
+
 # The folders, each a package: a folder may import those below it, never one that imports it
 # back (type hints included: a cycle through them still ties the folders together).
 FOLDERS = {
@@ -243,6 +270,10 @@ def test_the_checks_can_fail(tmp_path):
     assert core_reads(sample) == [3]
     sample.write_text("from quorumlog.raft.core import RaftCore\nawait g.in_task(f)\n")
     assert runs_on_the_core(sample) == ["quorumlog.raft.core", "in_task at line 2"]
+    sample.write_text(
+        "def step(self):\n    self.log.stored.reset(1, 0)\n    log.write_backfill(0, [])\n"
+    )
+    assert log_writes(sample) == ["self.log.stored.reset at line 2", "log.write_backfill at line 3"]
     assert a_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
     assert reaches({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, "a") == {"a", "b", "c"}
