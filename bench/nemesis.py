@@ -28,6 +28,7 @@ lines) beside the figures.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -120,8 +121,11 @@ class Nemesis(NemesisCluster):
         waiting = set(self.parts)
 
         async def first_ack(client: AsyncClient, part: Part) -> None:
-            value = f"healed-{self.plan.seed}-{part}".encode()
-            while True:
+            for attempt in itertools.count():
+                # A value of its own each time: an attempt that failed may still have been
+                # appended (a reply lost, an outcome unknown), and the history's values
+                # must stay unique, or the retry would read as a duplicate (I3).
+                value = f"healed-{self.plan.seed}-{part}-{attempt}".encode()
                 try:
                     await client.append([value], topic=part.topic, partition=part.partition)
                     waiting.discard(part)
