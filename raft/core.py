@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -71,7 +71,7 @@ from quorumlog.raft.producers import ProducerTable, StaleSequenceError
 from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
-from quorumlog.raft.read_index import ReadIndexRules, ReadState
+from quorumlog.raft.read_index import ReadOnly, ReadState
 from quorumlog.raft.ready import ReadyRules
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
@@ -103,7 +103,6 @@ class RaftCore(
     QuiescenceRules,
     BackfillRules,
     WitnessRules,
-    ReadIndexRules,
     ReadyRules,
 ):
     def __init__(
@@ -161,11 +160,7 @@ class RaftCore(
         # at most PENDING_REPLIES_MAX (a reply reports everything before it too).
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
-        # ReadIndex (raft/read_index.py): requests waiting for a quorum's confirmation, by
-        # context, with the commit offset noted and who confirmed; and the answers.
-        self._read_ctx = 0
-        self._reads: dict[int, tuple[int, set[int]]] = {}
-        self.read_states: list[ReadState] = []
+        self.reads = ReadOnly()  # linearizable reads (raft/read_index.py)
         self.producers = ProducerTable()
         # The latest batches flagged SNAPSHOT (a state machine's whole state): a log
         # compacted to its snapshots keeps the last committed one and what follows.
@@ -272,7 +267,7 @@ class RaftCore(
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()
-        self._drop_reads()
+        self.reads.drop()
         self.transfer = None
         self.heartbeat_deadline_s = math.inf
         self._reset_election_deadline(now)
@@ -393,6 +388,21 @@ class RaftCore(
         if not ready and min(flushed, self.verified_offset) > self.reported_flushed:
             # A background flush ended: report it now rather than at the next heartbeat.
             self._send(self.leader_id, self.heartbeat_reply())
+
+    def read_index(self) -> int:
+        """A linearizable read (raft/read_index.py): returns its context; its `ReadState`
+        comes in a `Ready`, once a quorum confirmed this leader after the request."""
+        if self.role is not Role.LEADER or self.term_at(self.commit_offset) != self.term:
+            return self.reads.refuse()
+        ctx = self.reads.wait(self.commit_offset, self.id)
+        heartbeat = replace(self.heartbeat_message(), read_ctx=ctx)
+        for peer in self.config.voters - {self.id}:
+            self._send(peer, heartbeat)
+        self.reads.confirm(self.config)  # a single voter confirms alone
+        return ctx
+
+    def take_read_states(self) -> list[ReadState]:
+        return self.reads.take()
 
     def propose(
         self, proposals: Sequence[Proposal], now: float, stamp_ms: int | None = None

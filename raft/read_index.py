@@ -3,20 +3,20 @@ read with its commit offset once a quorum of voters has confirmed, after the req
 it still leads. It needs its term's barrier committed first (then its commit offset covers
 everything acknowledged before it was elected).
 
-`read_index()` notes the commit offset and sends a heartbeat carrying the request's
-context; a follower's reply carries it back. An answer for a context answers every earlier
+`RaftCore.read_index()` notes the commit offset here and sends a heartbeat carrying the
+request's context; a follower's reply carries it back. An answer for a context answers every earlier
 request too (the follower accepted this leader after all of them), so requests are
-confirmed in order. Each request gets one `ReadState` in `read_states`: the offset, or
+confirmed in order. Each request gets one `ReadState` in the core's `Ready`: the offset, or
 None when this node could not confirm it (not the settled leader, stepped down, or too
 many waiting).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import has_quorum
-from quorumlog.raft.roles import Role
 
 # Requests waiting for confirmation: one whose heartbeats went unanswered waits until a
 # later request's answers confirm it or this node steps down (its caller may have given
@@ -30,47 +30,54 @@ class ReadState:
     offset: int | None
 
 
-class ReadIndexRules:
-    """RaftCore's ReadIndex (mixed into RaftCore, whose state it uses)."""
+class ReadOnly:
+    """The reads waiting for a quorum's confirmation, in the order they came (by context,
+    with the commit offset noted and who confirmed), and the answers not yet taken
+    (etcd's readOnly). The core decides whether a read may wait and sends its heartbeat."""
 
-    def read_index(self) -> int:
-        """A linearizable read: returns its context; its `ReadState` follows."""
-        self._read_ctx += 1
-        ctx = self._read_ctx
-        if self.role is not Role.LEADER or self.term_at(self.commit_offset) != self.term:
-            self.read_states.append(ReadState(ctx, None))
-            return ctx
-        self._reads[ctx] = (self.commit_offset, {self.id})
-        if len(self._reads) > READS_PENDING_MAX:
-            oldest = next(iter(self._reads))
-            del self._reads[oldest]
-            self.read_states.append(ReadState(oldest, None))
-        heartbeat = replace(self.heartbeat_message(), read_ctx=ctx)
-        for peer in self.config.voters - {self.id}:
-            self._send(peer, heartbeat)
-        self._confirm_reads()  # a single voter confirms alone
-        return ctx
+    def __init__(self) -> None:
+        self._ctx = 0
+        self._waiting: dict[int, tuple[int, set[int]]] = {}
+        self._answered: list[ReadState] = []
 
-    def take_read_states(self) -> list[ReadState]:
-        states, self.read_states = self.read_states, []
-        return states
+    def refuse(self) -> int:
+        """A read this node cannot confirm (not the settled leader): answered None."""
+        self._ctx += 1
+        self._answered.append(ReadState(self._ctx, None))
+        return self._ctx
 
-    def _on_read_ack(self, sender: int, ctx: int) -> None:
-        for earlier, (_, acks) in self._reads.items():
+    def wait(self, commit_offset: int, self_id: int) -> int:
+        """A read of `commit_offset` that waits for a quorum; returns its context."""
+        self._ctx += 1
+        self._waiting[self._ctx] = (commit_offset, {self_id})
+        if len(self._waiting) > READS_PENDING_MAX:
+            oldest = next(iter(self._waiting))
+            del self._waiting[oldest]
+            self._answered.append(ReadState(oldest, None))
+        return self._ctx
+
+    def ack(self, sender: int, ctx: int, config: Configuration) -> None:
+        """`sender` confirmed this leader after the read `ctx`, hence after every earlier."""
+        for earlier, (_, acks) in self._waiting.items():
             if earlier > ctx:
                 break
             acks.add(sender)
-        self._confirm_reads()
+        self.confirm(config)
 
-    def _confirm_reads(self) -> None:
-        while self._reads:
-            ctx, (offset, acks) = next(iter(self._reads.items()))
-            if not has_quorum(self.config, acks):
+    def confirm(self, config: Configuration) -> None:
+        """Answer the reads, oldest first, that a quorum of `config` confirmed."""
+        while self._waiting:
+            ctx, (offset, acks) = next(iter(self._waiting.items()))
+            if not has_quorum(config, acks):
                 return
-            del self._reads[ctx]
-            self.read_states.append(ReadState(ctx, offset))
+            del self._waiting[ctx]
+            self._answered.append(ReadState(ctx, offset))
 
-    def _drop_reads(self) -> None:
+    def drop(self) -> None:
         """No longer the leader: what waits cannot be confirmed by this node."""
-        self.read_states += [ReadState(ctx, None) for ctx in self._reads]
-        self._reads.clear()
+        self._answered += [ReadState(ctx, None) for ctx in self._waiting]
+        self._waiting.clear()
+
+    def take(self) -> list[ReadState]:
+        answered, self._answered = self._answered, []
+        return answered

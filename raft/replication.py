@@ -208,7 +208,7 @@ class ReplicationRules:
         if is_append:
             p.last_reply_s = now
         elif reply.read_ctx:
-            self._on_read_ack(sender, reply.read_ctx)
+            self.reads.ack(sender, reply.read_ctx, self.config)
         if reply.last_dirty < p.match_offset:
             # The follower knows less than we thought: it restarted (and may have lost its
             # unflushed tail), or this reply is older than one already seen. Flushed entries
