@@ -140,7 +140,7 @@ class BackfillRules:
                     )
                     gap = True
                 if next_offset == chunk.end:
-                    self.flush_urgent = True  # one flush moves the copy in
+                    self.outbox.flush_soon()  # one flush moves the copy in
                     self.backfill_moving = (chunk.end, sender)
         else:
             next_offset = chunk.start  # our log starts elsewhere now: the leader sees why

@@ -11,6 +11,10 @@ No trio, no sockets, no clock here: every time is passed in, all randomness come
 The rules are split by concern: elections (`raft/election.py`), the follower
 (`raft/follower.py`), the leader's replication (`raft/replication.py`) and configuration
 changes (`raft/reconfiguration.py`); this module holds the state, the inputs and status.
+Some state is a part of its own, which owns it and is told what happened rather than
+sharing `self` (the way etcd splits its raft into a log, a tracker, readOnly):
+`HardState` (raft/hard_state.py), `Outbox` (raft/ready.py), `ReadOnly`
+(raft/read_index.py), `RaftLog` (raft/raft_log.py); the mixins follow, one at a time.
 
 Modifications to textbook Raft, from the seeds:
 - pre-vote, and vote requests ignored within the minimum election timeout of hearing from a
@@ -55,6 +59,7 @@ from quorumlog.raft.election import (
     ElectionRules,
 )
 from quorumlog.raft.follower import FollowerRules
+from quorumlog.raft.hard_state import HardState
 from quorumlog.raft.messages import (
     AppendEntries,
     AppendEntriesReply,
@@ -72,7 +77,7 @@ from quorumlog.raft.progress import Progress
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.read_index import ReadOnly, ReadState
-from quorumlog.raft.ready import ReadyRules
+from quorumlog.raft.ready import Outbox, ReadyRules
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
@@ -120,7 +125,7 @@ class RaftCore(
         self.id = node_id
         self.group_id = group_id  # every message this core sends carries it
         self.log = RaftLog(log)
-        self.meta = meta
+        self.hard = HardState(meta)
         self.settings = settings
         self.rng = rng
         # Whether a witness may join with the uncommitted tail only: not where every member
@@ -178,9 +183,7 @@ class RaftCore(
         self._replay_tail()
         self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
         # Outputs for the node actor.
-        self.outbox: list[tuple[int, RaftMessage]] = []
-        self.metadata_dirty = False
-        self.flush_urgent = False
+        self.outbox = Outbox()
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
         self.transfer: tuple[int, float] | None = None
         self._reset_election_deadline(now)
@@ -189,7 +192,12 @@ class RaftCore(
 
     @property
     def term(self) -> int:
-        return self.meta.current_term
+        return self.hard.term
+
+    @property
+    def meta(self) -> ConsensusMetadata:
+        """Term, vote and committed configuration as of now (raft/hard_state.py)."""
+        return self.hard.meta
 
     @property
     def is_leader(self) -> bool:
@@ -224,11 +232,10 @@ class RaftCore(
         return self.log.term_at(offset)
 
     def _send(self, to: int, message: RaftMessage) -> None:
-        self.outbox.append((to, message))
+        self.outbox.send(to, message)
 
     def _set_term(self, term: int, voted_for: int | None) -> None:
-        self.meta = self.meta.with_vote(term, voted_for)
-        self.metadata_dirty = True
+        self.hard.vote(term, voted_for)
 
     def _reset_election_deadline(self, now: float) -> None:
         s = self.settings

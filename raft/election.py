@@ -154,7 +154,7 @@ class ElectionRules:
         self._sync_progress()
         self.log.append([barrier_batch()], self.term)
         self.awaited_offset = self.log.dirty_offset
-        self.flush_urgent = True
+        self.outbox.flush_soon()
         logger.info(
             "became_leader",
             node_id=self.id,
@@ -175,7 +175,7 @@ class ElectionRules:
         # it is a voter does not matter here: the candidate counts only its voters' votes,
         # and a learner promoted by a joint entry it has not received yet must be able to
         # vote, or C(old,new) can elect no one (etcd's rule; a simulation seed stalled).
-        may_vote = self.log.dirty_offset >= self.meta.vote_after_offset
+        may_vote = self.log.dirty_offset >= self.hard.meta.vote_after_offset
         # A replica that waits to be added (no configuration yet) votes for no one: it may
         # be a node's new replica of a group it was moved out of, its log deleted, and a
         # replica left behind with a configuration from before the move would count it
@@ -191,8 +191,8 @@ class ElectionRules:
             reply_term = req.term if granted else self.term
             self._send(sender, self._vote_reply(reply_term, granted, pre_vote=True))
             return
-        granted = may_vote and up_to_date and self.meta.voted_for in (None, req.candidate_id)
-        if granted and self.meta.voted_for is None:
+        granted = may_vote and up_to_date and self.hard.meta.voted_for in (None, req.candidate_id)
+        if granted and self.hard.meta.voted_for is None:
             self._set_term(self.term, req.candidate_id)
         if granted:
             self._reset_election_deadline(now)

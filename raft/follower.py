@@ -3,8 +3,6 @@ follow, and the replies that report its flushed and dirty offsets (seed 004)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import structlog
 
 from quorumlog.log.batch import BatchError, BatchType, split_batches
@@ -126,7 +124,7 @@ class FollowerRules:
         pending.append((offset, leader))
         if len(pending) > PENDING_REPLIES_MAX:
             del pending[0]
-        self.flush_urgent = True
+        self.outbox.flush_soon()
 
     def _forget_config(self, offset: int) -> None:
         """Our log starts again after `offset`, and the leader's committed configuration is
@@ -134,8 +132,7 @@ class FollowerRules:
         as a learner): the one it had is older than them, and no entry of the new log
         follows it, so a truncation must not fall back to it."""
         self.configs = ConfigTracker(None, offset)
-        self.meta = replace(self.meta, config=None, config_offset=offset)
-        self.metadata_dirty = True
+        self.hard.keep_config(None, offset)
         self._config_changed()
 
     def _adopt_base_config(self, data: bytes, offset: int) -> None:
@@ -154,8 +151,7 @@ class FollowerRules:
         if self.configs.committed is not None and self.configs.committed_offset > offset:
             return  # ours is later (the leader may not know yet that it committed)
         self.configs = ConfigTracker(config, offset)
-        self.meta = replace(self.meta, config=config.to_wire(), config_offset=offset)
-        self.metadata_dirty = True
+        self.hard.keep_config(config.to_wire(), offset)
         self._config_changed()
         logger.info(
             "config_from_leader",
@@ -185,12 +181,7 @@ class FollowerRules:
         if changed:
             # The committed configuration is durable state too (seed 000: "made durable on
             # commit"); the node persists it before sending anything.
-            self.meta = replace(
-                self.meta,
-                config=self.configs.committed.to_wire(),
-                config_offset=self.configs.committed_offset,
-            )
-            self.metadata_dirty = True
+            self.hard.keep_config(self.configs.committed.to_wire(), self.configs.committed_offset)
             logger.info(
                 "config_committed",
                 node_id=self.id,

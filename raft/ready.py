@@ -29,21 +29,41 @@ class Ready:
         )
 
 
+class Outbox:
+    """What a round of the core sends, in order, and whether it waits for a flush."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[int, RaftMessage]] = []
+        self.flush_wanted = False
+
+    def send(self, to: int, message: RaftMessage) -> None:
+        self.messages.append((to, message))
+
+    def flush_soon(self) -> None:
+        """A flush is awaited: a follower's reply, a copy of older records moving in."""
+        self.flush_wanted = True
+
+    def take_messages(self) -> list[tuple[int, RaftMessage]]:
+        out, self.messages = self.messages, []
+        return out
+
+    def take_flush(self) -> bool:
+        wanted, self.flush_wanted = self.flush_wanted, False
+        return wanted
+
+
 class ReadyRules:
     """RaftCore's outputs, handed over (mixed into RaftCore, whose state they take)."""
 
     def take_outbox(self) -> list[tuple[int, RaftMessage]]:
-        out, self.outbox = self.outbox, []
-        return out
+        return self.outbox.take_messages()
 
     def ready(self) -> Ready:
         """What the node must do now, in order; taken once."""
-        ready = Ready(
-            hard_state=self.meta if self.metadata_dirty else None,
+        return Ready(
+            hard_state=self.hard.take(),
             writes=self.log.take_writes(),
-            messages=self.take_outbox(),
+            messages=self.outbox.take_messages(),
             read_states=self.take_read_states(),
-            flush_urgent=self.flush_urgent,
+            flush_urgent=self.outbox.take_flush(),
         )
-        self.metadata_dirty = self.flush_urgent = False
-        return ready

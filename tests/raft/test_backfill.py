@@ -83,7 +83,7 @@ def test_a_witness_is_copied_the_records_before_its_start_then_may_become_a_full
     assert len(chunks) > 4, "the copy goes in chunks"
     assert all(len(c.batches) <= SETTINGS.chunk_bytes_max for c in chunks)
     assert witness.log.log_start_offset == tail_start, "nothing moves in before the flush"
-    assert witness.flush_urgent, "the last chunk asks for the one flush"
+    assert witness.outbox.flush_wanted, "the last chunk asks for the one flush"
 
     flush(witness.log)
     assert witness.log.log_start_offset == leader.log.log_start_offset == 0

@@ -45,7 +45,7 @@ def test_pre_vote_and_vote_are_refused_while_a_leader_is_live():
     assert core.take_outbox() == [
         (3, VoteReply(group=0, node_id=1, term=2, granted=True, pre_vote=False))
     ]
-    assert core.metadata_dirty and core.meta.voted_for == 3, "the vote is persisted first"
+    assert core.hard.dirty and core.meta.voted_for == 3, "the vote is persisted first"
 
 
 def test_votes_only_for_a_log_at_least_as_up_to_date():

@@ -290,7 +290,7 @@ def test_a_follower_reset_to_the_leaders_log_start_gets_the_configuration_retent
     assert joiner.role is Role.LEARNER
     joiner.step(1, reset, 10.0)
     assert joiner.config == BOOTSTRAP and joiner.role is Role.FOLLOWER
-    assert joiner.metadata_dirty and joiner.meta.config == BOOTSTRAP.to_wire()
+    assert joiner.hard.dirty and joiner.meta.config == BOOTSTRAP.to_wire()
     assert joiner.log.log_start_offset == start
     # A node that knows a later committed configuration keeps it.
     later = Configuration.bootstrap({**PEERS, 4: "127.0.0.1:7004"})

@@ -134,7 +134,7 @@ def test_a_node_restarted_at_the_leaders_start_without_a_base_config_forgets_its
     witness.step(1, first, 10.0)
     assert witness.config == joining and witness.role is Role.LEARNER
     assert witness.configs.previous is None, "nothing in its log precedes the change"
-    assert witness.meta.config is None and witness.metadata_dirty
+    assert witness.meta.config is None and witness.hard.dirty
 
 
 def test_a_witness_of_the_controllers_group_copies_the_whole_log():
