@@ -13,8 +13,9 @@ The rules are split by concern: elections (`raft/election.py`), the follower
 changes (`raft/reconfiguration.py`); this module holds the state, the inputs and status.
 Some state is a part of its own, which owns it and is told what happened rather than
 sharing `self` (the way etcd splits its raft into a log, a tracker, readOnly):
-`HardState` (raft/hard_state.py), `Outbox` (raft/ready.py), `ReadOnly`
-(raft/read_index.py), `RaftLog` (raft/raft_log.py); the mixins follow, one at a time.
+`HardState` (raft/hard_state.py), `Outbox` (raft/ready.py), `LogIndex`
+(raft/log_index.py), `ReadOnly` (raft/read_index.py), `RaftLog` (raft/raft_log.py); the
+mixins follow, one at a time.
 
 Modifications to textbook Raft, from the seeds:
 - pre-vote, and vote requests ignored within the minimum election timeout of hearing from a
@@ -39,8 +40,6 @@ from dataclasses import dataclass, replace
 import structlog
 
 from quorumlog.log.batch import (
-    LOG_APPEND_TIME,
-    SNAPSHOT,
     BatchHeader,
     BatchType,
     split_batches,
@@ -60,6 +59,7 @@ from quorumlog.raft.election import (
 )
 from quorumlog.raft.follower import FollowerRules
 from quorumlog.raft.hard_state import HardState
+from quorumlog.raft.log_index import LogIndex
 from quorumlog.raft.messages import (
     AppendEntries,
     AppendEntriesReply,
@@ -149,8 +149,6 @@ class RaftCore(
         # commit offset that leader announced (re-applied when a flush completes, rule 2).
         self.verified_offset = -1
         self.leader_commit = -1
-        # The largest leader stamp in the log (log-append time, actors/replica/stamper.py).
-        self.max_stamp_ms = 0
         self.last_leader_contact_s = -math.inf
         self.election_deadline_s = 0.0
         self.heartbeat_deadline_s = math.inf
@@ -166,10 +164,7 @@ class RaftCore(
         self.pending_replies: list[tuple[int, int]] = []
         self.reported_flushed = -1
         self.reads = ReadOnly()  # linearizable reads (raft/read_index.py)
-        self.producers = ProducerTable()
-        # The latest batches flagged SNAPSHOT (a state machine's whole state): a log
-        # compacted to its snapshots keeps the last committed one and what follows.
-        self.snapshot_offsets: list[int] = []
+        self.index = LogIndex()  # producers, snapshots, stamps (raft/log_index.py)
         self.elections_started = 0
         # Elections started since a leader was last heard of: they widen the timeout.
         self.failed_elections = 0
@@ -433,7 +428,7 @@ class RaftCore(
             if len(batches) == 1 and batches[0][0].producer_id >= 0:
                 header = batches[0][0]
                 try:
-                    earlier = self.producers.find(header.producer_id, header.producer_seq)
+                    earlier = self.index.producers.find(header.producer_id, header.producer_seq)
                 except StaleSequenceError as exc:
                     results.append(exc)
                     continue
@@ -444,12 +439,9 @@ class RaftCore(
             for header, batch in batches:
                 if stamp_ms is not None:
                     header, batch = stamp(header, batch, stamp_ms)
-                    self.max_stamp_ms = max(self.max_stamp_ms, stamp_ms)
                 # Noted as placed, before the write below: a retry later in this round
                 # finds it.
-                self.producers.note_batch(header.placed(next_offset, self.term), now)
-                if header.flags & SNAPSHOT:
-                    self._note_snapshot(next_offset)
+                self.index.note(header.placed(next_offset, self.term), now)
                 headers.append(header)
                 placed.append(batch)
                 next_offset += header.record_count
@@ -475,24 +467,24 @@ class RaftCore(
             offset = chunk.last_offset + 1
 
     def _note_batch(self, header: BatchHeader, batch, producers: bool = True) -> None:
-        """Account for a batch now in the log: producer sequences, configurations, stamps."""
-        if header.flags & LOG_APPEND_TIME:
-            self.max_stamp_ms = max(self.max_stamp_ms, header.timestamp_ms)
-        if header.flags & SNAPSHOT:
-            self._note_snapshot(header.base_offset)
-        if header.batch_type is BatchType.CONFIG:
+        """Account for a batch now in the log: configurations, producer sequences, stamps."""
+        is_config = header.batch_type is BatchType.CONFIG
+        self.index.note(header, self.now, producers=producers and not is_config)
+        if is_config:
             self.configs.appended(header.base_offset, config_of(batch, header))
-        elif producers:
-            self.producers.note_batch(header, self.now)
 
-    def _note_snapshot(self, offset: int) -> None:
-        self.snapshot_offsets = [*self.snapshot_offsets[-3:], offset]
+    @property
+    def producers(self) -> ProducerTable:
+        return self.index.producers
+
+    @property
+    def max_stamp_ms(self) -> int:
+        """The largest leader stamp in the log (actors/replica/stamper.py)."""
+        return self.index.max_stamp_ms
 
     def committed_snapshot(self) -> int | None:
-        """The last committed batch flagged SNAPSHOT: in a log compacted to its snapshots,
-        what comes before it may go (retention drops committed records only)."""
-        committed = [o for o in self.snapshot_offsets if o <= self.commit_offset]
-        return committed[-1] if committed else None
+        """The last committed batch flagged SNAPSHOT (raft/log_index.py)."""
+        return self.index.committed_snapshot(self.commit_offset)
 
     # ----------------------------------------------------------------------- reporting
 

@@ -48,8 +48,7 @@ class FollowerRules:
                     commit_offset=self.commit_offset,
                 )
                 self._reset_log(prev + 1, req.prev_records)
-                self.producers.truncate(0)
-                self.snapshot_offsets.clear()
+                self.index.truncated(0)
                 self.configs.truncated(0)
                 self.verified_offset = prev
                 if req.base_config:
@@ -87,8 +86,7 @@ class FollowerRules:
                 # A conflict: drop our entry and all after it (Raft paper 5.3).
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
                 self._truncate_log(header.base_offset)
-                self.producers.truncate(header.base_offset)
-                self.snapshot_offsets = [o for o in self.snapshot_offsets if o < header.base_offset]
+                self.index.truncated(header.base_offset)
                 self.configs.truncated(header.base_offset)
                 self.verified_offset = min(self.verified_offset, header.base_offset - 1)
                 break
@@ -175,8 +173,7 @@ class FollowerRules:
 
     def _commit_to(self, offset: int) -> None:
         self.commit_offset = offset
-        self.producers.forget_committed(offset)
-        self.producers.expire_idle(self.now)
+        self.index.committed(offset, self.now)
         changed = self.configs.commit(offset)
         if changed:
             # The committed configuration is durable state too (seed 000: "made durable on
