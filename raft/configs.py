@@ -57,6 +57,50 @@ class ConfigTracker:
     def change_in_flight(self) -> bool:
         return bool(self._appended)
 
+    # Where a node stands in the configuration in effect (none known: nowhere).
+
+    def is_voter(self, node_id: int) -> bool:
+        return self.current is not None and self.current.is_voter(node_id)
+
+    def can_lead(self, node_id: int) -> bool:
+        """A voter that is not a witness (membership/config.py)."""
+        return self.current is not None and self.current.can_lead(node_id)
+
+    def needed_until_committed(self, node_id: int) -> bool:
+        """Left out of its latest configuration, not committed yet, while it may lead in
+        the committed one: until that change commits the node may be needed to lead, so
+        it still campaigns (Raft dissertation 4.2.2: "a server that is not part of its own
+        latest configuration should still start new elections"; its own vote does not
+        count, `vote_result` counts the configuration's voters). Seed 10089: C(new)
+        reached only the nodes it left out, and its leader, cut off from the one node in
+        C(new), stepped down; they refused that node their votes (its log was shorter)
+        and, taking themselves for learners, never campaigned: no one could lead again.
+        It learns that the change committed: a leader replicates to it until it says so
+        (raft/reconfiguration.py `_sync_progress`)."""
+        return (
+            self.change_in_flight
+            and self.committed is not None
+            and self.committed.can_lead(node_id)
+            and not self.is_voter(node_id)
+        )
+
+    def takes_part(self, node_id: int) -> bool:
+        """Whether the node follows (and may campaign) rather than only learns."""
+        return self.is_voter(node_id) or self.needed_until_committed(node_id)
+
+    def may_campaign(self, node_id: int) -> bool:
+        """A voter that may lead, or one needed until its latest configuration commits."""
+        return self.can_lead(node_id) or self.needed_until_committed(node_id)
+
+    def members_except(self, node_id: int) -> set[int]:
+        """Who a leader replicates to: the members of the configuration in effect and of
+        the last committed one, that node aside."""
+        members = set(self.current.members)
+        if self.committed is not None:
+            members |= self.committed.members
+        members.discard(node_id)
+        return members
+
     def appended(self, offset: int, config: Configuration) -> None:
         if offset <= self.committed_offset:
             return  # already known (a restart replays the tail after the stored config)

@@ -14,8 +14,8 @@ changes (`raft/reconfiguration.py`); this module holds the state, the inputs and
 Some state is a part of its own, which owns it and is told what happened rather than
 sharing `self` (the way etcd splits its raft into a log, a tracker, readOnly):
 `HardState` (raft/hard_state.py), `Outbox` (raft/ready.py), `LogIndex`
-(raft/log_index.py), `ReadOnly` (raft/read_index.py), `RaftLog` (raft/raft_log.py); the
-mixins follow, one at a time.
+(raft/log_index.py), `ReadOnly` (raft/read_index.py), `RaftLog` (raft/raft_log.py),
+`ConfigTracker` (raft/configs.py); the mixins follow, one at a time.
 
 Modifications to textbook Raft, from the seeds:
 - pre-vote, and vote requests ignored within the minimum election timeout of hearing from a
@@ -176,7 +176,7 @@ class RaftCore(
         self.backfill_moving: tuple[int, int] | None = None
         self.now = now  # time of the input being handled
         self._replay_tail()
-        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
+        self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
         # Outputs for the node actor.
         self.outbox = Outbox()
         # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
@@ -202,15 +202,6 @@ class RaftCore(
     def config(self) -> Configuration | None:
         """The configuration in effect: the last one appended (None before joining)."""
         return self.configs.current
-
-    def _is_voter(self, node_id: int | None = None) -> bool:
-        config = self.config
-        return config is not None and config.is_voter(self.id if node_id is None else node_id)
-
-    def _can_lead(self, node_id: int | None = None) -> bool:
-        """A voter that is not a witness (membership/config.py)."""
-        config = self.config
-        return config is not None and config.can_lead(self.id if node_id is None else node_id)
 
     def next_deadline(self) -> float:
         if self.quiet:
@@ -265,7 +256,7 @@ class RaftCore(
             self.verified_offset = -1
         if term > self.term:
             self._set_term(term, None)
-        self.role = Role.FOLLOWER if self._takes_part() else Role.LEARNER
+        self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
         self.leader_id = leader_id
         self.progress.clear()
         self.votes.clear()
@@ -360,7 +351,7 @@ class RaftCore(
                 self._on_backfill_reply(sender, message, now)
             case TimeoutNow():
                 if (
-                    self._can_lead()
+                    self.configs.can_lead(self.id)
                     and self.role is not Role.LEADER
                     and not self.conditions.stopping
                 ):

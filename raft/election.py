@@ -67,7 +67,7 @@ class ElectionRules:
             return False
         if self.conditions.stopping:
             return False
-        if not self._may_campaign():
+        if not self.configs.may_campaign(self.id):
             return self._witness_may_campaign()  # raft/witness.py
         return self._turn_waited or self._campaign_rank() == 0
 
@@ -78,14 +78,14 @@ class ElectionRules:
         for node_id in election_order(self.group_id, self.config.voters):
             if node_id == self.id:
                 break
-            if self._can_lead(node_id) and node_id not in self.conditions.unreachable:
+            if self.configs.can_lead(node_id) and node_id not in self.conditions.unreachable:
                 rank += 1
         return rank
 
     def _on_election_timeout(self, now: float) -> None:
         if self.campaign_due(now):
             self._start_pre_vote(now)
-        elif self.conditions.stopping or not self._may_campaign():
+        elif self.conditions.stopping or not self.configs.may_campaign(self.id):
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
             self.timeouts_as_witness += 1
         else:

@@ -45,7 +45,7 @@ class QuiescenceRules:
             return (
                 has_quorum(self.config, recent)
                 and self.transfer is None
-                and self._can_lead()  # a witness leading hands over (raft/witness.py)
+                and self.configs.can_lead(self.id)  # a witness leading hands over (raft/witness.py)
                 and not self.configs.change_in_flight
                 and not self.config.learners_to_promote
                 # A follower whose node is down waits for it to come back: its link's

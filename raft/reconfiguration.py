@@ -38,7 +38,7 @@ class ReconfigurationRules:
         if self.role is Role.LEADER:
             self._sync_progress()
             return
-        voter = self._takes_part()
+        voter = self.configs.takes_part(self.id)
         if self.role is Role.LEARNER and voter:
             self.role = Role.FOLLOWER
             self._reset_election_deadline(self.now)
@@ -46,46 +46,14 @@ class ReconfigurationRules:
             self.role = Role.LEARNER  # removed or demoted: never campaigns again
             self.votes.clear()
 
-    def _needed_until_committed(self) -> bool:
-        """Left out of its latest configuration, not committed yet, while it may lead in
-        the committed one: until that change commits this node may be needed to lead, so
-        it still campaigns (Raft dissertation 4.2.2: "a server that is not part of its own
-        latest configuration should still start new elections"; its own vote does not
-        count, `vote_result` counts the configuration's voters). Seed 10089: C(new)
-        reached only the nodes it left out, and its leader, cut off from the one node in
-        C(new), stepped down; they refused that node their votes (its log was shorter)
-        and, taking themselves for learners, never campaigned: no one could lead again.
-        It learns that the change committed: a leader replicates to it until it says so
-        (`_sync_progress`)."""
-        committed = self.configs.committed
-        return (
-            self.configs.change_in_flight
-            and committed is not None
-            and committed.can_lead(self.id)
-            and not self._is_voter()
-        )
-
-    def _takes_part(self) -> bool:
-        """Whether this node follows (and may campaign) rather than only learns."""
-        return self._is_voter() or self._needed_until_committed()
-
-    def _may_campaign(self) -> bool:
-        """A voter that may lead, or one needed until its latest configuration commits."""
-        return self._can_lead() or self._needed_until_committed()
-
-    def _members(self) -> set[int]:
-        """Who a leader replicates to: the members of the current and the last committed
-        configuration, this node aside."""
-        members = set(self.config.members)
-        if self.configs.committed is not None:
-            members |= self.configs.committed.members
-        members.discard(self.id)
-        return members
-
     def peer_ids(self) -> set[int]:
         """The nodes whose reachability the core asks of its node (raft/conditions.py):
         the members, and the departing ones a leader still replicates to."""
-        return self._members() | self.progress.keys() if self.config is not None else set()
+        return (
+            self.configs.members_except(self.id) | self.progress.keys()
+            if self.config is not None
+            else set()
+        )
 
     def _new_progress(self, peer: int) -> Progress:
         floor = self._witness_floor(peer)
@@ -102,11 +70,11 @@ class ReconfigurationRules:
         """Replicate to every member of the current and the last committed configuration,
         and to a node they no longer list until it knows that: until it holds a commit at
         or past the committed configuration, a node a change left out may campaign
-        (`_needed_until_committed`), and it would for good, a pre-vote every election
+        (raft/configs.py `needed_until_committed`), and it would for good, a pre-vote every election
         timeout, if no one told it (the leader that commits its removal is the last to
         replicate to it). Bounded by DEPARTING_TIMEOUTS; one that asks for votes later
         is taken on again (`track_if_departed`)."""
-        members = self._members()
+        members = self.configs.members_except(self.id)
         for peer in members:
             p = self.progress.get(peer)
             if p is None or p.departing_until_s is not None:
@@ -136,7 +104,7 @@ class ReconfigurationRules:
         groups. Replicate to it as to one just removed, until it learns."""
         if self.role is not Role.LEADER or peer == self.id or peer in self.progress:
             return
-        if peer in self._members():
+        if peer in self.configs.members_except(self.id):
             return
         p = self._new_progress(peer)
         p.departing_until_s = self.now + self._departing_s()
@@ -294,7 +262,7 @@ class ReconfigurationRules:
         return [
             p.node_id
             for p in self.progress.values()
-            if self.now - p.last_contact_s < timeout and self._can_lead(p.node_id)
+            if self.now - p.last_contact_s < timeout and self.configs.can_lead(p.node_id)
         ]
 
     def transfer_to_live_voter(self, target: int) -> bool:
@@ -312,9 +280,9 @@ class ReconfigurationRules:
             raise NotLeaderError(self.leader_id)
         if target == self.id:
             return
-        if not self._is_voter(target):
+        if not self.configs.is_voter(target):
             raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
-        if not self._can_lead(target):
+        if not self.configs.can_lead(target):
             raise ConfigChangeError(f"node {target} is a witness: it never leads")
         self.transfer = (target, self.now + self.settings.election_timeout_max_s)
         logger.info(

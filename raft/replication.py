@@ -134,7 +134,7 @@ class ReplicationRules:
             prev = p.next_offset - 1
             # Below the start the follower takes the term as unknown: all is committed there.
             prev_term = UNKNOWN_TERM if 0 <= prev < start else self.term_at(prev)
-            if prev_term == UNKNOWN_TERM and not self._can_lead():
+            if prev_term == UNKNOWN_TERM and not self.configs.can_lead(self.id):
                 return  # a witness leading: it cannot vouch for its log's past (raft/witness.py)
             base_config = b""
             committed = self.configs.committed

@@ -33,7 +33,7 @@ class WitnessRules:
     @property
     def serves_clients(self) -> bool:
         """Leads and may serve appends and reads: not a witness that only hands over."""
-        return self.role is Role.LEADER and self._can_lead()
+        return self.role is Role.LEADER and self.configs.can_lead(self.id)
 
     def _witness_may_campaign(self) -> bool:
         config = self.config
@@ -47,7 +47,11 @@ class WitnessRules:
     def _hand_over_as_witness(self) -> None:
         """Leading as a witness: transfer to the live voter that can lead and holds the
         most of the log (the transfer catches it up first, then tells it to campaign)."""
-        if self.role is not Role.LEADER or self._can_lead() or self.transfer is not None:
+        if (
+            self.role is not Role.LEADER
+            or self.configs.can_lead(self.id)
+            or self.transfer is not None
+        ):
             return
         live = self.live_voters()
         if not live:

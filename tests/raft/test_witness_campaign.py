@@ -80,7 +80,7 @@ def removal_taken_by_2_and_3_then_1_crashes() -> tuple[dict[int, RaftCore], int]
     )
     reach_only(cores[1], alive=set())
     assert cores[1].log.dirty_offset < change == cores[3].log.dirty_offset
-    assert not cores[2]._is_voter() and 3 in cores[3].config.witnesses
+    assert not cores[2].configs.is_voter(2) and 3 in cores[3].config.witnesses
     return cores, change
 
 

@@ -133,7 +133,7 @@ FOUND_SEEDS += [
 ]
 # 10089: a move's C(new) reached only the nodes it left out, its leader cut off from the one
 # node in C(new); as learners they never campaigned and refused that node their votes: no
-# one could lead again (raft/reconfiguration.py `_needed_until_committed`).
+# one could lead again (raft/configs.py `needed_until_committed`).
 FOUND_SEEDS += [(10089, 5, {"membership": True, "topics": True, "topic_changes": True})]
 # 40004: after `members set 3,4` both nodes restarted and rebuilt a state that no longer
 # knew where the first members were (their configuration was in no log); t1/0 and t1/2,
