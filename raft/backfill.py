@@ -33,14 +33,14 @@ class BackfillRules:
         """Copy to `node_id` the records before its log start, unless it holds them."""
         if self.role is not Role.LEADER:
             raise NotLeaderError(self.leader_id)
-        p = self.progress.get(node_id)
+        p = self.tracker.get(node_id)
         if p is None:
             raise ConfigChangeError(f"node {node_id} is not a member")
         p.backfill_wanted = True
 
     def holds_whole_log(self, node_id: int) -> bool:
         """Whether a follower's log starts where this leader's does (as it last said)."""
-        p = self.progress.get(node_id)
+        p = self.tracker.get(node_id)
         return p is not None and self.holds_the_log(p)
 
     def _send_backfill(self, p: Progress) -> None:
@@ -85,7 +85,7 @@ class BackfillRules:
             copy.next_offset = chunk.last_offset + 1
 
     def _on_backfill_reply(self, sender: int, reply: BackfillReply, now: float) -> None:
-        p = self.progress.get(sender)
+        p = self.tracker.get(sender)
         if self.role is not Role.LEADER or p is None:
             return
         p.log_start = reply.log_start
@@ -100,7 +100,7 @@ class BackfillRules:
 
     def _retransmit_backfill(self, now: float) -> None:
         """Chunks or replies lost: send again from what the follower holds."""
-        for p in self.progress.values():
+        for p in self.tracker:
             copy = p.backfill
             if (
                 copy is not None

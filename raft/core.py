@@ -47,7 +47,6 @@ from quorumlog.log.batch import (
 from quorumlog.log.metadata import ConsensusMetadata
 from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
-from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.backfill import BackfillRules
 from quorumlog.raft.conditions import NodeConditions
 from quorumlog.raft.configs import ConfigTracker, config_of
@@ -73,7 +72,7 @@ from quorumlog.raft.messages import (
     VoteRequest,
 )
 from quorumlog.raft.producers import ProducerTable, StaleSequenceError
-from quorumlog.raft.progress import Progress
+from quorumlog.raft.progress import Progress, ProgressTracker
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.read_index import ReadOnly, ReadState
@@ -153,8 +152,7 @@ class RaftCore(
         self.election_deadline_s = 0.0
         self.heartbeat_deadline_s = math.inf
         self.leader_since_s = 0.0
-        self.votes: dict[int, bool] = {}
-        self.progress: dict[int, Progress] = {}
+        self.tracker = ProgressTracker()  # followers and votes (raft/progress.py)
         # Leader: entries up to here have a caller waiting for their commit (quorum appends,
         # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
         # fsync them before replying.
@@ -171,7 +169,6 @@ class RaftCore(
         # Election timeouts a witness saw with no leader (raft/witness.py).
         self.timeouts_as_witness = 0
         self._turn_waited = False  # the election timer ran out once and gave others a turn
-        self.recovery_bytes_sent = 0
         # Follower: a complete copy of older records to move in, (its end, the leader).
         self.backfill_moving: tuple[int, int] | None = None
         self.now = now  # time of the input being handled
@@ -193,6 +190,15 @@ class RaftCore(
     def meta(self) -> ConsensusMetadata:
         """Term, vote and committed configuration as of now (raft/hard_state.py)."""
         return self.hard.meta
+
+    @property
+    def progress(self) -> dict[int, Progress]:
+        """The leader's followers, by node id (raft/progress.py)."""
+        return self.tracker.progress
+
+    @property
+    def recovery_bytes_sent(self) -> int:
+        return self.tracker.recovery_bytes_sent
 
     @property
     def is_leader(self) -> bool:
@@ -258,8 +264,7 @@ class RaftCore(
             self._set_term(term, None)
         self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
         self.leader_id = leader_id
-        self.progress.clear()
-        self.votes.clear()
+        self.tracker.reset()
         self.reads.drop()
         self.transfer = None
         self.heartbeat_deadline_s = math.inf
@@ -481,11 +486,9 @@ class RaftCore(
 
     def majority_offsets(self) -> tuple[int, int]:
         """(flushed, dirty) offsets reached by a majority, as the leader sees them now."""
-        flushed = {p.node_id: p.flushed_offset for p in self.progress.values()}
-        dirty = {p.node_id: p.match_offset for p in self.progress.values()}
-        flushed[self.id] = self.persisted_offset
-        dirty[self.id] = self.log.dirty_offset
-        return committed_offset(self.config, flushed), committed_offset(self.config, dirty)
+        return self.tracker.majority_offsets(
+            self.config, self.id, self.persisted_offset, self.log.dirty_offset
+        )
 
     def status(self) -> dict:
         log = self.log
@@ -501,5 +504,5 @@ class RaftCore(
             "config": self.config.to_json() if self.config else None,
         }
         if self.role is Role.LEADER:
-            out["followers"] = {str(p.node_id): p.to_json() for p in self.progress.values()}
+            out["followers"] = {str(p.node_id): p.to_json() for p in self.tracker}
         return out

@@ -21,7 +21,7 @@ import hashlib
 import structlog
 
 from quorumlog.log.batch import BatchType, build_batch
-from quorumlog.membership.quorum import VoteResult, has_quorum, vote_result
+from quorumlog.membership.quorum import VoteResult
 from quorumlog.raft.messages import VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
 
@@ -99,7 +99,7 @@ class ElectionRules:
         self.failed_elections += 1  # until a leader is heard of
         self.role = Role.PRE_CANDIDATE
         self.leader_id = None
-        self.votes = {self.id: True}
+        self.tracker.start_votes(self.id)
         self._reset_election_deadline(now)
         self._request_votes(self.term + 1, pre_vote=True, transfer=False)
         self._count_votes(now)
@@ -109,7 +109,7 @@ class ElectionRules:
         self._set_term(self.term + 1, self.id)
         self.role = Role.CANDIDATE
         self.leader_id = None
-        self.votes = {self.id: True}
+        self.tracker.start_votes(self.id)
         self._reset_election_deadline(now)
         logger.info(
             "election_started",
@@ -135,7 +135,7 @@ class ElectionRules:
             self._send(voter, request)
 
     def _count_votes(self, now: float) -> None:
-        result = vote_result(self.config, self.votes)
+        result = self.tracker.vote_result(self.config)
         if result is VoteResult.WON:
             if self.role is Role.PRE_CANDIDATE:
                 self._campaign(now)
@@ -149,8 +149,7 @@ class ElectionRules:
         self.leader_id = self.id
         self.failed_elections = 0
         self.leader_since_s = now
-        self.votes.clear()
-        self.progress = {}
+        self.tracker.reset()
         self._sync_progress()
         self.log.append([barrier_batch()], self.term)
         self.awaited_offset = self.log.dirty_offset
@@ -208,7 +207,7 @@ class ElectionRules:
             return
         if self.role not in (Role.PRE_CANDIDATE, Role.CANDIDATE):
             return
-        self.votes[sender] = reply.granted
+        self.tracker.record_vote(sender, reply.granted)
         self._count_votes(now)
 
     def _check_quorum(self, now: float) -> None:
@@ -216,10 +215,7 @@ class ElectionRules:
         window = self.settings.election_timeout_max_s
         if now - self.leader_since_s < window:
             return
-        recent = {self.id} | {
-            p.node_id for p in self.progress.values() if now - p.last_contact_s < window
-        }
-        if not has_quorum(self.config, recent):
+        if not self.tracker.quorum_heard(self.config, self.id, now, window):
             logger.warning(
                 "lost_quorum_contact", node_id=self.id, group=self.group_id, term=self.term
             )

@@ -1,13 +1,18 @@
-"""What a leader knows of one follower (Redpanda's follower_index_metadata, etcd's Progress)."""
+"""What a leader knows of each follower (Redpanda's follower_index_metadata, etcd's
+Progress), and the tracker that holds them with a candidate's votes and answers the quorum
+questions (etcd's tracker.ProgressTracker)."""
 
 from __future__ import annotations
 
 import enum
 import math
 from collections import deque
+from collections.abc import Callable, Iterator, KeysView, Mapping
 from dataclasses import dataclass, field
 
 from quorumlog.membership.catchup import ReplicationRate
+from quorumlog.membership.config import Configuration
+from quorumlog.membership.quorum import VoteResult, committed_offset, has_quorum, vote_result
 
 
 class ReplicationState(enum.Enum):
@@ -126,3 +131,128 @@ class Progress:
             "dirty": self.dirty_offset,
             "recovering": self.recovering,
         }
+
+
+class ProgressTracker:
+    """The followers a leader replicates to, each one's Progress in the order it was
+    tracked (the order of sends), and the votes of a campaign. The core decides; this
+    answers what a majority holds, heard or granted."""
+
+    def __init__(self) -> None:
+        self.progress: dict[int, Progress] = {}
+        self.votes: dict[int, bool] = {}
+        # Bytes this node's leaderships sent over recovery streams (a metric).
+        self.recovery_bytes_sent = 0
+
+    def __iter__(self) -> Iterator[Progress]:
+        return iter(self.progress.values())
+
+    def __contains__(self, peer: int) -> bool:
+        return peer in self.progress
+
+    def get(self, peer: int) -> Progress | None:
+        return self.progress.get(peer)
+
+    def peers(self) -> KeysView[int]:
+        return self.progress.keys()
+
+    def reset(self) -> None:
+        """A new role: no followers, no votes."""
+        self.progress.clear()
+        self.votes.clear()
+
+    def track(self, p: Progress) -> None:
+        self.progress[p.node_id] = p
+
+    def release_departed(self, committed_config_offset: int, now: float) -> None:
+        """Stop replicating to a node outside the configuration once it holds its removal
+        committed, or once its time to learn it ran out (raft/reconfiguration.py)."""
+        for peer, p in list(self.progress.items()):
+            if p.departing_until_s is not None and (
+                p.commit_offset >= committed_config_offset or now >= p.departing_until_s
+            ):
+                del self.progress[peer]
+
+    # ----------------------------------------------------------------------- votes
+
+    def start_votes(self, self_id: int) -> None:
+        self.votes = {self_id: True}
+
+    def record_vote(self, voter: int, granted: bool) -> None:
+        self.votes[voter] = granted
+
+    def clear_votes(self) -> None:
+        self.votes.clear()
+
+    def vote_result(self, config: Configuration) -> VoteResult:
+        return vote_result(config, self.votes)
+
+    # ----------------------------------------------------------------------- quorums
+
+    def committed(self, config: Configuration, self_id: int, own_durable: int) -> int:
+        """The highest offset a majority of voters holds matching and flushed, the leader
+        counted with its own durable offset like any other."""
+        acked = {p.node_id: p.acked_offset for p in self.progress.values()}
+        acked[self_id] = own_durable
+        return committed_offset(config, acked)
+
+    def majority_offsets(
+        self, config: Configuration, self_id: int, own_flushed: int, own_dirty: int
+    ) -> tuple[int, int]:
+        """(flushed, dirty) offsets reached by a majority, as the leader sees them now."""
+        flushed = {p.node_id: p.flushed_offset for p in self.progress.values()}
+        dirty = {p.node_id: p.match_offset for p in self.progress.values()}
+        flushed[self_id] = own_flushed
+        dirty[self_id] = own_dirty
+        return committed_offset(config, flushed), committed_offset(config, dirty)
+
+    def quorum_heard(self, config: Configuration, self_id: int, now: float, window: float) -> bool:
+        """Whether a majority (this node with them) was heard from within `window`."""
+        recent = {self_id} | {
+            p.node_id for p in self.progress.values() if now - p.last_contact_s < window
+        }
+        return has_quorum(config, recent)
+
+    def heard_within(self, now: float, window: float, may_lead: Callable[[int], bool]) -> list[int]:
+        """The followers heard from within `window` that `may_lead`, in tracking order."""
+        return [
+            p.node_id
+            for p in self.progress.values()
+            if now - p.last_contact_s < window and may_lead(p.node_id)
+        ]
+
+    def note_contacts(self, contacts: Mapping[int, float]) -> None:
+        """When the node last heard from each peer: a quiet follower sends no replies of
+        its own, and must not look gone (raft/quiescence.py)."""
+        for p in self.progress.values():
+            p.last_contact_s = max(p.last_contact_s, contacts.get(p.node_id, -math.inf))
+
+    def settled(self, dirty: int, unreachable: frozenset[int]) -> bool:
+        """Every reachable follower holds, has flushed and has answered up to `dirty`."""
+        return all(
+            p.match_offset == dirty
+            and p.flushed_offset == dirty
+            and not p.inflight
+            and not p.probing
+            and not p.backfill_wanted
+            for p in self.progress.values()
+            if p.node_id not in unreachable
+        )
+
+    def lagging_voter(
+        self,
+        config: Configuration,
+        commit: int,
+        unreachable: frozenset[int],
+        now: float,
+        window: float,
+    ) -> bool:
+        """Whether a voter is down, being recovered, or short of `commit` without progress
+        for `window` (under-replication: raft/replication.py)."""
+        return any(
+            p.node_id in unreachable
+            or p.recovering
+            or (p.match_offset < commit and now - p.advanced_s > window)
+            for p in self.progress.values()
+            if config.is_voter(p.node_id)
+        )

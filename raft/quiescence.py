@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from quorumlog.membership.quorum import has_quorum
 from quorumlog.raft.roles import Role
 
 
@@ -39,11 +38,8 @@ class QuiescenceRules:
             # A majority heard from lately: a leader cut off stays awake, so that its
             # check-quorum rule steps it down.
             window = self.settings.election_timeout_min_s
-            recent = {self.id} | {
-                p.node_id for p in self.progress.values() if self.now - p.last_contact_s < window
-            }
             return (
-                has_quorum(self.config, recent)
+                self.tracker.quorum_heard(self.config, self.id, self.now, window)
                 and self.transfer is None
                 and self.configs.can_lead(self.id)  # a witness leading hands over (raft/witness.py)
                 and not self.configs.change_in_flight
@@ -51,15 +47,7 @@ class QuiescenceRules:
                 # A follower whose node is down waits for it to come back: its link's
                 # reconnection wakes the group (PeerConnected), and a leader kept awake
                 # by it would retransmit to nobody, a node down costing a core.
-                and all(
-                    p.match_offset == dirty
-                    and p.flushed_offset == dirty
-                    and not p.inflight
-                    and not p.probing
-                    and not p.backfill_wanted
-                    for p in self.progress.values()
-                    if p.node_id not in self.conditions.unreachable
-                )
+                and self.tracker.settled(dirty, self.conditions.unreachable)
             )
         return (
             self.role in (Role.FOLLOWER, Role.LEARNER)
@@ -75,8 +63,7 @@ class QuiescenceRules:
     def note_contacts(self, contacts: Mapping[int, float]) -> None:
         """A leader learns when the node last heard from each peer: quiet followers send
         no replies of their own, and must not look gone to the check-quorum rule."""
-        for p in self.progress.values():
-            p.last_contact_s = max(p.last_contact_s, contacts.get(p.node_id, -math.inf))
+        self.tracker.note_contacts(contacts)
 
     def quiesce(self) -> None:
         """The node stops running this group's timers until something happens (it

@@ -44,13 +44,13 @@ class ReconfigurationRules:
             self._reset_election_deadline(self.now)
         elif not voter and self.role is not Role.LEARNER:
             self.role = Role.LEARNER  # removed or demoted: never campaigns again
-            self.votes.clear()
+            self.tracker.clear_votes()
 
     def peer_ids(self) -> set[int]:
         """The nodes whose reachability the core asks of its node (raft/conditions.py):
         the members, and the departing ones a leader still replicates to."""
         return (
-            self.configs.members_except(self.id) | self.progress.keys()
+            self.configs.members_except(self.id) | self.tracker.peers()
             if self.config is not None
             else set()
         )
@@ -76,11 +76,11 @@ class ReconfigurationRules:
         is taken on again (`track_if_departed`)."""
         members = self.configs.members_except(self.id)
         for peer in members:
-            p = self.progress.get(peer)
+            p = self.tracker.get(peer)
             if p is None or p.departing_until_s is not None:
-                self.progress[peer] = self._new_progress(peer)
-        for peer in self.progress.keys() - members:
-            p = self.progress[peer]
+                self.tracker.track(self._new_progress(peer))
+        for peer in self.tracker.peers() - members:
+            p = self.tracker.get(peer)
             if p.departing_until_s is None:
                 p.departing_until_s = self.now + self._departing_s()
         self._release_departed()
@@ -91,24 +91,20 @@ class ReconfigurationRules:
     def _release_departed(self) -> None:
         """Stop replicating to a node outside the configuration once it holds its removal
         committed, or once it had DEPARTING_TIMEOUTS election timeouts to learn it."""
-        for peer, p in list(self.progress.items()):
-            if p.departing_until_s is not None and (
-                p.commit_offset >= self.configs.committed_offset or self.now >= p.departing_until_s
-            ):
-                del self.progress[peer]
+        self.tracker.release_departed(self.configs.committed_offset, self.now)
 
     def track_if_departed(self, peer: int) -> None:
         """A leader asked for a vote by a node no configuration it knows lists: one a change
         left out that never learned the change committed (down then, or its leader stepped
         down or crashed first), which would ask again every election timeout, waking quiet
         groups. Replicate to it as to one just removed, until it learns."""
-        if self.role is not Role.LEADER or peer == self.id or peer in self.progress:
+        if self.role is not Role.LEADER or peer == self.id or peer in self.tracker:
             return
         if peer in self.configs.members_except(self.id):
             return
         p = self._new_progress(peer)
         p.departing_until_s = self.now + self._departing_s()
-        self.progress[peer] = p
+        self.tracker.track(p)
 
     def _witness_floor(self, peer: int) -> int:
         """Where the log of a new member starts: a witness joining as a learner needs only
@@ -145,7 +141,7 @@ class ReconfigurationRules:
     def _check_may_lead(self, config: Configuration) -> None:
         """A node that may lead in `config`, and could not before, must hold the records."""
         for node_id in _may_lead(config) - _may_lead(self.config):
-            p = self.progress.get(node_id)
+            p = self.tracker.get(node_id)
             if p is not None and p.log_start is not None and not self.holds_the_log(p):
                 raise ConfigChangeError(
                     f"node {node_id} holds the log from offset {max(p.floor, p.log_start)} "
@@ -216,7 +212,7 @@ class ReconfigurationRules:
             return
         config = self.config
         for learner in sorted(config.learners_to_promote):
-            p = self.progress.get(learner)
+            p = self.tracker.get(learner)
             if p is None or not self.caught_up(p):
                 continue
             if learner in config.witnesses or self.holds_the_log(p):
@@ -231,7 +227,7 @@ class ReconfigurationRules:
         if self.role is not Role.LEADER or self.configs.change_in_flight or config.is_joint:
             return
         for learner in sorted(config.learners):
-            p = self.progress.get(learner)
+            p = self.tracker.get(learner)
             if p is None or self.now - p.advanced_s < self.settings.learner_abandon_s:
                 continue
             if not self.caught_up(p):
@@ -259,11 +255,7 @@ class ReconfigurationRules:
         """The other voters that may lead (no witness) this leader heard from within the
         minimum election timeout: where leadership may be handed."""
         timeout = self.settings.election_timeout_min_s
-        return [
-            p.node_id
-            for p in self.progress.values()
-            if self.now - p.last_contact_s < timeout and self.configs.can_lead(p.node_id)
-        ]
+        return self.tracker.heard_within(self.now, timeout, self.configs.can_lead)
 
     def transfer_to_live_voter(self, target: int) -> bool:
         """Leader balancing, a slow disk: move leadership to `target` if it is a live
@@ -294,7 +286,7 @@ class ReconfigurationRules:
         if self.transfer is None:
             return
         target, _ = self.transfer
-        p = self.progress.get(target)
+        p = self.tracker.get(target)
         if p is not None and p.match_offset >= self.log.dirty_offset:
             self._send(target, TimeoutNow(group=self.group_id, term=self.term, leader_id=self.id))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import structlog
 
 from quorumlog.log.tailcache import LogChunk
-from quorumlog.membership.quorum import committed_offset
 from quorumlog.raft.configs import config_batch
 from quorumlog.raft.messages import AppendEntries, AppendEntriesReply, AppendResult, Heartbeat
 from quorumlog.raft.progress import Progress, ReplicationState
@@ -39,20 +38,16 @@ class ReplicationRules:
         if self.role is not Role.LEADER or self.config is None:
             return False
         window = self.settings.election_timeout_max_s
-        return any(
-            p.node_id in self.conditions.unreachable
-            or p.recovering
-            or (p.match_offset < self.commit_offset and now - p.advanced_s > window)
-            for p in self.progress.values()
-            if self.config.is_voter(p.node_id)
+        return self.tracker.lagging_voter(
+            self.config, self.commit_offset, self.conditions.unreachable, now, window
         )
 
     def _broadcast_heartbeat(self, now: float) -> None:
         # Seeded jitter: equal deadlines would be ordered by object identity (not replayable).
         interval = self.settings.heartbeat_interval_s
         self.heartbeat_deadline_s = now + interval * (1 + 0.01 * self.rng.random())
-        for peer in self.progress:
-            self._send(peer, self.heartbeat_message())
+        for p in self.tracker:
+            self._send(p.node_id, self.heartbeat_message())
 
     def heartbeat_message(self) -> Heartbeat:
         return Heartbeat(
@@ -60,7 +55,7 @@ class ReplicationRules:
         )
 
     def _retransmit_stalled(self, now: float) -> None:
-        for p in self.progress.values():
+        for p in self.tracker:
             if now - p.last_reply_s < self.settings.retransmit_timeout_s:
                 continue
             if p.inflight:
@@ -88,7 +83,7 @@ class ReplicationRules:
         """A link to `peer` connected: what was sent to it before was dropped or may have
         been lost with the old connection, so probe again now rather than after the
         retransmit timeout (a new member's first messages go while it is being dialled)."""
-        p = self.progress.get(peer)
+        p = self.tracker.get(peer)
         if self.role is not Role.LEADER or p is None:
             return
         if p.inflight:
@@ -100,7 +95,7 @@ class ReplicationRules:
         """Send every follower what its window allows (called after each round of inputs)."""
         if self.role is not Role.LEADER:
             return
-        for p in self.progress.values():
+        for p in self.tracker:
             self._send_appends(p)
             self._send_backfill(p)
 
@@ -158,7 +153,7 @@ class ReplicationRules:
             # More than this message to send: the follower is recovering (seed 004).
             more_to_send = chunk.last_offset < log.dirty_offset
             if more_to_send and p.state is ReplicationState.REPLICATE:
-                p.recover(self.recovery_bytes_sent)
+                p.recover(self.tracker.recovery_bytes_sent)
                 # Bytes behind, estimated from this chunk's bytes per offset.
                 behind = len(chunk.data) * (log.dirty_offset - prev) // (chunk.last_offset - prev)
                 if behind >= RECOVERY_LOG_BYTES_MIN:
@@ -171,7 +166,7 @@ class ReplicationRules:
                         dirty_offset=log.dirty_offset,
                     )
             if p.recovering or (more_to_send and p.probing):
-                self.recovery_bytes_sent += len(chunk.data)
+                self.tracker.recovery_bytes_sent += len(chunk.data)
                 flush = s.recovery_flush_every_chunk
             else:
                 flush = s.follower_flush == "always" or (
@@ -198,7 +193,7 @@ class ReplicationRules:
             p.next_offset = chunk.last_offset + 1
 
     def _on_append_reply(self, sender: int, reply: AppendEntriesReply, now: float) -> None:
-        p = self.progress.get(sender)
+        p = self.tracker.get(sender)
         if self.role is not Role.LEADER or p is None:
             return
         p.last_contact_s = now
@@ -237,7 +232,7 @@ class ReplicationRules:
                 self._maybe_timeout_now()
             if p.recovering and p.match_offset >= self.log.dirty_offset:
                 p.state = ReplicationState.REPLICATE
-                sent = self.recovery_bytes_sent - p.recovery_started_bytes
+                sent = self.tracker.recovery_bytes_sent - p.recovery_started_bytes
                 if sent >= RECOVERY_LOG_BYTES_MIN:
                     logger.info(
                         "recovery_finished",
@@ -277,8 +272,6 @@ class ReplicationRules:
         and need not be in the majority). A leader with a slow disk then does not hold
         commits back; whatever it has not flushed is durable on the followers that were
         counted, so a crash of this node loses nothing committed."""
-        acked = {p.node_id: p.acked_offset for p in self.progress.values()}
-        acked[self.id] = self.persisted_offset
-        candidate = committed_offset(self.config, acked)
+        candidate = self.tracker.committed(self.config, self.id, self.persisted_offset)
         if candidate > self.commit_offset and self.term_at(candidate) == self.term:
             self._commit_to(candidate)

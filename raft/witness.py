@@ -56,6 +56,6 @@ class WitnessRules:
         live = self.live_voters()
         if not live:
             return
-        target = max(live, key=lambda n: (self.progress[n].match_offset, -n))
+        target = max(live, key=lambda n: (self.tracker.get(n).match_offset, -n))
         logger.info("witness_hands_over", node_id=self.id, group=self.group_id, target=target)
         self.transfer_leadership(target)
