@@ -115,9 +115,9 @@ class BackfillRules:
     def _report_backfilled(self) -> None:
         """After a flush: once the copy moved in, the leader hears of the new log start
         at once (batched heartbeats carry no per-group replies)."""
-        end, leader = self.backfill_moving
+        end, leader = self.following.backfill_moving
         if self.log.log_start_offset < end:
-            self.backfill_moving = None
+            self.following.backfill_moving = None
             self._send(leader, self.heartbeat_reply())
 
     def _on_backfill_chunk(self, sender: int, chunk: BackfillChunk, now: float) -> None:
@@ -141,7 +141,7 @@ class BackfillRules:
                     gap = True
                 if next_offset == chunk.end:
                     self.outbox.flush_soon()  # one flush moves the copy in
-                    self.backfill_moving = (chunk.end, sender)
+                    self.following.backfill_moving = (chunk.end, sender)
         else:
             next_offset = chunk.start  # our log starts elsewhere now: the leader sees why
         self._send(

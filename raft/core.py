@@ -50,13 +50,8 @@ from quorumlog.membership.config import Configuration
 from quorumlog.raft.backfill import BackfillRules
 from quorumlog.raft.conditions import NodeConditions
 from quorumlog.raft.configs import ConfigTracker, config_of
-from quorumlog.raft.election import (
-    ELECTION_BACKOFF,
-    ELECTION_BACKOFF_MAX,
-    ELECTION_BACKOFF_STEPS_MAX,
-    ElectionRules,
-)
-from quorumlog.raft.follower import FollowerRules
+from quorumlog.raft.election import Election, ElectionRules
+from quorumlog.raft.follower import FollowerRules, FollowerState
 from quorumlog.raft.hard_state import HardState
 from quorumlog.raft.log_index import LogIndex
 from quorumlog.raft.messages import (
@@ -144,12 +139,7 @@ class RaftCore(
         # The log's durable end, as the node's flusher last reported it (`on_persisted`),
         # lowered by this core's own truncations: never read from the log behind its back.
         self.persisted_offset = log.flushed_offset
-        # Follower: highest offset known to match the current leader's log, and the last
-        # commit offset that leader announced (re-applied when a flush completes, rule 2).
-        self.verified_offset = -1
-        self.leader_commit = -1
-        self.last_leader_contact_s = -math.inf
-        self.election_deadline_s = 0.0
+        self.following = FollowerState()  # of its leader (raft/follower.py)
         self.heartbeat_deadline_s = math.inf
         self.leader_since_s = 0.0
         self.tracker = ProgressTracker()  # followers and votes (raft/progress.py)
@@ -157,20 +147,9 @@ class RaftCore(
         # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
         # fsync them before replying.
         self.awaited_offset = -1
-        # Follower replies waiting for a flush: (offset that must be flushed, leader id),
-        # at most PENDING_REPLIES_MAX (a reply reports everything before it too).
-        self.pending_replies: list[tuple[int, int]] = []
-        self.reported_flushed = -1
         self.reads = ReadOnly()  # linearizable reads (raft/read_index.py)
         self.index = LogIndex()  # producers, snapshots, stamps (raft/log_index.py)
-        self.elections_started = 0
-        # Elections started since a leader was last heard of: they widen the timeout.
-        self.failed_elections = 0
-        # Election timeouts a witness saw with no leader (raft/witness.py).
-        self.timeouts_as_witness = 0
-        self._turn_waited = False  # the election timer ran out once and gave others a turn
-        # Follower: a complete copy of older records to move in, (its end, the leader).
-        self.backfill_moving: tuple[int, int] | None = None
+        self.election = Election(group_id, settings, rng)  # the timer (raft/election.py)
         self.now = now  # time of the input being handled
         self._replay_tail()
         self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
@@ -197,6 +176,10 @@ class RaftCore(
         return self.tracker.progress
 
     @property
+    def elections_started(self) -> int:
+        return self.election.started
+
+    @property
     def recovery_bytes_sent(self) -> int:
         return self.tracker.recovery_bytes_sent
 
@@ -216,7 +199,7 @@ class RaftCore(
             return self.heartbeat_deadline_s
         if self.role is Role.LEARNER:
             return math.inf
-        return self.election_deadline_s
+        return self.election.deadline_s
 
     def term_at(self, offset: int) -> int:
         if offset < self.log.log_start_offset:
@@ -230,36 +213,22 @@ class RaftCore(
         self.hard.vote(term, voted_for)
 
     def _reset_election_deadline(self, now: float) -> None:
-        s = self.settings
         # A node whose disk was slow lately campaigns an election timeout late, so that a
         # healthy voter wins first (actors/node/disk_health.py), and still when none does.
-        late = s.election_timeout_max_s if self.conditions.campaign_late else 0.0
-        # The exponent capped: a group cut off for hours counts thousands of elections.
-        steps = min(self.failed_elections, ELECTION_BACKOFF_STEPS_MAX)
-        backoff = min(ELECTION_BACKOFF**steps, ELECTION_BACKOFF_MAX)
-        high = (
-            s.election_timeout_min_s
-            + (s.election_timeout_max_s - s.election_timeout_min_s) * backoff
-        )
-        self.election_deadline_s = now + late + self.rng.uniform(s.election_timeout_min_s, high)
-        self._turn_waited = False
+        self.election.reset(now, late=self.conditions.campaign_late)
 
     def _in_lease(self, now: float) -> bool:
         """Heard from a live leader within the minimum election timeout (or we lead)."""
         if self.role is Role.LEADER:
             return True
-        recent = now - self.last_leader_contact_s < self.settings.election_timeout_min_s
-        return self.leader_id is not None and recent
+        return self.leader_id is not None and self.election.leader_recent(now)
 
     # ----------------------------------------------------------------------- roles
 
     def become_follower(self, term: int, leader_id: int | None, now: float) -> None:
         was = self.role
         if term > self.term or leader_id != self.leader_id:
-            # What matched the log of one leader in one term proves nothing about the next,
-            # even the same node's: it may have lost its unflushed tail and won again
-            # without it (seed 30095), and our copy of that tail must not commit.
-            self.verified_offset = -1
+            self.following.new_leader()
         if term > self.term:
             self._set_term(term, None)
         self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
@@ -308,7 +277,7 @@ class RaftCore(
                 self._abandon_stalled_learners()
                 self._release_departed()
                 self.pump()
-        elif self.role is not Role.LEARNER and now >= self.election_deadline_s:
+        elif self.role is not Role.LEARNER and now >= self.election.deadline_s:
             self._on_election_timeout(now)
 
     def step(self, sender: int, message: RaftMessage, now: float) -> None:
@@ -375,15 +344,14 @@ class RaftCore(
             self._maybe_commit()
             return
         self._follow_commit()
-        if self.backfill_moving is not None:
+        if self.following.backfill_moving is not None:
             self._report_backfilled()
         if self.leader_id is None:
             return
-        ready = {leader for offset, leader in self.pending_replies if offset <= flushed}
-        self.pending_replies = [p for p in self.pending_replies if p[0] > flushed]
+        ready = self.following.flushed(flushed)
         for leader in ready:  # one reply each: it reports all that was flushed
             self._send(leader, self._append_reply(AppendResult.SUCCESS))
-        if not ready and min(flushed, self.verified_offset) > self.reported_flushed:
+        if not ready and self.following.unreported(flushed):
             # A background flush ended: report it now rather than at the next heartbeat.
             self._send(self.leader_id, self.heartbeat_reply())
 

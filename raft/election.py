@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
+import random
+from collections.abc import Callable
 
 import structlog
 
@@ -24,6 +27,7 @@ from quorumlog.log.batch import BatchType, build_batch
 from quorumlog.membership.quorum import VoteResult
 from quorumlog.raft.messages import VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
+from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -51,52 +55,111 @@ def barrier_batch() -> bytes:
     return build_batch(b"", record_count=1, batch_type=BatchType.BARRIER)
 
 
+class Election:
+    """A voter's election timer and what paces it: the backoff after elections that found
+    no leader, the turns given to the voters before it in the group's order, the late
+    start of a node whose disk is slow; and the last time a leader was heard of, which
+    the timer runs from and the lease counts from."""
+
+    def __init__(self, group_id: int, settings: RaftSettings, rng: random.Random):
+        self.group_id = group_id
+        self.settings = settings
+        self.rng = rng  # the core's: the draws stay in the order of its inputs
+        self.deadline_s = 0.0
+        self.turn_waited = False  # the timer ran out once and gave others a turn
+        self.started = 0  # campaigns (not pre-votes) this replica started
+        # Elections started since a leader was last heard of: they widen the timeout.
+        self.failed = 0
+        # Election timeouts a witness saw with no leader (raft/witness.py).
+        self.timeouts_as_witness = 0
+        self.last_leader_contact_s = -math.inf
+
+    def reset(self, now: float, late: bool) -> None:
+        """Start the timer again from `now`, at a random point of the (widened) range;
+        `late`: an election timeout later, for a node whose disk was slow lately."""
+        s = self.settings
+        wait = s.election_timeout_max_s if late else 0.0
+        # The exponent capped: a group cut off for hours counts thousands of elections.
+        steps = min(self.failed, ELECTION_BACKOFF_STEPS_MAX)
+        backoff = min(ELECTION_BACKOFF**steps, ELECTION_BACKOFF_MAX)
+        high = (
+            s.election_timeout_min_s
+            + (s.election_timeout_max_s - s.election_timeout_min_s) * backoff
+        )
+        self.deadline_s = now + wait + self.rng.uniform(s.election_timeout_min_s, high)
+        self.turn_waited = False
+
+    def soon(self, now: float) -> None:
+        """Run out at the next tick."""
+        self.deadline_s = now
+
+    def heard_from_leader(self, now: float, late: bool) -> None:
+        self.last_leader_contact_s = now
+        self.failed = 0
+        self.timeouts_as_witness = 0
+        self.reset(now, late)
+
+    def leader_recent(self, now: float) -> bool:
+        """Whether a leader was heard of within the minimum election timeout."""
+        return now - self.last_leader_contact_s < self.settings.election_timeout_min_s
+
+    def rank(self, self_id: int, voters: frozenset[int], contender: Callable[[int], bool]) -> int:
+        """How many voters come before this one in the group's order that are contenders
+        (could lead, and their node looks alive): the turns it gives them."""
+        rank = 0
+        for node_id in election_order(self.group_id, voters):
+            if node_id == self_id:
+                break
+            rank += contender(node_id)
+        return rank
+
+    def wait_turns(self, now: float, rank: int) -> None:
+        """Give the `rank` voters before this one a turn each (the range of a timeout)."""
+        s = self.settings
+        self.turn_waited = True
+        self.deadline_s = now + rank * (s.election_timeout_max_s - s.election_timeout_min_s)
+
+
 class ElectionRules:
     """RaftCore's election rules (mixed into RaftCore, whose state they use)."""
 
     def campaign_soon(self, now: float) -> None:
         """Start an election at the next tick: a new group's preferred leader goes first
         (its placement spreads leaders evenly)."""
-        self.election_deadline_s = now
+        self.election.soon(now)
 
     def campaign_due(self, now: float) -> bool:
         """Whether a tick now starts a pre-vote: the election timer ran out, and this
         voter's turn in the group's order came (the node may still make it wait for a
         campaign slot: actors/replica/campaigns.py)."""
-        if self.role in (Role.LEADER, Role.LEARNER) or now < self.election_deadline_s:
+        if self.role in (Role.LEADER, Role.LEARNER) or now < self.election.deadline_s:
             return False
         if self.conditions.stopping:
             return False
         if not self.configs.may_campaign(self.id):
             return self._witness_may_campaign()  # raft/witness.py
-        return self._turn_waited or self._campaign_rank() == 0
+        return self.election.turn_waited or self._campaign_rank() == 0
 
     def _campaign_rank(self) -> int:
-        """How many voters come before this one in the group's order that could lead and
-        whose node looks alive: the turns it gives them before it campaigns."""
-        rank = 0
-        for node_id in election_order(self.group_id, self.config.voters):
-            if node_id == self.id:
-                break
-            if self.configs.can_lead(node_id) and node_id not in self.conditions.unreachable:
-                rank += 1
-        return rank
+        """The turns this voter gives the others before it campaigns (`Election.rank`)."""
+        unreachable = self.conditions.unreachable
+        return self.election.rank(
+            self.id,
+            self.config.voters,
+            lambda n: self.configs.can_lead(n) and n not in unreachable,
+        )
 
     def _on_election_timeout(self, now: float) -> None:
         if self.campaign_due(now):
             self._start_pre_vote(now)
         elif self.conditions.stopping or not self.configs.may_campaign(self.id):
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
-            self.timeouts_as_witness += 1
+            self.election.timeouts_as_witness += 1
         else:
-            # Voters before this one campaign first: a turn each (the range of a timeout).
-            s = self.settings
-            self._turn_waited = True
-            turn = s.election_timeout_max_s - s.election_timeout_min_s
-            self.election_deadline_s = now + self._campaign_rank() * turn
+            self.election.wait_turns(now, self._campaign_rank())  # voters before it first
 
     def _start_pre_vote(self, now: float) -> None:
-        self.failed_elections += 1  # until a leader is heard of
+        self.election.failed += 1  # until a leader is heard of
         self.role = Role.PRE_CANDIDATE
         self.leader_id = None
         self.tracker.start_votes(self.id)
@@ -105,7 +168,7 @@ class ElectionRules:
         self._count_votes(now)
 
     def _campaign(self, now: float, transfer: bool = False) -> None:
-        self.elections_started += 1
+        self.election.started += 1
         self._set_term(self.term + 1, self.id)
         self.role = Role.CANDIDATE
         self.leader_id = None
@@ -147,7 +210,7 @@ class ElectionRules:
     def _become_leader(self, now: float) -> None:
         self.role = Role.LEADER
         self.leader_id = self.id
-        self.failed_elections = 0
+        self.election.failed = 0
         self.leader_since_s = now
         self.tracker.reset()
         self._sync_progress()

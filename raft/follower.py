@@ -17,6 +17,79 @@ logger = structlog.get_logger("quorumlog.raft")
 PENDING_REPLIES_MAX = 64
 
 
+class FollowerState:
+    """What a follower knows of its leader's log and owes it: how far its own log is known
+    to match the leader's, the commit the leader announced, the replies waiting for a
+    flush, what it last reported flushed, and a back-filled copy waiting to move in."""
+
+    def __init__(self) -> None:
+        # Highest offset known to match the current leader's log, and the last commit
+        # offset that leader announced (re-applied when a flush completes, rule 2).
+        self.verified_offset = -1
+        self.leader_commit = -1
+        # Replies waiting for a flush: (offset that must be flushed, leader id), at most
+        # PENDING_REPLIES_MAX (a reply reports everything before it too).
+        self.pending_replies: list[tuple[int, int]] = []
+        self.reported_flushed = -1
+        # A complete copy of older records to move in, (its end, the leader).
+        self.backfill_moving: tuple[int, int] | None = None
+
+    def new_leader(self) -> None:
+        """What matched the log of one leader in one term proves nothing about the next,
+        even the same node's: it may have lost its unflushed tail and won again without
+        it (seed 30095), and our copy of that tail must not commit."""
+        self.verified_offset = -1
+
+    def matched(self, offset: int) -> None:
+        self.verified_offset = max(self.verified_offset, offset)
+
+    def cut(self, from_offset: int) -> None:
+        """Our log lost its entries from `from_offset` on."""
+        self.verified_offset = min(self.verified_offset, from_offset - 1)
+
+    def announced(self, leader_commit: int) -> None:
+        self.leader_commit = max(self.leader_commit, leader_commit)
+
+    def commit_target(self, persisted: int) -> int:
+        """What it may commit: what the leader committed, as far as it verifiably holds
+        and flushed it."""
+        return min(self.leader_commit, self.verified_offset, persisted)
+
+    def wait_flush(self, offset: int, leader: int) -> None:
+        """Answer `leader` once `offset` is durable. At most PENDING_REPLIES_MAX wait: the
+        oldest goes first, as the reply to a later one reports it too."""
+        pending = self.pending_replies
+        pending.append((offset, leader))
+        if len(pending) > PENDING_REPLIES_MAX:
+            del pending[0]
+
+    def flushed(self, offset: int) -> set[int]:
+        """The log is durable up to `offset`: the leaders whose replies may go now."""
+        ready = {leader for waited, leader in self.pending_replies if waited <= offset}
+        self.pending_replies = [p for p in self.pending_replies if p[0] > offset]
+        return ready
+
+    def report(self, persisted: int) -> int:
+        """The flushed offset a reply reports (what matches and is durable)."""
+        flushed = min(persisted, self.verified_offset)
+        self.reported_flushed = max(self.reported_flushed, flushed)
+        return flushed
+
+    def unreported(self, persisted: int) -> bool:
+        """Whether more is durable than the leader was told."""
+        return min(persisted, self.verified_offset) > self.reported_flushed
+
+    def settled(self, dirty: int) -> bool:
+        """Holds, verified and reported everything up to `dirty`, committed as its leader
+        did, and owes no reply (raft/quiescence.py)."""
+        return (
+            not self.pending_replies
+            and self.verified_offset == dirty
+            and self.leader_commit == dirty
+            and self.reported_flushed == dirty
+        )
+
+
 class FollowerRules:
     """RaftCore's follower rules (mixed into RaftCore, whose state they use)."""
 
@@ -25,10 +98,7 @@ class FollowerRules:
     def _heard_from_leader(self, leader_id: int, now: float) -> None:
         if self.role in (Role.CANDIDATE, Role.PRE_CANDIDATE) or self.leader_id != leader_id:
             self.become_follower(self.term, leader_id, now)
-        self.last_leader_contact_s = now
-        self.failed_elections = 0
-        self.timeouts_as_witness = 0
-        self._reset_election_deadline(now)
+        self.election.heard_from_leader(now, late=self.conditions.campaign_late)
 
     def _on_append_entries(self, sender: int, req: AppendEntries, now: float) -> None:
         self._heard_from_leader(req.leader_id, now)
@@ -50,7 +120,7 @@ class FollowerRules:
                 self._reset_log(prev + 1, req.prev_records)
                 self.index.truncated(0)
                 self.configs.truncated(0)
-                self.verified_offset = prev
+                self.following.verified_offset = prev
                 if req.base_config:
                     self._adopt_base_config(req.base_config, prev)
                 else:
@@ -88,7 +158,7 @@ class FollowerRules:
                 self._truncate_log(header.base_offset)
                 self.index.truncated(header.base_offset)
                 self.configs.truncated(header.base_offset)
-                self.verified_offset = min(self.verified_offset, header.base_offset - 1)
+                self.following.cut(header.base_offset)
                 break
             first_new += 1  # already have this very batch (same offset and term)
         if first_new < len(batches):
@@ -96,8 +166,8 @@ class FollowerRules:
             for header, batch in batches[first_new:]:
                 self._note_batch(header, batch)
             self._config_changed()
-        self.verified_offset = max(self.verified_offset, last_new)
-        self.leader_commit = max(self.leader_commit, req.leader_commit)
+        self.following.matched(last_new)
+        self.following.announced(req.leader_commit)
         self._follow_commit()
         if req.flush and self.persisted_offset < last_new:
             self._reply_when_flushed(last_new, sender)
@@ -118,10 +188,7 @@ class FollowerRules:
     def _reply_when_flushed(self, offset: int, leader: int) -> None:
         """Answer `leader` once `offset` is durable. At most PENDING_REPLIES_MAX wait: the
         oldest goes first, as the reply to a later one reports it too."""
-        pending = self.pending_replies
-        pending.append((offset, leader))
-        if len(pending) > PENDING_REPLIES_MAX:
-            del pending[0]
+        self.following.wait_flush(offset, leader)
         self.outbox.flush_soon()
 
     def _forget_config(self, offset: int) -> None:
@@ -161,13 +228,13 @@ class FollowerRules:
 
     def _on_heartbeat(self, sender: int, hb: Heartbeat, now: float) -> None:
         self._heard_from_leader(hb.leader_id, now)
-        self.leader_commit = max(self.leader_commit, hb.leader_commit)
+        self.following.announced(hb.leader_commit)
         self._follow_commit()
         self._send(sender, self.heartbeat_reply(hb.read_ctx))
 
     def _follow_commit(self) -> None:
         """Commit what the leader committed, as far as we verifiably hold and flushed it."""
-        target = min(self.leader_commit, self.verified_offset, self.persisted_offset)
+        target = self.following.commit_target(self.persisted_offset)
         if target > self.commit_offset:
             self._commit_to(target)
 
@@ -206,18 +273,13 @@ class FollowerRules:
             ),
         )
 
-    def _reported_flushed(self) -> int:
-        flushed = min(self.persisted_offset, self.verified_offset)
-        self.reported_flushed = max(self.reported_flushed, flushed)
-        return flushed
-
     def _append_reply(self, result: AppendResult, **conflict: int) -> AppendEntriesReply:
         return AppendEntriesReply(
             group=self.group_id,
             node_id=self.id,
             term=self.term,
-            last_flushed=self._reported_flushed(),
-            last_dirty=self.verified_offset,
+            last_flushed=self.following.report(self.persisted_offset),
+            last_dirty=self.following.verified_offset,
             result=result,
             log_start=self.log.log_start_offset,
             commit_offset=self.commit_offset,
@@ -229,8 +291,8 @@ class FollowerRules:
             group=self.group_id,
             node_id=self.id,
             term=self.term,
-            last_flushed=self._reported_flushed(),
-            last_dirty=self.verified_offset,
+            last_flushed=self.following.report(self.persisted_offset),
+            last_dirty=self.following.verified_offset,
             result=AppendResult.SUCCESS,
             heartbeat=True,
             log_start=self.log.log_start_offset,

@@ -53,11 +53,8 @@ class QuiescenceRules:
             self.role in (Role.FOLLOWER, Role.LEARNER)
             and self.leader_id is not None
             # Its leader spoke for this group lately (not only for others on its node).
-            and self.now - self.last_leader_contact_s < self.settings.election_timeout_min_s
-            and not self.pending_replies
-            and self.verified_offset == dirty
-            and self.leader_commit == dirty
-            and self.reported_flushed == dirty
+            and self.election.leader_recent(self.now)
+            and self.following.settled(dirty)
         )
 
     def note_contacts(self, contacts: Mapping[int, float]) -> None:
@@ -81,9 +78,9 @@ class QuiescenceRules:
             self.heartbeat_deadline_s = now
         elif self.leader_id is not None:
             heard = contacts.get(self.leader_id, -math.inf)
-            if heard > self.last_leader_contact_s:
-                self.last_leader_contact_s = heard
+            election = self.election
+            election.last_leader_contact_s = max(election.last_leader_contact_s, heard)
             # The timer runs again from the last contact, and not in the past: followers
             # woken together by a silent leader still campaign at random times.
-            since = max(self.last_leader_contact_s, now - self.settings.election_timeout_min_s)
+            since = max(election.last_leader_contact_s, now - self.settings.election_timeout_min_s)
             self._reset_election_deadline(since)

@@ -41,7 +41,7 @@ class WitnessRules:
             config is not None
             and self.id in config.witnesses
             and config.is_voter(self.id)
-            and self.timeouts_as_witness >= WITNESS_CAMPAIGN_TIMEOUTS
+            and self.election.timeouts_as_witness >= WITNESS_CAMPAIGN_TIMEOUTS
         )
 
     def _hand_over_as_witness(self) -> None:

@@ -77,8 +77,8 @@ def test_a_node_whose_disk_was_slow_campaigns_an_election_timeout_late():
             entries(1, 1),
             now=1.0,
         )
-    assert healthy.election_deadline_s <= 1.0 + s.election_timeout_max_s
-    assert slow.election_deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s
+    assert healthy.election.deadline_s <= 1.0 + s.election_timeout_max_s
+    assert slow.election.deadline_s >= 1.0 + s.election_timeout_max_s + s.election_timeout_min_s
 
 
 def test_a_stopping_node_takes_no_leadership_but_still_votes():
@@ -88,7 +88,7 @@ def test_a_stopping_node_takes_no_leadership_but_still_votes():
     core.step(2, entries(2, 1), now=1.0)
     core.take_outbox()
     core.observe(replace(core.conditions, stopping=True))
-    core.tick(core.election_deadline_s)
+    core.tick(core.election.deadline_s)
     assert core.role is Role.FOLLOWER and not core.take_outbox(), "no pre-vote"
     core.step(2, TimeoutNow(group=0, term=1, leader_id=2), now=core.now)
     assert core.role is Role.FOLLOWER and not core.take_outbox(), "no transfer taken"
@@ -100,7 +100,7 @@ def test_a_stopping_node_takes_no_leadership_but_still_votes():
         (3, VoteReply(group=0, node_id=1, term=2, granted=True, pre_vote=False))
     ]
     core.observe(replace(core.conditions, stopping=False))
-    core.tick(core.election_deadline_s + 10.0)
+    core.tick(core.election.deadline_s + 10.0)
     assert any(isinstance(m, VoteRequest) for _, m in core.take_outbox()), "campaigns again"
 
 
@@ -149,18 +149,18 @@ def _core_in_place(place: int, alive: set[int]) -> RaftCore:
 def test_a_voter_gives_one_turn_to_each_live_voter_before_it_in_the_order():
     turn = SETTINGS.election_timeout_max_s - SETTINGS.election_timeout_min_s
     core = _core_in_place(2, alive={1, 2, 3})
-    deadline = core.election_deadline_s
+    deadline = core.election.deadline_s
     core.tick(deadline)
     assert core.role is Role.FOLLOWER and not core.take_outbox(), "the two before it go first"
-    assert core.election_deadline_s == pytest.approx(deadline + 2 * turn)
-    core.tick(core.election_deadline_s)
+    assert core.election.deadline_s == pytest.approx(deadline + 2 * turn)
+    core.tick(core.election.deadline_s)
     assert core.role is Role.PRE_CANDIDATE, "their turns passed: it campaigns"
 
 
 def test_a_voter_whose_node_is_down_gets_no_turn():
     first = election_order(0, BOOTSTRAP.voters)[0]
     core = _core_in_place(1, alive=set(BOOTSTRAP.voters) - {first})
-    core.tick(core.election_deadline_s)
+    core.tick(core.election.deadline_s)
     assert core.role is Role.PRE_CANDIDATE, "the one before it is down: no wait"
 
 
@@ -169,23 +169,23 @@ def test_elections_that_find_no_leader_widen_the_timeout_until_a_leader_is_heard
     now = 0.0
     timeouts = []
     for _ in range(12):  # pre-votes that nobody answers
-        now = core.election_deadline_s
+        now = core.election.deadline_s
         core.tick(now)
         core.take_outbox()
-        timeouts.append(core.election_deadline_s - now)
+        timeouts.append(core.election.deadline_s - now)
     s = SETTINGS
     assert max(timeouts[:2]) <= s.election_timeout_max_s * ELECTION_BACKOFF**2
     assert max(timeouts[6:]) > s.election_timeout_max_s * 2, timeouts
     assert max(timeouts) <= s.election_timeout_max_s * ELECTION_BACKOFF_MAX
     core.step(2, Heartbeat(group=0, term=core.term, leader_id=2, leader_commit=-1), now)
-    assert core.election_deadline_s - now <= s.election_timeout_max_s, "a leader resets it"
+    assert core.election.deadline_s - now <= s.election_timeout_max_s, "a leader resets it"
 
 
 def test_a_group_cut_off_for_hours_keeps_a_bounded_timeout():
     core = make_core()
-    core.failed_elections = 5_000  # 1.5**5000 overflows a float
-    core.tick(core.election_deadline_s)
-    timeout = core.election_deadline_s - core.now
+    core.election.failed = 5_000  # 1.5**5000 overflows a float
+    core.tick(core.election.deadline_s)
+    timeout = core.election.deadline_s - core.now
     assert 0 < timeout <= SETTINGS.election_timeout_max_s * ELECTION_BACKOFF_MAX
 
 

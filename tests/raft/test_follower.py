@@ -78,11 +78,11 @@ def test_a_follower_owes_its_leader_one_reply_per_flush_and_holds_a_bounded_numb
             1.0,
         )
     assert core.take_outbox() == [], "each reply waits for the flush"
-    assert len(core.pending_replies) == PENDING_REPLIES_MAX
+    assert len(core.following.pending_replies) == PENDING_REPLIES_MAX
     persist(core, 1.0)
     ((to, reply),) = core.take_outbox()
     assert to == 2 and reply.last_flushed == reply.last_dirty == sent - 1
-    assert core.pending_replies == []
+    assert core.following.pending_replies == []
 
 
 def test_a_flush_reported_from_before_a_cut_does_not_vouch_for_what_replaced_it():
@@ -126,7 +126,7 @@ def test_a_leader_back_in_a_new_term_must_verify_again_what_it_sent_before():
         now=1.0,
     )
     persist(core, 1.0)
-    assert core.commit_offset == 0 and core.verified_offset == 1
+    assert core.commit_offset == 0 and core.following.verified_offset == 1
 
     # Term 2, node 2 again, its offset 1 now a barrier of term 2, committed with node 3.
     core.step(2, Heartbeat(group=0, term=2, leader_id=2, leader_commit=1), now=2.0)
