@@ -132,13 +132,6 @@ class RaftCore(
         committed = Configuration.from_wire(meta.config) if meta.config is not None else None
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
-        # Highest offset known committed: flushed on a majority of voters. A follower's
-        # is never above its own flushed offset (I4); a leader's (or a former leader's) may
-        # be, when the majority that flushed it did not include this node.
-        self.commit_offset = -1
-        # The log's durable end, as the node's flusher last reported it (`on_persisted`),
-        # lowered by this core's own truncations: never read from the log behind its back.
-        self.persisted_offset = log.flushed_offset
         self.following = FollowerState()  # of its leader (raft/follower.py)
         self.heartbeat_deadline_s = math.inf
         self.leader_since_s = 0.0
@@ -174,6 +167,16 @@ class RaftCore(
     def progress(self) -> dict[int, Progress]:
         """The leader's followers, by node id (raft/progress.py)."""
         return self.tracker.progress
+
+    @property
+    def commit_offset(self) -> int:
+        """The highest offset known committed (raft/raft_log.py)."""
+        return self.log.committed
+
+    @property
+    def persisted_offset(self) -> int:
+        """The log's durable end, as this core knows it (raft/raft_log.py)."""
+        return self.log.persisted
 
     @property
     def elections_started(self) -> int:
@@ -337,9 +340,7 @@ class RaftCore(
         """The flusher made the log durable up to `offset` (or moved in a copy of older
         records): commit may advance; waiting replies can go."""
         self.now = now
-        # Capped by this round's cut, not yet applied to the log: a flush reported from
-        # before it must not vouch for the entries that replace the flushed ones.
-        flushed = self.persisted_offset = min(offset, self.log.stored_end())
+        flushed = self.log.stable_to(offset)
         if self.role is Role.LEADER:
             self._maybe_commit()
             return

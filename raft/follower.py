@@ -117,7 +117,7 @@ class FollowerRules:
                     dirty_offset=log.dirty_offset,
                     commit_offset=self.commit_offset,
                 )
-                self._reset_log(prev + 1, req.prev_records)
+                log.reset(prev + 1, req.prev_records)
                 self.index.truncated(0)
                 self.configs.truncated(0)
                 self.following.verified_offset = prev
@@ -155,7 +155,7 @@ class FollowerRules:
             if log.term_at(header.base_offset) != header.term:
                 # A conflict: drop our entry and all after it (Raft paper 5.3).
                 assert header.base_offset > self.commit_offset, "would truncate committed entries"
-                self._truncate_log(header.base_offset)
+                log.truncate_suffix(header.base_offset)
                 self.index.truncated(header.base_offset)
                 self.configs.truncated(header.base_offset)
                 self.following.cut(header.base_offset)
@@ -173,17 +173,6 @@ class FollowerRules:
             self._reply_when_flushed(last_new, sender)
         else:
             self._send(sender, self._append_reply(AppendResult.SUCCESS))
-
-    def _truncate_log(self, from_offset: int) -> None:
-        """Drop our entries from `from_offset` on: what was durable of them is gone."""
-        self.log.truncate_suffix(from_offset)
-        self.persisted_offset = min(self.persisted_offset, from_offset - 1)
-
-    def _reset_log(self, next_offset: int, records_before: int) -> None:
-        """Drop our whole log, to continue at `next_offset` (`records_before` data records
-        come before it)."""
-        self.log.reset(next_offset, records_before)
-        self.persisted_offset = min(self.persisted_offset, next_offset - 1)
 
     def _reply_when_flushed(self, offset: int, leader: int) -> None:
         """Answer `leader` once `offset` is durable. At most PENDING_REPLIES_MAX wait: the
@@ -239,7 +228,7 @@ class FollowerRules:
             self._commit_to(target)
 
     def _commit_to(self, offset: int) -> None:
-        self.commit_offset = offset
+        self.log.committed = offset
         self.index.committed(offset, self.now)
         changed = self.configs.commit(offset)
         if changed:

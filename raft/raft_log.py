@@ -7,7 +7,11 @@ one view: a leader replicates entries of this round from memory; a follower's co
 older records (raft/backfill.py) waits here too. At the end of the round
 the group actor takes the writes (`take_writes`, in the core's `Ready`) and applies them to
 its log, then saves term and vote, then sends (storage rule 1); durability comes back later
-as an input (`RaftCore.on_persisted`).
+as an input (`RaftCore.on_persisted`, which tells this view: `stable_to`).
+
+It also holds the two positions Raft keeps of a log: how far it is durable (lowered by
+its own cuts, so that a flush reported from before a cut vouches for nothing after it)
+and how far it is committed.
 """
 
 from __future__ import annotations
@@ -61,6 +65,20 @@ class RaftLog:
         self.stored = stored
         self._copy: BackfillWrite | None = None
         self._clear()
+        # The durable end, as the node's flusher last reported it (`stable_to`), lowered
+        # by this log's own cuts: never read from the stored log behind the core's back.
+        self.persisted = stored.flushed_offset
+        # The highest offset known committed. A follower's is never above its own durable
+        # end (I4); a leader's (or a former leader's) may be, when the majority that
+        # flushed it did not include this node.
+        self.committed = -1
+
+    def stable_to(self, offset: int) -> int:
+        """The flusher made the log durable up to `offset`: capped by this round's cut,
+        not yet applied, so that a flush reported from before it does not vouch for the
+        entries that replace the flushed ones. Returns the durable end."""
+        self.persisted = min(offset, self.stored_end())
+        return self.persisted
 
     def _clear(self) -> None:
         # The stored log loses everything from `_cut` on; with `_reset`, everything, and
@@ -221,6 +239,7 @@ class RaftLog:
         """Drop the batch starting at `from_offset` and all after it (a Raft conflict)."""
         if from_offset > self.dirty_offset:
             return
+        self.persisted = min(self.persisted, from_offset - 1)  # what was durable of them is gone
         if self._entries and from_offset >= self._bases[0]:
             self._batches.truncate(from_offset)
             while self._bases and self._bases[-1] >= from_offset:
@@ -245,6 +264,7 @@ class RaftLog:
         """Drop everything and continue at `next_offset`, with `records_before` data records
         before it (a follower whose log is behind the leader's retained start)."""
         self._clear()
+        self.persisted = min(self.persisted, next_offset - 1)
         self._copy = None  # it ended where the log started
         self._cut = next_offset
         self._reset = True

@@ -278,7 +278,7 @@ def test_a_member_need_not_hold_what_a_trim_put_before_the_log_start():
     core = make_core()
     for value in (b"a", b"b", b"c"):
         core.log.append([batch_of(value)], term=1)
-    core.commit_offset = 2
+    core.log.committed = 2
     joined = Progress(2, 3, log_start=2)
     assert not core.holds_the_log(joined)
     core.set_log_floor(2)
@@ -296,7 +296,7 @@ def test_a_member_need_not_hold_raft_batches_its_retention_dropped():
     for _ in range(2):
         core.log.append([config_batch(config)], term=1)
     core.log.append([batch_of(b"a")], term=1)
-    core.commit_offset = 2
+    core.log.committed = 2
     assert core.holds_the_log(Progress(2, 3, log_start=2)), "offsets 0-1 hold no record"
     assert not core.holds_the_log(Progress(2, 3, log_start=3)), "it lacks the record at 2"
     assert not core.holds_the_log(Progress(2, 3, log_start=2, floor=3)), "a witness's floor"
