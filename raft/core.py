@@ -53,6 +53,7 @@ from quorumlog.raft.configs import ConfigTracker, config_of
 from quorumlog.raft.election import Election, ElectionRules
 from quorumlog.raft.follower import FollowerRules, FollowerState
 from quorumlog.raft.hard_state import HardState
+from quorumlog.raft.leader import Leadership
 from quorumlog.raft.log_index import LogIndex
 from quorumlog.raft.messages import (
     AppendEntries,
@@ -133,13 +134,8 @@ class RaftCore(
         self.configs = ConfigTracker(committed, meta.config_offset)
         self.leader_id: int | None = None
         self.following = FollowerState()  # of its leader (raft/follower.py)
-        self.heartbeat_deadline_s = math.inf
-        self.leader_since_s = 0.0
+        self.leading: Leadership | None = None  # while it leads (raft/leader.py)
         self.tracker = ProgressTracker()  # followers and votes (raft/progress.py)
-        # Leader: entries up to here have a caller waiting for their commit (quorum appends,
-        # configurations, the term's barrier); `follower_flush = "quorum"` asks followers to
-        # fsync them before replying.
-        self.awaited_offset = -1
         self.reads = ReadOnly()  # linearizable reads (raft/read_index.py)
         self.index = LogIndex()  # producers, snapshots, stamps (raft/log_index.py)
         self.election = Election(group_id, settings, rng)  # the timer (raft/election.py)
@@ -148,8 +144,6 @@ class RaftCore(
         self.role = Role.FOLLOWER if self.configs.takes_part(self.id) else Role.LEARNER
         # Outputs for the node actor.
         self.outbox = Outbox()
-        # Leadership transfer in progress: (target, give up at); appends wait meanwhile.
-        self.transfer: tuple[int, float] | None = None
         self._reset_election_deadline(now)
 
     # ----------------------------------------------------------------- state and outputs
@@ -167,6 +161,11 @@ class RaftCore(
     def progress(self) -> dict[int, Progress]:
         """The leader's followers, by node id (raft/progress.py)."""
         return self.tracker.progress
+
+    @property
+    def transfer(self) -> tuple[int, float] | None:
+        """A leadership transfer under way: (target, give up at)."""
+        return None if self.leading is None else self.leading.transfer
 
     @property
     def commit_offset(self) -> int:
@@ -199,7 +198,7 @@ class RaftCore(
         if self.quiet:
             return math.inf  # the node's heartbeat manager wakes the group
         if self.role is Role.LEADER:
-            return self.heartbeat_deadline_s
+            return self.leading.heartbeat_deadline_s
         if self.role is Role.LEARNER:
             return math.inf
         return self.election.deadline_s
@@ -238,8 +237,7 @@ class RaftCore(
         self.leader_id = leader_id
         self.tracker.reset()
         self.reads.drop()
-        self.transfer = None
-        self.heartbeat_deadline_s = math.inf
+        self.leading = None
         self._reset_election_deadline(now)
         if was is Role.LEADER:
             logger.info("stepped_down", node_id=self.id, group=self.group_id, term=self.term)
@@ -263,15 +261,16 @@ class RaftCore(
         """Time passed: heartbeats, elections, lost-message recovery, leader step-down."""
         self.now = now
         if self.role is Role.LEADER:
-            if now >= self.heartbeat_deadline_s:
+            if now >= self.leading.heartbeat_deadline_s:
                 self._broadcast_heartbeat(now)
             self._check_quorum(now)
-            if self.transfer is not None and now >= self.transfer[1]:
-                logger.warning(
-                    "transfer_failed", node_id=self.id, group=self.group_id, target=self.transfer[0]
-                )
-                self.transfer = None
             if self.role is Role.LEADER:
+                transfer = self.leading.transfer
+                if transfer is not None and now >= transfer[1]:
+                    logger.warning(
+                        "transfer_failed", node_id=self.id, group=self.group_id, target=transfer[0]
+                    )
+                    self.leading.transfer = None
                 self._retransmit_stalled(now)
                 self._retransmit_backfill(now)
                 self._hand_over_as_witness()
@@ -416,7 +415,7 @@ class RaftCore(
             last = self.log.append(placed, self.term, headers)
             assert last == next_offset - 1, (last, next_offset)
             if awaited:
-                self.awaited_offset = last
+                self.leading.awaited_offset = last
         return results
 
     def _replay_tail(self) -> None:

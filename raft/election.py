@@ -25,6 +25,7 @@ import structlog
 
 from quorumlog.log.batch import BatchType, build_batch
 from quorumlog.membership.quorum import VoteResult
+from quorumlog.raft.leader import Leadership
 from quorumlog.raft.messages import VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
@@ -211,11 +212,11 @@ class ElectionRules:
         self.role = Role.LEADER
         self.leader_id = self.id
         self.election.failed = 0
-        self.leader_since_s = now
+        self.leading = Leadership(since_s=now)
         self.tracker.reset()
         self._sync_progress()
         self.log.append([barrier_batch()], self.term)
-        self.awaited_offset = self.log.dirty_offset
+        self.leading.awaited_offset = self.log.dirty_offset
         self.outbox.flush_soon()
         logger.info(
             "became_leader",
@@ -276,7 +277,7 @@ class ElectionRules:
     def _check_quorum(self, now: float) -> None:
         """Step down if a majority has not answered within an election timeout."""
         window = self.settings.election_timeout_max_s
-        if now - self.leader_since_s < window:
+        if now - self.leading.since_s < window:
             return
         if not self.tracker.quorum_heard(self.config, self.id, now, window):
             logger.warning(

@@ -75,7 +75,7 @@ class QuiescenceRules:
         self.now = now
         if self.role is Role.LEADER:
             self.note_contacts(contacts)
-            self.heartbeat_deadline_s = now
+            self.leading.heartbeat_deadline_s = now
         elif self.leader_id is not None:
             heard = contacts.get(self.leader_id, -math.inf)
             election = self.election

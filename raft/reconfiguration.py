@@ -156,7 +156,7 @@ class ReconfigurationRules:
         check_safe_transition(self.config, config)
         self._check_may_lead(config)
         self.log.append([config_batch(config)], self.term)
-        offset = self.awaited_offset = self.log.dirty_offset
+        offset = self.leading.awaited_offset = self.log.dirty_offset
         self.configs.appended(offset, config)
         self._sync_progress()
         logger.info(
@@ -276,7 +276,7 @@ class ReconfigurationRules:
             raise ConfigChangeError(f"node {target} is not a voter: it cannot lead")
         if not self.configs.can_lead(target):
             raise ConfigChangeError(f"node {target} is a witness: it never leads")
-        self.transfer = (target, self.now + self.settings.election_timeout_max_s)
+        self.leading.transfer = (target, self.now + self.settings.election_timeout_max_s)
         logger.info(
             "transfer_started", node_id=self.id, group=self.group_id, target=target, term=self.term
         )

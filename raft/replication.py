@@ -45,7 +45,7 @@ class ReplicationRules:
     def _broadcast_heartbeat(self, now: float) -> None:
         # Seeded jitter: equal deadlines would be ordered by object identity (not replayable).
         interval = self.settings.heartbeat_interval_s
-        self.heartbeat_deadline_s = now + interval * (1 + 0.01 * self.rng.random())
+        self.leading.heartbeat_deadline_s = now + interval * (1 + 0.01 * self.rng.random())
         for p in self.tracker:
             self._send(p.node_id, self.heartbeat_message())
 
@@ -170,7 +170,7 @@ class ReplicationRules:
                 flush = s.recovery_flush_every_chunk
             else:
                 flush = s.follower_flush == "always" or (
-                    s.follower_flush == "quorum" and self.awaited_offset >= p.next_offset
+                    s.follower_flush == "quorum" and self.leading.awaited_offset >= p.next_offset
                 )
             self._send(
                 p.node_id,
