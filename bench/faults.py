@@ -19,7 +19,7 @@ import random
 from quorumlog.actors.node.storage import partition_dir
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.files import FSYNC_DELAY_FILE
-from quorumlog.log.metadata import METADATA_FILE
+from quorumlog.log.metadata_store import METADATA_FILE
 from quorumlog.log.segment import SEGMENT_SUFFIX
 
 TAIL = ("cut-tail", "flip-last-batch")  # torn tails: the node starts

@@ -262,6 +262,33 @@ def test_nothing_the_node_imports_imports_it_back():
     assert not back
 
 
+# Modules of the standard library and of ours that reach files, sockets or tasks.
+DOES_IO = ("os", "shutil", "pathlib", "io", "tempfile", "mmap", "socket", "trio", "asyncio")
+
+
+def test_raft_reaches_nothing_that_does_io():
+    """The core is a state machine: nothing it imports, however indirectly, opens a file,
+    a socket or a task (its writes go out in its Ready; log/metadata_store.py writes its
+    hard state). Its imports of the log are values: the batch format, the metadata."""
+    graph = module_imports(FOLDERS)
+    raft = [m for m in graph if within(m, "quorumlog.raft")]
+    reached = set(raft).union(*(reaches(graph, m) for m in raft))
+    bad = sorted(
+        f"{module}: {found}"
+        for module in reached
+        for found in imports_of(module_path(module))
+        if any(within(found, io) for io in DOES_IO)
+    )
+    assert not bad
+
+
+def module_path(module: str) -> Path:
+    folder = max((f for f, p in FOLDERS.items() if within(module, p)), key=len)
+    rest = module.removeprefix(FOLDERS[folder]).lstrip(".").replace(".", "/")
+    path = ROOT / folder / f"{rest}.py"
+    return path if rest and path.exists() else ROOT / folder / rest / "__init__.py"
+
+
 def test_the_checks_can_fail(tmp_path):
     """The readers above find what they look for."""
     sample = tmp_path / "sample.py"
@@ -278,3 +305,5 @@ def test_the_checks_can_fail(tmp_path):
     assert a_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
     assert reaches({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, "a") == {"a", "b", "c"}
     assert NODE in module_imports(FOLDERS)["quorumlog.server.server"]
+    assert "os" in imports_of(module_path("quorumlog.log.metadata_store"))
+    assert module_path("quorumlog.raft") == ROOT / "raft" / "__init__.py"

@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import trio
 
-from quorumlog.log.metadata import ConsensusMetadata, MetadataStore
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.metadata_store import MetadataStore
 from quorumlog.log.wal import RunSync
 
 

@@ -34,7 +34,8 @@ from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from quorumlog.log.config import LogConfig, TopicSettings
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
-from quorumlog.log.metadata import METADATA_FILE, ConsensusMetadata, MetadataStore
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.metadata_store import METADATA_FILE, MetadataStore
 from quorumlog.log.tailcache import TailBudget
 from quorumlog.log.wal import Log, RunSync
 from quorumlog.membership.config import Configuration, InvalidConfigurationError

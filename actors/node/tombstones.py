@@ -19,7 +19,8 @@ from quorumlog.log.files import (
     read_whole_file,
     write_file_atomically,
 )
-from quorumlog.log.metadata import ConsensusMetadata, MetadataStore
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.metadata_store import MetadataStore
 
 TOMBSTONE_FILE = "tombstone"
 

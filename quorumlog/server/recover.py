@@ -22,7 +22,7 @@ from quorumlog.actors.node.storage import CONTROLLER_TOPIC, LOG_DIR, group_dirs
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.batch import BatchType, split_batches
 from quorumlog.log.files import OsFileSystem
-from quorumlog.log.metadata import MetadataStore
+from quorumlog.log.metadata_store import MetadataStore
 from quorumlog.log.wal import Log, run_inline
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch, config_of

@@ -6,7 +6,8 @@ import pytest
 
 from quorumlog.log.files import CorruptionError, OsFileSystem
 from quorumlog.log.memdisk import MemoryFileSystem
-from quorumlog.log.metadata import ConsensusMetadata, MetadataStore
+from quorumlog.log.metadata import ConsensusMetadata
+from quorumlog.log.metadata_store import MetadataStore
 
 
 def test_round_trip_and_missing(tmp_path):
