@@ -72,13 +72,13 @@ from quorumlog.raft.progress import Progress, ProgressTracker
 from quorumlog.raft.quiescence import QuiescenceRules
 from quorumlog.raft.raft_log import RaftLog
 from quorumlog.raft.read_index import ReadOnly, ReadState
-from quorumlog.raft.ready import Outbox, ReadyRules
+from quorumlog.raft.ready import Outbox, Ready
 from quorumlog.raft.reconfiguration import ReconfigurationRules
 from quorumlog.raft.replication import ReplicationRules
 from quorumlog.raft.roles import NotLeaderError, Role
 from quorumlog.raft.settings import RaftSettings
 from quorumlog.raft.storage import LogStorage
-from quorumlog.raft.witness import WitnessRules
+from quorumlog.raft.witness import hand_over_target
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -102,8 +102,6 @@ class RaftCore(
     ReconfigurationRules,
     QuiescenceRules,
     BackfillRules,
-    WitnessRules,
-    ReadyRules,
 ):
     def __init__(
         self,
@@ -161,6 +159,12 @@ class RaftCore(
     def progress(self) -> dict[int, Progress]:
         """The leader's followers, by node id (raft/progress.py)."""
         return self.tracker.progress
+
+    @property
+    def serves_clients(self) -> bool:
+        """Leads and may serve appends and reads: not a witness that only hands over
+        (raft/witness.py)."""
+        return self.role is Role.LEADER and self.configs.can_lead(self.id)
 
     @property
     def transfer(self) -> tuple[int, float] | None:
@@ -282,6 +286,15 @@ class RaftCore(
         elif self.role is not Role.LEARNER and now >= self.election.deadline_s:
             self._on_election_timeout(now)
 
+    def _hand_over_as_witness(self) -> None:
+        """Leading as a witness: transfer to the best live voter (raft/witness.py)."""
+        if self.configs.can_lead(self.id) or self.transfer is not None:
+            return
+        target = hand_over_target(self.live_voters(), self.tracker)
+        if target is not None:
+            logger.info("witness_hands_over", node_id=self.id, group=self.group_id, target=target)
+            self.transfer_leadership(target)
+
     def step(self, sender: int, message: RaftMessage, now: float) -> None:
         """A message from a peer. The term check happens once, here (etcd's Step)."""
         self.now = now
@@ -369,6 +382,19 @@ class RaftCore(
 
     def take_read_states(self) -> list[ReadState]:
         return self.reads.take()
+
+    def take_outbox(self) -> list[tuple[int, RaftMessage]]:
+        return self.outbox.take_messages()
+
+    def ready(self) -> Ready:
+        """What the node must do now, in order (raft/ready.py); taken once."""
+        return Ready(
+            hard_state=self.hard.take(),
+            writes=self.log.take_writes(),
+            messages=self.outbox.take_messages(),
+            read_states=self.reads.take(),
+            flush_urgent=self.outbox.take_flush(),
+        )
 
     def propose(
         self, proposals: Sequence[Proposal], now: float, stamp_ms: int | None = None

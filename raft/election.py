@@ -25,6 +25,7 @@ import structlog
 
 from quorumlog.log.batch import BatchType, build_batch
 from quorumlog.membership.quorum import VoteResult
+from quorumlog.raft import witness
 from quorumlog.raft.leader import Leadership
 from quorumlog.raft.messages import VoteReply, VoteRequest
 from quorumlog.raft.roles import Role
@@ -138,7 +139,7 @@ class ElectionRules:
         if self.conditions.stopping:
             return False
         if not self.configs.may_campaign(self.id):
-            return self._witness_may_campaign()  # raft/witness.py
+            return witness.may_campaign(self.config, self.id, self.election.timeouts_as_witness)
         return self.election.turn_waited or self._campaign_rank() == 0
 
     def _campaign_rank(self) -> int:

@@ -50,20 +50,3 @@ class Outbox:
     def take_flush(self) -> bool:
         wanted, self.flush_wanted = self.flush_wanted, False
         return wanted
-
-
-class ReadyRules:
-    """RaftCore's outputs, handed over (mixed into RaftCore, whose state they take)."""
-
-    def take_outbox(self) -> list[tuple[int, RaftMessage]]:
-        return self.outbox.take_messages()
-
-    def ready(self) -> Ready:
-        """What the node must do now, in order; taken once."""
-        return Ready(
-            hard_state=self.hard.take(),
-            writes=self.log.take_writes(),
-            messages=self.outbox.take_messages(),
-            read_states=self.take_read_states(),
-            flush_urgent=self.outbox.take_flush(),
-        )

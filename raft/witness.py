@@ -17,45 +17,24 @@ needs older records waits for a leader that holds them.
 
 from __future__ import annotations
 
-import structlog
-
-from quorumlog.raft.roles import Role
-
-logger = structlog.get_logger("quorumlog.raft")
+from quorumlog.membership.config import Configuration
+from quorumlog.raft.progress import ProgressTracker
 
 # Election timeouts with no leader before a witness campaigns: the voters' turns first.
 WITNESS_CAMPAIGN_TIMEOUTS = 3
 
 
-class WitnessRules:
-    """RaftCore's rules for a witness that must lead for a moment (mixed into RaftCore)."""
+def may_campaign(config: Configuration | None, node_id: int, timeouts_without_leader: int) -> bool:
+    """Whether a witness campaigns: after its voters' turns, with no leader heard of."""
+    return (
+        config is not None
+        and node_id in config.witnesses
+        and config.is_voter(node_id)
+        and timeouts_without_leader >= WITNESS_CAMPAIGN_TIMEOUTS
+    )
 
-    @property
-    def serves_clients(self) -> bool:
-        """Leads and may serve appends and reads: not a witness that only hands over."""
-        return self.role is Role.LEADER and self.configs.can_lead(self.id)
 
-    def _witness_may_campaign(self) -> bool:
-        config = self.config
-        return (
-            config is not None
-            and self.id in config.witnesses
-            and config.is_voter(self.id)
-            and self.election.timeouts_as_witness >= WITNESS_CAMPAIGN_TIMEOUTS
-        )
-
-    def _hand_over_as_witness(self) -> None:
-        """Leading as a witness: transfer to the live voter that can lead and holds the
-        most of the log (the transfer catches it up first, then tells it to campaign)."""
-        if (
-            self.role is not Role.LEADER
-            or self.configs.can_lead(self.id)
-            or self.transfer is not None
-        ):
-            return
-        live = self.live_voters()
-        if not live:
-            return
-        target = max(live, key=lambda n: (self.tracker.get(n).match_offset, -n))
-        logger.info("witness_hands_over", node_id=self.id, group=self.group_id, target=target)
-        self.transfer_leadership(target)
+def hand_over_target(live_voters: list[int], tracker: ProgressTracker) -> int | None:
+    """Where a witness that leads hands leadership: the live voter that can lead and
+    holds the most of the log (the transfer catches it up first)."""
+    return max(live_voters, key=lambda n: (tracker.get(n).match_offset, -n), default=None)
