@@ -26,7 +26,7 @@ from quorumlog.cli import (  # noqa: E402
     topic_commands,
 )
 from quorumlog.cli.commands import read_secret  # noqa: E402
-from quorumlog.server import server  # noqa: E402
+from quorumlog.server import options  # noqa: E402
 from quorumlog.server.listeners import Listeners  # noqa: E402
 from quorumlog.server.logs import configure_logging  # noqa: E402
 
@@ -69,8 +69,8 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
     """--config is read first: its [node] table supplies defaults that flags and QUORUMLOG_*
     environment variables override (precedence: flag, environment, file, default)."""
     try:
-        config = server.load_config_file(path)
-    except server.UsageError as exc:
+        config = options.load_config_file(path)
+    except options.UsageError as exc:
         raise click.BadParameter(str(exc)) from None
     ctx.meta["quorumlog.config"] = config
     ctx.default_map = {**(ctx.default_map or {}), **config.node_defaults}
@@ -79,7 +79,7 @@ def _load_config(ctx: click.Context, param: click.Parameter, path: str | None) -
 
 @main.command(
     epilog="Settings of --config (TOML), with their defaults:\n\n"
-    + server.settings_help().replace("\n", "\n\n")
+    + options.settings_help().replace("\n", "\n\n")
 )
 @click.option(
     "--config",
@@ -259,12 +259,14 @@ def serve(
     )
     if _given(ctx, http_listen=http_listen, metrics=metrics):
         listeners["http_listen"] = http_listen or metrics
+    from quorumlog.server import server  # the node: loaded by the commands that run one
+
     try:
-        options = server.ServeOptions(
+        serve_options = options.ServeOptions(
             node_id=node_id,
             data_dir=data_dir,
             listen=listen,
-            peers=server.parse_peers(peers),
+            peers=options.parse_peers(peers),
             secret=read_secret(secret_file),
             settings=config.raft,
             log_config=config.log,
@@ -272,8 +274,8 @@ def serve(
             join=join,
             listeners=listeners,
         )
-        code = server.serve(options)
-    except (server.UsageError, ValueError) as exc:
+        code = server.serve(serve_options)
+    except (options.UsageError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
     sys.exit(code)
 
@@ -407,7 +409,7 @@ def unsafe_recover(
         return
     if len(data_dirs) != 1 or not members:
         raise click.UsageError("give one --data and --members (or --inspect to compare)")
-    new_members = server.parse_peers(members)
+    new_members = options.parse_peers(members)
     click.echo(
         "WARNING: unsafe recovery forces a new configuration; records acknowledged by the lost "
         "nodes but missing here are lost for good.",

@@ -13,9 +13,7 @@ import signal
 import socket
 import sys
 import time
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -25,7 +23,6 @@ from quorumlog.actors.node.cluster_guard import ForeignClusterError
 from quorumlog.actors.node.node import Node
 from quorumlog.actors.node.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.node.worker import WorkerThread
-from quorumlog.log.config import LogConfig
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
     CorruptionError,
@@ -34,11 +31,11 @@ from quorumlog.log.files import (
     SyncJournal,
 )
 from quorumlog.membership.config import Configuration
-from quorumlog.raft.settings import RaftSettings
 from quorumlog.server.allocator import keep_freed_memory
 from quorumlog.server.data_lock import DataDirInUseError, lock_data_dir
 from quorumlog.server.heap import dump_on_signal, start_tracing
 from quorumlog.server.listeners import Listeners, Restored, record, restore, setting_of
+from quorumlog.server.options import ServeOptions, UsageError
 from quorumlog.transport.addresses import is_loopback, parse_address
 from quorumlog.transport.tcp import open_tcp_transport
 from quorumlog.transport.tls import TlsSetupError, client_context, server_context
@@ -51,112 +48,6 @@ EXIT_USAGE = 2
 EXIT_DAMAGED = 3
 # Files synced at once by a flush pass over many partitions (see actors/node/flusher.py).
 FSYNC_THREADS = 16
-
-
-class UsageError(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    node_id: int
-    data_dir: str
-    listen: str
-    peers: dict[int, str] | None
-    secret: bytes | None
-    settings: RaftSettings
-    log_config: LogConfig
-    repair: bool = False
-    join: bool = False
-    # The Kafka listener, the console (/, /api/, /metrics) and what they need (auto-create,
-    # TLS files), by the names of `Listeners`: those given to this run (flag, environment or
-    # --config); the others are those recorded in the data directory (server/listeners.py).
-    listeners: Mapping[str, Any] = field(default_factory=dict)
-
-
-# The [node] table of a --config file: TOML key -> serve's parameter.
-NODE_KEYS = {
-    "id": "node_id",
-    "data": "data_dir",
-    "listen": "listen",
-    "peers": "peers",
-    "secret_file": "secret_file",
-    "metrics": "metrics",
-    "http_listen": "http_listen",
-    "http_allow_writes": "http_allow_writes",
-    "http_auth_metrics": "http_auth_metrics",
-    "kafka_listen": "kafka_listen",
-    "auto_create_topics": "auto_create_topics",
-    "auto_create_partitions": "auto_create_partitions",
-    "auto_create_replicas": "auto_create_replicas",
-    "log_format": "log_format",
-    "tls_cert": "tls_cert",
-    "tls_key": "tls_key",
-    "tls_ca": "tls_ca",
-}
-
-
-@dataclass(frozen=True)
-class ConfigFile:
-    node_defaults: dict[str, Any]
-    raft: RaftSettings
-    log: LogConfig
-
-
-def settings_help() -> str:
-    """Every setting of a --config file, with its default."""
-    lines = [
-        "[node]  # id, data, listen, peers, secret_file, http_listen (metrics), "
-        "http_allow_writes, http_auth_metrics, kafka_listen, log_format, auto_create_topics, "
-        "auto_create_partitions, auto_create_replicas, tls_*: as the flags"
-    ]
-    for section, cls in (("raft", RaftSettings), ("log", LogConfig)):
-        lines.append(f"[{section}]")
-        defaults = cls()
-        for f in fields(cls):
-            lines.append(f"{f.name} = {getattr(defaults, f.name)!r}")
-    return "\n".join(lines)
-
-
-def load_config_file(path: str | None) -> ConfigFile:
-    """Settings from a TOML file with [node], [raft] and [log] tables; unknown keys are errors."""
-    if path is None:
-        return ConfigFile({}, RaftSettings(), LogConfig())
-    try:
-        with open(path, "rb") as f:
-            document: dict[str, Any] = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read config file {path}: {exc}") from None
-    unknown = set(document) - {"node", "raft", "log"}
-    if unknown:
-        raise UsageError(f"{path}: unknown tables {sorted(unknown)} (expected node, raft, log)")
-    node = document.get("node", {})
-    unknown = set(node) - set(NODE_KEYS)
-    if unknown:
-        raise UsageError(f"{path}: unknown [node] settings {sorted(unknown)}")
-    if isinstance(node.get("peers"), dict):
-        node["peers"] = ",".join(f"{k}={v}" for k, v in node["peers"].items())
-    try:
-        return ConfigFile(
-            {NODE_KEYS[k]: v for k, v in node.items()},
-            RaftSettings(**document.get("raft", {})),
-            LogConfig(**document.get("log", {})),
-        )
-    except (TypeError, ValueError, AssertionError) as exc:
-        raise UsageError(f"{path}: invalid setting: {exc}") from None
-
-
-def parse_peers(text: str | None) -> dict[int, str] | None:
-    if not text:
-        return None
-    peers = {}
-    for item in text.split(","):
-        node, sep, address = item.strip().partition("=")
-        if not sep or not node.isdigit():
-            raise UsageError(f"--peers wants ID=HOST:PORT items, not {item!r}")
-        parse_address(address)
-        peers[int(node)] = address
-    return peers
 
 
 def _sync_journal(data_dir: str) -> SyncJournal | None:
