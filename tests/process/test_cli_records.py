@@ -12,7 +12,7 @@ import time
 import pytest
 
 from quorumlog import Record
-from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster
+from quorumlog.cli.localcluster import QUORUMLOG
 from quorumlog.client.partitioner import partition_of_key
 
 
@@ -26,14 +26,8 @@ def ok(*args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
     return out
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """One cluster for the module: each test uses topics of its own."""
-    c = ProcessCluster(str(tmp_path_factory.mktemp("records")))
-    c.start_all()
-    c.wait_for_leader()
-    yield c
-    c.stop_all()
+# One cluster for the module: each test uses topics of its own.
+pytestmark = pytest.mark.shares_cluster
 
 
 def test_consume_partition_all_prints_every_record_of_a_keyed_topic(cluster):

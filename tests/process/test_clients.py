@@ -24,6 +24,9 @@ from quorumlog.log.records import encode_records
 from quorumlog.transport.messages import Acks, AppendRequest, ErrorCode, ErrorReply, Message
 from quorumlog.transport.tcp import open_connection
 
+# Each test reads back what it appended, at the offsets it was given: one cluster serves all.
+pytestmark = pytest.mark.shares_cluster
+
 
 async def test_async_client_keeps_a_window_of_appends_in_flight(cluster):
     await trio.to_thread.run_sync(cluster.wait_for_leader)  # a blocking call, off the loop
