@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 
-from quorumlog.actors.node.storage import partition_dir
+from quorumlog.actors.services.storage import partition_dir
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.files import FSYNC_DELAY_FILE
 from quorumlog.log.metadata_store import METADATA_FILE

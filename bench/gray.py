@@ -11,7 +11,7 @@ run:
 - healthy;
 - a follower's fsyncs 50 ms slower;
 - the leader's fsyncs 50 ms slower: the rate, how long until a second's rate is back to
-  0.7x healthy, and when leadership left the slow node (actors/node/disk_health.py);
+  0.7x healthy, and when leadership left the slow node (actors/services/disk_health.py);
 - healthy again.
 
 Then a flapping disk (the leader's fsyncs slow for 1 s in every 10) for a minute, counting

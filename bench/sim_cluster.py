@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import trio
 
 from quorumlog.actors.node.node import Node
-from quorumlog.actors.node.storage import open_storage
 from quorumlog.actors.replica.actor import ReplicaActor
+from quorumlog.actors.services.storage import open_storage
 from quorumlog.bench.sim_node import SimNode
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import StorageError

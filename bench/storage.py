@@ -27,7 +27,7 @@ import time
 
 import trio
 
-from quorumlog.actors.node.worker import WorkerThread
+from quorumlog.actors.services.worker import WorkerThread
 from quorumlog.bench.report import median
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import OsFileSystem

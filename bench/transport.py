@@ -24,7 +24,7 @@ from functools import partial
 import structlog
 import trio
 
-from quorumlog.actors.node.wire import register_raft_messages
+from quorumlog.actors.services.wire import register_raft_messages
 from quorumlog.bench.report import median, print_table
 from quorumlog.log.batch import build_batch, with_offset_and_term
 from quorumlog.raft.messages import AppendEntries

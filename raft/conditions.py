@@ -16,6 +16,6 @@ class NodeConditions:
     # The node is shutting down (actors/node/shutdown.py): it hands leadership over and
     # takes none (no campaign, no transfer to it); it still votes.
     stopping: bool = False
-    # Its disk was slow lately (actors/node/disk_health.py): it campaigns an election
+    # Its disk was slow lately (actors/services/disk_health.py): it campaigns an election
     # timeout late, so that a healthy voter wins first, and still when none does.
     campaign_late: bool = False

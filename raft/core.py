@@ -220,7 +220,7 @@ class RaftCore(
 
     def _reset_election_deadline(self, now: float) -> None:
         # A node whose disk was slow lately campaigns an election timeout late, so that a
-        # healthy voter wins first (actors/node/disk_health.py), and still when none does.
+        # healthy voter wins first (actors/services/disk_health.py), and still when none does.
         self.election.reset(now, late=self.conditions.campaign_late)
 
     def _in_lease(self, now: float) -> bool:

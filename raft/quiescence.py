@@ -70,7 +70,7 @@ class QuiescenceRules:
     def wake(self, now: float, contacts: Mapping[int, float]) -> None:
         """Leave the quiet state with what the node heard meanwhile: `contacts` are the
         last times each peer node answered, and the last time the leader's node named
-        this group (actors/node/heartbeats.py)."""
+        this group (actors/services/heartbeats.py)."""
         self.quiet = False
         self.now = now
         if self.role is Role.LEADER:

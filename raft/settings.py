@@ -46,7 +46,7 @@ class RaftSettings:
     retransmit_timeout_s: float = 0.2
     # Batches a client append request may carry.
     append_bytes_max: int = 8 * 1024 * 1024
-    # Gray failures (actors/node/disk_health.py): a node's disk is slow while its recent fsync
+    # Gray failures (actors/services/disk_health.py): a node's disk is slow while its recent fsync
     # latency is above this many times the median of the other nodes' and above
     # slow_fsync_min_s; a leader whose disk stays slow for slow_fsync_for_s hands its
     # groups over, and a node slow within slow_fsync_cooldown_s is not given leadership

@@ -309,13 +309,15 @@ class HeartbeatBatch:
     sender leads with that peer as a member. `ids` (int64 little-endian array) are groups
     whose term and commit offset did not change since the last batch to this peer; `full`
     is the msgpack array of [group, term, commit_offset] of the others
-    (actors/node/heartbeats.py)."""
+    (actors/services/heartbeats.py)."""
 
     TAG = 43
     seq: int  # echoed by the reply, which confirms the full entries this batch carried
     ids: bytes
     full: bytes
-    fsync_us: int  # the sender's recent fsync latency, -1 if unknown (actors/node/disk_health.py)
+    fsync_us: (
+        int  # the sender's recent fsync latency, -1 if unknown (actors/services/disk_health.py)
+    )
 
 
 @dataclass(frozen=True, slots=True)

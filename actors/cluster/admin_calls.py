@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 import trio
 
 from quorumlog.actors.cluster.controller import TOPIC_OPS
-from quorumlog.actors.node.removal import CLUSTER_CONFIG_OP, cluster_config
+from quorumlog.actors.cluster.removal import CLUSTER_CONFIG_OP, cluster_config
 from quorumlog.actors.replica.handle import LeadershipLost
 from quorumlog.membership.changes import (
     ChangeInProgressError,
@@ -105,7 +105,9 @@ async def handle_admin(node: ClusterMember, request: AdminRequest) -> Message:
     part of one (`args["group"]` names the group)."""
     if request.op in TOPIC_OPS:
         return await node.controller_actor.handle(request)
-    if request.op == CLUSTER_CONFIG_OP:  # any node answers, from its view (actors/node/removal.py)
+    if (
+        request.op == CLUSTER_CONFIG_OP
+    ):  # any node answers, from its view (actors/cluster/removal.py)
         return AdminReply(cluster_config(node.controller.view))
     group_id = request.args.get("group")
     if group_id is not None:

@@ -66,10 +66,10 @@ from quorumlog.transport.messages import (
 
 if TYPE_CHECKING:
     from quorumlog.actors.cluster.rebalancer import Rebalancer
-    from quorumlog.actors.node.cluster_guard import ClusterGuard
-    from quorumlog.actors.node.heartbeats import HeartbeatManager
-    from quorumlog.actors.node.storage import NodeStorage
     from quorumlog.actors.replica.actor import ReplicaActor
+    from quorumlog.actors.services.cluster_guard import ClusterGuard
+    from quorumlog.actors.services.heartbeats import HeartbeatManager
+    from quorumlog.actors.services.storage import NodeStorage
     from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.controller")

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from quorumlog.actors.cluster.controller import ControllerActor
-    from quorumlog.actors.node.cluster_guard import ClusterGuard
-    from quorumlog.actors.node.removal import RemovalWatch
+    from quorumlog.actors.cluster.removal import RemovalWatch
     from quorumlog.actors.replica.actor import ReplicaActor
+    from quorumlog.actors.services.cluster_guard import ClusterGuard
     from quorumlog.raft.settings import RaftSettings
     from quorumlog.transport.messages import ErrorReply, Message
 

@@ -11,7 +11,7 @@ from quorumlog.actors.cluster.member import ClusterMember
 
 if TYPE_CHECKING:
     from quorumlog.actors.coordinator.coordinator import Coordinator
-    from quorumlog.actors.node.storage import NodeStorage
+    from quorumlog.actors.services.storage import NodeStorage
 
 
 @runtime_checkable

@@ -1,1 +1,2 @@
-"""The node: its replicas' host, storage, flusher, heartbeats, health and stop."""
+"""The node: builds its services (actors/services/), hosts its replicas, and runs what
+spans them all: the group manager, leader balance, burial of moved replicas, a planned stop."""

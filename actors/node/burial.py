@@ -5,7 +5,7 @@ still counted it (the change leaving it out not yet committed), the group could 
 acknowledgement it relied on; so every CHECK_S this node asks the partition's leader for
 the nodes its group counts or may count (the configuration in effect and the last
 committed), and only once neither holds this node does it lay a tombstone
-(actors/node/tombstones.py): the log goes, the term and vote stay.
+(actors/services/tombstones.py): the log goes, the term and vote stay.
 
 A node removed from the cluster no longer learns where its replicas went (the controller's
 log stops reaching it), so it asks about every replica it holds but `default`'s (which

@@ -9,7 +9,7 @@ leadership for load balancing). `default` and the controller stay where they are
 
 A node whose own disk stays slow hands every group it leads to the caught-up voter with
 the fastest disk, and an avoided node gets no leadership back until it has been healthy
-(actors/node/disk_health.py says who is slow and who is avoided).
+(actors/services/disk_health.py says who is slow and who is avoided).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 import trio
 
-from quorumlog.actors.node.disk_health import CHECK_INTERVAL_S, DiskHealth
+from quorumlog.actors.services.disk_health import CHECK_INTERVAL_S, DiskHealth
 from quorumlog.controller.state import DEFAULT_TOPIC, ClusterState, TopicError
 
 if TYPE_CHECKING:

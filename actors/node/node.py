@@ -24,25 +24,25 @@ from quorumlog.actors.cluster.admin_calls import handle_admin
 from quorumlog.actors.cluster.controller import ControllerActor
 from quorumlog.actors.cluster.mover import ReplicaMover
 from quorumlog.actors.cluster.rebalancer import Rebalancer
+from quorumlog.actors.cluster.removal import RemovalWatch
 from quorumlog.actors.coordinator.coordinator import Coordinator
 from quorumlog.actors.coordinator.group_calls import CALLS
 from quorumlog.actors.node.burial import bury_moved_replicas
-from quorumlog.actors.node.cluster_guard import ClusterGuard
-from quorumlog.actors.node.disk_health import DiskHealth
-from quorumlog.actors.node.flusher import Flusher
-from quorumlog.actors.node.heartbeats import HeartbeatManager
 from quorumlog.actors.node.leader_balance import balance_leaders, hand_over_from_slow_disk
 from quorumlog.actors.node.manager import GroupManager
-from quorumlog.actors.node.metadata_writer import MetadataWriter
 from quorumlog.actors.node.refusals import no_replica
-from quorumlog.actors.node.removal import RemovalWatch
 from quorumlog.actors.node.shutdown import hand_over_leadership
-from quorumlog.actors.node.stall_watch import watch_stalls
-from quorumlog.actors.node.stats import NodeStats
-from quorumlog.actors.node.storage import GroupStorage, NodeStorage
-from quorumlog.actors.node.wire import register_raft_messages
 from quorumlog.actors.replica.actor import ReplicaActor
 from quorumlog.actors.replica.campaigns import CampaignSlots
+from quorumlog.actors.services.cluster_guard import ClusterGuard
+from quorumlog.actors.services.disk_health import DiskHealth
+from quorumlog.actors.services.flusher import Flusher
+from quorumlog.actors.services.heartbeats import HeartbeatManager
+from quorumlog.actors.services.metadata_writer import MetadataWriter
+from quorumlog.actors.services.stall_watch import watch_stalls
+from quorumlog.actors.services.stats import NodeStats
+from quorumlog.actors.services.storage import GroupStorage, NodeStorage
+from quorumlog.actors.services.wire import register_raft_messages
 from quorumlog.controller.state import DEFAULT_TOPIC, Partition
 from quorumlog.log.config import TopicSettings
 from quorumlog.log.wal import Log, RunSync, run_inline
@@ -322,7 +322,7 @@ class Node:
         out["groups"] = self.coordinator.lag_rows()  # the consumer groups it coordinates
         out["kafka_address"] = self.kafka_address
         # Fsync latencies of this node and the peers it heard from, and which are slow
-        # (actors/node/disk_health.py).
+        # (actors/services/disk_health.py).
         out["disks"] = self.disk_health.to_json(trio.current_time())
         if self.controller_actor.is_current():  # the controller's leader: it rebalances
             out["rebalance"] = self.rebalancer.progress()
@@ -504,7 +504,7 @@ class Node:
 
     async def bury_partition(self, key: tuple[str, int]) -> None:
         """Stop a replica that moved off this node, which its group no longer counts, and
-        delete its log, keeping its term and vote (actors/node/tombstones.py). Checked again
+        delete its log, keeping its term and vote (actors/services/tombstones.py). Checked again
         once it holds the lock: a move that placed it here again while its group's leader
         was asked would lose the new replica, which nothing would make again (seed 80100:
         the learner the move added never caught up). A node removed from the cluster is

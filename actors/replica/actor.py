@@ -23,12 +23,6 @@ from dataclasses import replace
 import structlog
 import trio
 
-from quorumlog.actors.node.disk_health import DiskHealth
-from quorumlog.actors.node.flusher import Flusher
-from quorumlog.actors.node.heartbeats import HeartbeatManager
-from quorumlog.actors.node.metadata_writer import MetadataWriter
-from quorumlog.actors.node.stats import NodeStats
-from quorumlog.actors.node.storage import GroupStorage
 from quorumlog.actors.replica.appends import AppendIntake
 from quorumlog.actors.replica.campaigns import CampaignSlots, CampaignTurn
 from quorumlog.actors.replica.handle import ReplicaHandle
@@ -53,6 +47,12 @@ from quorumlog.actors.replica.read_index import (
 )
 from quorumlog.actors.replica.retention import keep_retention
 from quorumlog.actors.replica.stamper import Stamper
+from quorumlog.actors.services.disk_health import DiskHealth
+from quorumlog.actors.services.flusher import Flusher
+from quorumlog.actors.services.heartbeats import HeartbeatManager
+from quorumlog.actors.services.metadata_writer import MetadataWriter
+from quorumlog.actors.services.stats import NodeStats
+from quorumlog.actors.services.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.log.config import LogConfig
 from quorumlog.membership.config import Configuration

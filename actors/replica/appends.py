@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import trio
 
-from quorumlog.actors.node.stats import NodeStats
 from quorumlog.actors.replica.append_check import checked_batches
 from quorumlog.actors.replica.mailbox import Answered, ClientAppend, Pending
+from quorumlog.actors.services.stats import NodeStats
 from quorumlog.log.batch import BatchHeader
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.raft.settings import RaftSettings

@@ -51,7 +51,7 @@ class GroupView:
     config: Configuration | None  # in effect (the latest in the log)
     committed_config: Configuration | None
     # Where `committed_config` sits in the group's log: the order of committed
-    # configurations, the same on every replica (I2; actors/node/removal.py compares them).
+    # configurations, the same on every replica (I2; actors/cluster/removal.py compares them).
     committed_config_offset: int
     transfer_to: int | None  # a leadership transfer under way, to this node
     quiet: bool  # idle: no timers run (raft/quiescence.py)

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from quorumlog.actors.node.stats import NodeStats
+from quorumlog.actors.services.stats import NodeStats
 from quorumlog.raft.core import Proposal, RaftCore
 from quorumlog.transport.messages import Acks, AppendReply, Message
 from quorumlog.transport.network import Answer
@@ -77,7 +77,7 @@ class Answered:
 
 
 class WakeUp:
-    """Mailbox message: a quiet group must run its timers again (actors/node/heartbeats.py)."""
+    """Mailbox message: a quiet group must run its timers again (actors/services/heartbeats.py)."""
 
     __slots__ = ()
 

@@ -11,9 +11,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from quorumlog.actors.coordinator.coordinator import Coordinator
-from quorumlog.actors.node.disk_health import DiskHealth
-from quorumlog.actors.node.stats import Histogram, NodeStats
 from quorumlog.actors.replica.actor import ReplicaActor
+from quorumlog.actors.services.disk_health import DiskHealth
+from quorumlog.actors.services.stats import Histogram, NodeStats
 
 ROLES = ("leader", "follower", "candidate", "learner")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from quorumlog.actors.node.storage import CONTROLLER_TOPIC, LOG_DIR, group_dirs
+from quorumlog.actors.services.storage import CONTROLLER_TOPIC, LOG_DIR, group_dirs
 from quorumlog.controller.state import DEFAULT_TOPIC
 from quorumlog.log.batch import BatchType, split_batches
 from quorumlog.log.files import OsFileSystem

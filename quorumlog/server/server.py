@@ -19,10 +19,10 @@ from typing import Any
 import structlog
 import trio
 
-from quorumlog.actors.node.cluster_guard import ForeignClusterError
 from quorumlog.actors.node.node import Node
-from quorumlog.actors.node.storage import BootstrapError, WrongNodeError, open_storage
-from quorumlog.actors.node.worker import WorkerThread
+from quorumlog.actors.services.cluster_guard import ForeignClusterError
+from quorumlog.actors.services.storage import BootstrapError, WrongNodeError, open_storage
+from quorumlog.actors.services.worker import WorkerThread
 from quorumlog.log.files import (
     FSYNC_DELAY_FILE,
     CorruptionError,
@@ -46,7 +46,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_DAMAGED = 3
-# Files synced at once by a flush pass over many partitions (see actors/node/flusher.py).
+# Files synced at once by a flush pass over many partitions (see actors/services/flusher.py).
 FSYNC_THREADS = 16
 
 

@@ -1,8 +1,8 @@
-"""Whose disk is slow (actors/node/disk_health.py): plain state, times passed in."""
+"""Whose disk is slow (actors/services/disk_health.py): plain state, times passed in."""
 
 from __future__ import annotations
 
-from quorumlog.actors.node.disk_health import UNKNOWN_US, DiskHealth
+from quorumlog.actors.services.disk_health import UNKNOWN_US, DiskHealth
 from quorumlog.raft.settings import RaftSettings
 
 SETTINGS = RaftSettings(

@@ -3,8 +3,8 @@ costs its id once the peer confirmed its term and commit, and a lost batch costs
 
 from __future__ import annotations
 
-from quorumlog.actors.node.disk_health import DiskHealth
-from quorumlog.actors.node.heartbeats import (
+from quorumlog.actors.services.disk_health import DiskHealth
+from quorumlog.actors.services.heartbeats import (
     BeatBatcher,
     BeatReceiver,
     HeartbeatManager,
@@ -12,7 +12,7 @@ from quorumlog.actors.node.heartbeats import (
     pack_ids,
     unpack_ids,
 )
-from quorumlog.actors.node.stats import NodeStats
+from quorumlog.actors.services.stats import NodeStats
 from quorumlog.raft.settings import RaftSettings
 
 

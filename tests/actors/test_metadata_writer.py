@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from quorumlog.actors.node.metadata_writer import MetadataWriter
+from quorumlog.actors.services.metadata_writer import MetadataWriter
 
 
 class Store:

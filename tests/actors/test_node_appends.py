@@ -8,7 +8,7 @@ import random
 import trio
 
 from quorumlog.actors.node.node import Node
-from quorumlog.actors.node.storage import open_storage
+from quorumlog.actors.services.storage import open_storage
 from quorumlog.log.batch import split_batches
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.records import make_data_batch

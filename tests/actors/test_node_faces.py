@@ -9,9 +9,9 @@ import trio
 
 from quorumlog.actors.cluster.controller import ControllerHost
 from quorumlog.actors.cluster.member import ClusterMember
+from quorumlog.actors.cluster.removal import RemovalHost
 from quorumlog.actors.kafka.host import KafkaHost
 from quorumlog.actors.node.burial import BurialHost
-from quorumlog.actors.node.removal import RemovalHost
 from quorumlog.server.metrics import MeasuredNode
 from tests.actors.test_node_appends import one_node
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from quorumlog.actors.node.storage import (
+from quorumlog.actors.services.storage import (
     BootstrapError,
     TopicSettings,
     WrongNodeError,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import random
 
-from quorumlog.actors.node.storage import MetadataStore, TopicSettings, group_dirs
-from quorumlog.actors.node.tombstones import TOMBSTONE_FILE
+from quorumlog.actors.services.storage import MetadataStore, TopicSettings, group_dirs
+from quorumlog.actors.services.tombstones import TOMBSTONE_FILE
 from quorumlog.log.memdisk import MemoryFileSystem
 from tests.actors.test_storage import PEERS, open_node
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from quorumlog.actors.node.removal import cluster_config, proves_removal, removed_by_own_log
+from quorumlog.actors.cluster.removal import cluster_config, proves_removal, removed_by_own_log
 from quorumlog.actors.replica.handle import GroupView
 from quorumlog.client.protocol import newest_status, status_rows
 from quorumlog.membership.config import Configuration

@@ -1,7 +1,7 @@
 """A thousand partitions on three real nodes: every partition has a leader again after
 its leaders' node is lost for good, and after every node is killed and restarted. Before
 elections were paced (raft/election.py, actors/replica/campaigns.py) and term and vote saves
-batched (actors/node/metadata_writer.py), a third of them stayed leaderless for as long as one
+batched (actors/services/metadata_writer.py), a third of them stayed leaderless for as long as one
 node was down, and nearly all of them after a restart. The time limits are far above what
 the cluster needs (bench elections: seconds); a storm never ends."""
 

@@ -42,7 +42,7 @@ def test_a_paused_leader_is_replaced_and_steps_down_when_resumed(cluster):
 def test_a_leader_starved_of_cpu_hands_its_leadership_over(cluster):
     """Stopped 200 ms in every 400, a leader keeps its followers' votes while each append
     waits out its pauses: compared with its peers it is slow, as a slow disk is, and after
-    `slow_fsync_for_s` it hands its groups to a healthy voter (actors/node/stall_watch.py)."""
+    `slow_fsync_for_s` it hands its groups to a healthy voter (actors/services/stall_watch.py)."""
     leader = cluster.wait_for_leader()
     proc = cluster.procs[leader]
     for _ in range(8):

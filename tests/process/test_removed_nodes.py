@@ -135,7 +135,7 @@ def test_status_and_clients_follow_the_newest_configuration_past_removed_nodes(s
 def test_a_removed_node_learns_it_says_so_and_stops_serving(cluster):
     """Issue 45: a node removed and left running learns its removal, logs it once, says so
     in `status`, serves no client, deletes the replicas moved off it (tombstones), then
-    campaigns in no group (until its groups leave it out, it may: actors/node/removal.py), and
+    campaigns in no group (until its groups leave it out, it may: actors/cluster/removal.py), and
     keeps the rest of its data."""
     cluster.wait_for_leader()
     with cluster.client() as c:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 import structlog
 import trio
 
-from quorumlog.actors.node.storage import NodeStorage
+from quorumlog.actors.services.storage import NodeStorage
 from quorumlog.transport.identity import ClusterIdentity
 
 logger = structlog.get_logger("quorumlog.cluster")

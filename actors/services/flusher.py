@@ -21,8 +21,8 @@ from typing import Protocol
 
 import trio
 
-from quorumlog.actors.node.disk_health import DiskHealth
-from quorumlog.actors.node.stats import NodeStats
+from quorumlog.actors.services.disk_health import DiskHealth
+from quorumlog.actors.services.stats import NodeStats
 from quorumlog.log.flushjob import FlushJob
 from quorumlog.log.wal import Log, RunSync
 

@@ -34,8 +34,8 @@ from quorumlog.raft.messages import Heartbeat
 from quorumlog.transport.messages import HeartbeatBatch, HeartbeatBatchReply
 
 if TYPE_CHECKING:
-    from quorumlog.actors.node.disk_health import DiskHealth
-    from quorumlog.actors.node.stats import NodeStats
+    from quorumlog.actors.services.disk_health import DiskHealth
+    from quorumlog.actors.services.stats import NodeStats
     from quorumlog.raft.settings import RaftSettings
 
 logger = structlog.get_logger("quorumlog.heartbeats")

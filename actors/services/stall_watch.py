@@ -6,7 +6,7 @@ before their timers run out) while every append waits out its pauses: stopped 20
 every 400, it served x0.47 of a healthy leader's appends (`bench gray`). The watch wakes
 every STALL_CHECK_S on trio's clock; a wake-up later than asked by more than half the
 minimum election timeout means the whole process stood still that long. It tells the
-node's disk health (actors/node/disk_health.py), where a starved process counts as a slow disk:
+node's disk health (actors/services/disk_health.py), where a starved process counts as a slow disk:
 compared with its peers' figures, it hands its groups over to caught-up voters and is
 avoided by everyone's leader balancer for `slow_fsync_cooldown_s`. Stalls every node has
 at once (a machine short of CPU for all of them) move nothing: before they were compared,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import structlog
 import trio
 
-from quorumlog.actors.node.disk_health import DiskHealth
+from quorumlog.actors.services.disk_health import DiskHealth
 
 logger = structlog.get_logger("quorumlog.disk_health")
 

@@ -3,7 +3,7 @@
 Every node keeps a recent fsync latency for itself (its flusher's passes, smoothed; a pass
 still running counts for as long as it runs, so a stalled disk is slow, not silent) and for
 each peer it exchanges heartbeat batches with: both the batches and their replies carry the
-sender's own figure. A starved process (actors/node/stall_watch.py) counts as a slow disk: while
+sender's own figure. A starved process (actors/services/stall_watch.py) counts as a slow disk: while
 STALLS_MIN stalls fall within STALL_WINDOW_S, its figure is at least the longest of them. A
 node is *slow* while its figure is above `slow_fsync_min_s` and above `slow_fsync_factor`
 times the median of the other nodes' figures. So a cluster whose disks are all slow has
@@ -71,7 +71,7 @@ class DiskHealth:
         self.disks: dict[int, Disk] = {node_id: Disk()}
         self._pass_started_s: float | None = None
         self._judged_s = -math.inf
-        # (when, seconds) of this process's last stalls (actors/node/stall_watch.py)
+        # (when, seconds) of this process's last stalls (actors/services/stall_watch.py)
         self._stalls: deque[tuple[float, float]] = deque(maxlen=STALLS_MIN)
 
     # ----------------------------------------------------------------------- inputs

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
-from quorumlog.actors.node import tombstones
+from quorumlog.actors.services import tombstones
 from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, DEFAULT_TOPIC
 from quorumlog.log.config import LogConfig, TopicSettings
@@ -106,7 +106,7 @@ class NodeStorage:
     partitions: dict[tuple[str, int], GroupStorage] = field(default_factory=dict)
     node_id: int = 0
     cluster_id: str | None = None  # recorded once the cluster has named itself
-    # (topic, partition) -> group id of a replica moved off and deleted (actors/node/tombstones.py;
+    # (topic, partition) -> group id of a replica moved off and deleted (actors/services/tombstones.py;
     # -1 if unreadable)
     tombstones: dict[tuple[str, int], int] = field(default_factory=dict)
     # What the leaders' caches of recent batches hold together (log/tailcache.py).
