@@ -7,7 +7,7 @@
 - a member's SIGKILL until its partitions are consumed again by the survivor (the
   target: at most the session timeout + 1 s);
 - queue mode (bench/consume_queue.py);
-- `quorumlog consume` of a partition of small lines (1M; 100,000 --tiny) to /dev/null,
+- `quorumlog consume` of a partition of small lines (1M; 20,000 --tiny) to /dev/null,
   against an AsyncClient.read loop over the same records (the target: x0.8);
 - one consumer of 1,000 partitions (512 KB each; 256 KB --quick) polling slowly: how much
   its memory grows against its read-ahead bound (`buffer_bytes`, 64 MiB by default).
@@ -56,7 +56,7 @@ class Sizes:
 
 FULL = Sizes(100_000, 3, 5, 50_000, 20.0, 1_000_000, wide_partitions=1000, wide_records=2000)
 QUICK = Sizes(50_000, 2, 2, 20_000, 8.0, 1_000_000, wide_partitions=1000, wide_records=1000)
-TINY = Sizes(1_000, 1, 1, 1_000, 1.0, 100_000, wide_partitions=20, wide_records=500)
+TINY = Sizes(1_000, 1, 1, 1_000, 1.0, 20_000, wide_partitions=20, wide_records=500)
 
 
 async def fill(brokers: str, topic: str, partitions: int, per_partition: int) -> None:

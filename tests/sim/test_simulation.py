@@ -26,17 +26,17 @@ from quorumlog.bench.simulation import (
 from quorumlog.controller.state import CONTROLLER_GROUP
 from quorumlog.raft.progress import Progress
 
-SEEDS_3 = range(120)
-SEEDS_5 = range(1000, 1060)
+SEEDS_3 = range(40)
+SEEDS_5 = range(1000, 1020)
 # With membership changes and leadership transfers on top of the faults.
-MEMBERSHIP_SEEDS_3 = range(2000, 2030)
-MEMBERSHIP_SEEDS_5 = range(3000, 3030)
+MEMBERSHIP_SEEDS_3 = range(2000, 2012)
+MEMBERSHIP_SEEDS_5 = range(3000, 3012)
 # Three topics of four partitions besides `default` and the controller: 14 groups a node.
-TOPIC_SEEDS_3 = range(4000, 4030)
-TOPIC_SEEDS_5 = range(5000, 5020)
+TOPIC_SEEDS_3 = range(4000, 4012)
+TOPIC_SEEDS_5 = range(5000, 5008)
 # Followers that answer before they flush (`lazy`) or flush every message (`always`): the
 # other `[raft] follower_flush` settings (every other kind runs the default, `quorum`).
-FOLLOWER_FLUSH_SEEDS_3 = range(6000, 6030)
+FOLLOWER_FLUSH_SEEDS_3 = range(6000, 6012)
 # An operator grows the topics, changes their replication factor and settings, moves and
 # trims their partitions while the faults go on (bench/sim_topics.py); one seed in three
 # with membership changes too.
@@ -96,7 +96,7 @@ def test_five_nodes_with_topic_changes(seed):
     check_seed(seed, 5, membership=seed % 3 == 0, topic_changes=True)
 
 
-# Seeds that `quorumlog bench sim` found failing, with their kind; each runs twice.
+# Seeds that `quorumlog bench sim` found failing, with their kind.
 # 10216: a node whose log started again at the leader's start kept the configuration it
 # had, which its new log's first change appeared to replace (raft/follower.py). 10111 and
 # 10226: did not replay, the simulated disk tearing its files in a set's order on a crash
@@ -182,9 +182,16 @@ FOUND_SEEDS += [(82393, 5, {"membership": True, "topics": False})]
 FOUND_SEEDS += [(82584, 5, {"membership": True, "topics": True, "topic_changes": True})]
 
 
+# The found seeds that failed by not replaying run twice; the others as the sweep's do.
+FOUND_NOT_REPLAYING = {10111, 10226}
+
+
 @pytest.mark.parametrize(("seed", "size", "kind"), FOUND_SEEDS)
 def test_seeds_found_by_the_bench(seed, size, kind):
-    assert run_seed(seed, size=size, **kind) == run_seed(seed, size=size, **kind)
+    if seed in FOUND_NOT_REPLAYING:
+        assert run_seed(seed, size=size, **kind) == run_seed(seed, size=size, **kind)
+    else:
+        check_seed(seed, size, **kind)
 
 
 @pytest.mark.parametrize("seed", [10000, 10003])
@@ -338,7 +345,8 @@ def test_a_run_whose_clock_stands_still_fails_instead_of_hanging(monkeypatch):
 # Elections with many groups (bench/sim_elections.py): 600 partitions on 3 nodes, every node
 # paying for each message and storage call. Before elections were paced and term and vote
 # saves batched, the restart left 536 groups leaderless after 30 s of simulated time.
-@pytest.mark.parametrize("restart_all", [False, True], ids=["one-lost", "all-restarted"])
-def test_every_group_of_hundreds_elects_again_within_the_bound(restart_all):
-    elapsed = run_elections(40, restart_all=restart_all)
-    assert elapsed <= (ALL_RESTARTED_BOUND_S if restart_all else ONE_LOST_BOUND_S)
+@pytest.mark.slow
+def test_every_group_of_hundreds_elects_again_within_the_bound():
+    times = run_elections(40)
+    assert times.one_lost_s <= ONE_LOST_BOUND_S
+    assert times.all_restarted_s <= ALL_RESTARTED_BOUND_S
