@@ -56,12 +56,13 @@ run: $(VENV)/.base
 	@$(COMPILE)
 	$(BIN)/quorumlog dev
 
-# The simulations are pure CPU and independent: they run on both cores; the rest (real
-# processes, Spark) one test at a time.
+# Two workers, one a core: a test that waits on its processes leaves the core to the other.
+# The tests marked `alone` judge what a fault costs against the time it lasts, and run
+# afterwards, one at a time.
 test: $(VENV)/.full $(VENV)/.chromium $(KAFKA_JAVA)/.fetched
 	@$(COMPILE)
-	$(BIN)/python -m pytest -q -n 2 tests/sim
-	$(BIN)/python -m pytest -q --ignore=tests/sim --durations=30
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not alone" --durations=30
+	$(BIN)/python -m pytest -q -m alone
 
 lint: $(VENV)/.full
 	$(BIN)/ruff check .

@@ -17,3 +17,15 @@ def serve_pids(fragment: str) -> list[str]:
         if b"serve" in command and fragment.encode() in command:
             found.append(pid)
     return found
+
+
+def deaf_to_ctrl_c(pid: int) -> str | None:
+    """Why a process cannot hear SIGINT, if it cannot: a child inherits an ignored or
+    blocked SIGINT from its parent, and a test that sends it Ctrl-C must not blame it."""
+    with open(f"/proc/{pid}/status") as f:
+        masks = dict(line.split(":\t", 1) for line in f if line.startswith(("SigIgn", "SigBlk")))
+    bit = 1 << (2 - 1)  # SIGINT is signal 2
+    for field, what in (("SigIgn", "ignores"), ("SigBlk", "blocks")):
+        if int(masks[field], 16) & bit:
+            return f"pid {pid} {what} SIGINT, as it inherited: Ctrl-C cannot reach it"
+    return None

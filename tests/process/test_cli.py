@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
-from tests.serving import serve_pids
+from tests.serving import deaf_to_ctrl_c, serve_pids
 
 
 def ql(*args: str, input: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -111,12 +111,15 @@ def test_help_explains_every_command_with_an_example():
         assert b"Example" in out.stdout, command
 
 
+@pytest.mark.slow
 def test_demo_passes():
     out = ql("demo", timeout=240)
     assert out.returncode == 0, out.stdout.decode()[-3000:]
     assert b"FAILED" not in out.stdout
 
 
+# Alone: see tests/process/test_dev.py, test_ctrl_c_stops_every_node_cleanly_none_aborted.
+@pytest.mark.alone
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
     bases = free_ports(3)
@@ -161,8 +164,9 @@ def test_dev_runs_a_cluster_and_stops_it_on_ctrl_c_or_sigterm(tmp_path, stop):
             page = urllib.request.urlopen(f"http://127.0.0.1:{http_base + node}/topics/default")
             assert b"Produce a record" in page.read()
     finally:
+        deaf = deaf_to_ctrl_c(proc.pid) if stop == signal.SIGINT else None
         proc.send_signal(stop)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=30) == 0, deaf
     assert f"http://127.0.0.1:{http_base}/".encode() in proc.stdout.read()
     assert not serve_pids(str(tmp_path)), "dev left nodes running"
     assert sorted(p.name for p in tmp_path.glob("node*.log")) == [

@@ -11,10 +11,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from quorumlog.cli.localcluster import QUORUMLOG, free_ports
 from quorumlog.client.client import Client
 from quorumlog.client.errors import QuorumLogError
-from tests.serving import serve_pids
+from tests.serving import deaf_to_ctrl_c, serve_pids
 
 NODES = 3
 
@@ -126,6 +128,9 @@ def test_a_node_that_cannot_start_ends_dev_with_its_log_and_why(tmp_path):
     assert not serve_pids(str(tmp_path)), "dev left nodes running"
 
 
+# Alone: in a pytest worker that had run other tests, dev once never heard its Ctrl-C (as
+# if it inherited SIGINT ignored or blocked; `deaf_to_ctrl_c` says so if it recurs).
+@pytest.mark.alone
 def test_ctrl_c_stops_every_node_cleanly_none_aborted(tmp_path):
     """The terminal sends Ctrl-C's SIGINT to the whole foreground process group: to `dev`
     and, unless they have a group of their own, its nodes, which dev then also SIGTERMs."""
@@ -133,6 +138,7 @@ def test_ctrl_c_stops_every_node_cleanly_none_aborted(tmp_path):
     proc = _dev(tmp_path, bases, start_new_session=True)  # a group, as a shell's job
     try:
         _wait_leader(bases[0])
+        assert deaf_to_ctrl_c(proc.pid) is None, deaf_to_ctrl_c(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=30) == 0, proc.stderr.read().decode()
     finally:

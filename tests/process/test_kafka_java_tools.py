@@ -261,6 +261,7 @@ def test_console_producer_keys_and_headers_read_back_per_key(cluster):
     assert sorted(native) == sorted(sent)
 
 
+@pytest.mark.slow
 def test_consumer_groups_describe_and_reset_after_a_console_consumer_committed(cluster):
     tool(cluster, TOPICS, "--create", "--topic", "jt-groups", "--partitions", "2")
     values = words(30, seed=2)

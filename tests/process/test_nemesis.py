@@ -1,5 +1,5 @@
 """A bounded run of the fault harness (`quorumlog bench nemesis`) against real processes:
-fixed seeds, one drawing from the disk faults, two from all of them with membership
+fixed seeds, one drawing from the disk faults, one from all of them with membership
 changes, with appends spread over `default` and two topics of three partitions. Every run
 must keep every promise of docs/reliability.md in every partition, and a stream-mode and a
 queue-mode consumer group theirs; a failure prints the seed and the command that replays
@@ -15,18 +15,20 @@ FAMILIES = {
     "disks": ("lose-unsynced", "lose-unsynced-all", "damage", "kill-leader", "slow-disk"),
     "everything": FAULTS,
 }
-# 30-55 s a run on 2 cores: one seed of disks, two of everything (which draws kills,
-# pauses, partitions and disk faults alike); the suite has 20 minutes in all, and
-# `bench nemesis` runs each family alone for as long as wanted: 2.5 minutes.
+# 30-60 s a run on 2 cores: one seed of disks, one of everything (which draws kills,
+# pauses, partitions and disk faults alike); the suite has 15 minutes in all, and
+# `bench nemesis` runs each family for as many seeds and steps as wanted.
 RUNS = [
     ("disks", 101),
     ("everything", 101),
-    ("everything", 102),
 ]
 STEPS = 8
 
 
+# Alone: a slow disk must stop nothing, which a machine busy with other tests can make
+# look otherwise (no append acknowledged while the disk was slow).
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.parametrize(("family", "seed"), RUNS)
 def test_no_promise_is_broken(family, seed, tmp_path):
     faults = FAMILIES[family]

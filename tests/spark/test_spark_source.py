@@ -126,6 +126,7 @@ retention_bytes = 65536
 """
 
 
+@pytest.mark.slow
 def test_records_lost_to_retention_fail_the_stream_or_are_skipped(spark, tmp_path):
     """A stream stopped at offset N; retention then drops offsets past N. Restarted, it fails
     by default and says why; with failOnDataLoss=false it goes on from the log start."""
