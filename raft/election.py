@@ -101,6 +101,25 @@ class Election:
         self.timeouts_as_witness = 0
         self.reset(now, late)
 
+    def leader_heard_meanwhile(self, heard_s: float) -> None:
+        """The node heard from the leader at `heard_s` while the group was quiet."""
+        self.last_leader_contact_s = max(self.last_leader_contact_s, heard_s)
+
+    def pre_vote_started(self) -> None:
+        """An election begins: it counts as failed until a leader is heard of."""
+        self.failed += 1
+
+    def campaign_started(self) -> None:
+        self.started += 1
+
+    def timed_out_unable_to_campaign(self) -> None:
+        """The timer ran out on a replica that only votes (a witness, a node stopping)."""
+        self.timeouts_as_witness += 1
+
+    def won(self) -> None:
+        """This replica leads: its elections found a leader."""
+        self.failed = 0
+
     def leader_recent(self, now: float) -> bool:
         """Whether a leader was heard of within the minimum election timeout."""
         return now - self.last_leader_contact_s < self.settings.election_timeout_min_s
@@ -156,12 +175,12 @@ class ElectionRules:
             self._start_pre_vote(now)
         elif self.conditions.stopping or not self.configs.may_campaign(self.id):
             self._reset_election_deadline(now)  # a witness (or a node stopping) only votes
-            self.election.timeouts_as_witness += 1
+            self.election.timed_out_unable_to_campaign()
         else:
             self.election.wait_turns(now, self._campaign_rank())  # voters before it first
 
     def _start_pre_vote(self, now: float) -> None:
-        self.election.failed += 1  # until a leader is heard of
+        self.election.pre_vote_started()
         self.role = Role.PRE_CANDIDATE
         self.leader_id = None
         self.tracker.start_votes(self.id)
@@ -170,7 +189,7 @@ class ElectionRules:
         self._count_votes(now)
 
     def _campaign(self, now: float, transfer: bool = False) -> None:
-        self.election.started += 1
+        self.election.campaign_started()
         self._set_term(self.term + 1, self.id)
         self.role = Role.CANDIDATE
         self.leader_id = None
@@ -212,7 +231,7 @@ class ElectionRules:
     def _become_leader(self, now: float) -> None:
         self.role = Role.LEADER
         self.leader_id = self.id
-        self.election.failed = 0
+        self.election.won()
         self.leading = Leadership(since_s=now)
         self.tracker.reset()
         self._sync_progress()

@@ -77,9 +77,8 @@ class QuiescenceRules:
             self.note_contacts(contacts)
             self.leading.heartbeat_deadline_s = now
         elif self.leader_id is not None:
-            heard = contacts.get(self.leader_id, -math.inf)
             election = self.election
-            election.last_leader_contact_s = max(election.last_leader_contact_s, heard)
+            election.leader_heard_meanwhile(contacts.get(self.leader_id, -math.inf))
             # The timer runs again from the last contact, and not in the past: followers
             # woken together by a silent leader still campaign at random times.
             since = max(election.last_leader_contact_s, now - self.settings.election_timeout_min_s)
