@@ -47,6 +47,11 @@ class FollowerState:
         """Our log lost its entries from `from_offset` on."""
         self.verified_offset = min(self.verified_offset, from_offset - 1)
 
+    def log_restarted_at(self, next_offset: int) -> None:
+        """Our log starts again where the leader's does: everything before `next_offset`
+        is the leader's own, by its word."""
+        self.verified_offset = next_offset - 1
+
     def announced(self, leader_commit: int) -> None:
         self.leader_commit = max(self.leader_commit, leader_commit)
 
@@ -120,7 +125,7 @@ class FollowerRules:
                 log.reset(prev + 1, req.prev_records)
                 self.index.truncated(0)
                 self.configs.truncated(0)
-                self.following.verified_offset = prev
+                self.following.log_restarted_at(prev + 1)
                 if req.base_config:
                     self._adopt_base_config(req.base_config, prev)
                 else:
