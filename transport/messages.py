@@ -315,9 +315,8 @@ class HeartbeatBatch:
     seq: int  # echoed by the reply, which confirms the full entries this batch carried
     ids: bytes
     full: bytes
-    fsync_us: (
-        int  # the sender's recent fsync latency, -1 if unknown (actors/services/disk_health.py)
-    )
+    # The sender's recent fsync latency, -1 if unknown (actors/services/disk_health.py).
+    fsync_us: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,9 +105,8 @@ async def handle_admin(node: ClusterMember, request: AdminRequest) -> Message:
     part of one (`args["group"]` names the group)."""
     if request.op in TOPIC_OPS:
         return await node.controller_actor.handle(request)
-    if (
-        request.op == CLUSTER_CONFIG_OP
-    ):  # any node answers, from its view (actors/cluster/removal.py)
+    # Any node answers, from its view (actors/cluster/removal.py).
+    if request.op == CLUSTER_CONFIG_OP:
         return AdminReply(cluster_config(node.controller.view))
     group_id = request.args.get("group")
     if group_id is not None:
