@@ -234,7 +234,7 @@ def _check_record_offsets(
 def commits_checked(cluster: Cluster) -> Iterator[None]:
     """Every commit of a leader is checked as it happens: checked a few ms later, the
     followers would have flushed by then whatever the leader counted."""
-    original = RaftCore._commit_to
+    original = RaftCore.commit_to
 
     def commit_to(core: RaftCore, offset: int) -> None:
         # The configuration the commit was decided under: committing may put another one
@@ -246,11 +246,11 @@ def commits_checked(cluster: Cluster) -> Iterator[None]:
             cluster.note_leader(core)
             check_commit_flushed(cluster, core, config)
 
-    RaftCore._commit_to = commit_to
+    RaftCore.commit_to = commit_to
     try:
         yield
     finally:
-        RaftCore._commit_to = original
+        RaftCore.commit_to = original
 
 
 def check_commit_flushed(cluster: Cluster, core: RaftCore, config: Configuration) -> None:

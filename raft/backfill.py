@@ -12,41 +12,33 @@ began, and a copy lost with a crash or a leader change costs only its time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import structlog
 
 from quorumlog.log.batch import BatchError, split_batches
-from quorumlog.membership.changes import ConfigChangeError
-from quorumlog.raft.messages import BackfillChunk, BackfillReply
-from quorumlog.raft.progress import BackfillCopy, Progress
-from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX
-from quorumlog.raft.roles import NotLeaderError, Role
+from quorumlog.raft.messages import AppendEntriesReply, BackfillChunk, BackfillReply
+from quorumlog.raft.progress import RECOVERY_INFLIGHT_MAX, BackfillCopy, Progress
+
+if TYPE_CHECKING:
+    from quorumlog.raft.core import RaftCore
 
 logger = structlog.get_logger("quorumlog.raft")
 
 
-class BackfillRules:
-    """RaftCore's rules for copying old records in (mixed into RaftCore)."""
+class BackfillSender:
+    """The leader's side (a part of raft/leader.py `Leader`): what it copies to whom is
+    in each follower's Progress (`backfill_wanted`, `backfill`)."""
 
-    # ----------------------------------------------------------------------- leader
+    def __init__(self, core: RaftCore) -> None:
+        self.core = core
 
-    def start_backfill(self, node_id: int) -> None:
-        """Copy to `node_id` the records before its log start, unless it holds them."""
-        if self.role is not Role.LEADER:
-            raise NotLeaderError(self.leader_id)
-        p = self.tracker.get(node_id)
-        if p is None:
-            raise ConfigChangeError(f"node {node_id} is not a member")
-        p.backfill_wanted = True
-
-    def holds_whole_log(self, node_id: int) -> bool:
-        """Whether a follower's log starts where this leader's does (as it last said)."""
-        p = self.tracker.get(node_id)
-        return p is not None and self.holds_the_log(p)
-
-    def _send_backfill(self, p: Progress) -> None:
+    def send(self, p: Progress) -> None:
         if not p.backfill_wanted or p.log_start is None:
             return
-        log = self.log
+        core = self.core
+        log = core.log
         start = log.log_start_offset
         if p.log_start <= start:
             p.backfill_wanted, p.backfill, p.floor = False, None, 0
@@ -55,26 +47,26 @@ class BackfillRules:
         if copy is None or copy.start != start or copy.end != p.log_start:
             # New, or retention moved our start, or the follower's log started again.
             copy = p.backfill = BackfillCopy(start, p.log_start, start, start)
-            copy.last_reply_s = self.now
+            copy.last_reply_s = core.now
             logger.info(
                 "backfill_started",
-                node_id=self.id,
-                group=self.group_id,
+                node_id=core.id,
+                group=core.group_id,
                 peer=p.node_id,
                 start=start,
                 end=copy.end,
             )
-        s = self.settings
+        s = core.settings
         # The window of a recovery: its bytes in chunks, as many as a link's queue holds.
         window = min(RECOVERY_INFLIGHT_MAX, max(1, s.recovery_window_bytes // s.chunk_bytes_max))
         while copy.inflight < window and copy.next_offset < copy.end:
             chunk = log.read(copy.next_offset, s.chunk_bytes_max, copy.end - 1)
-            self._send(
+            core.send(
                 p.node_id,
                 BackfillChunk(
-                    group=self.group_id,
-                    term=self.term,
-                    leader_id=self.id,
+                    group=core.group_id,
+                    term=core.term,
+                    leader_id=core.id,
                     start=copy.start,
                     end=copy.end,
                     offset=copy.next_offset,
@@ -84,10 +76,7 @@ class BackfillRules:
             copy.inflight += 1
             copy.next_offset = chunk.last_offset + 1
 
-    def _on_backfill_reply(self, sender: int, reply: BackfillReply, now: float) -> None:
-        p = self.tracker.get(sender)
-        if self.role is not Role.LEADER or p is None:
-            return
+    def on_reply(self, p: Progress, reply: BackfillReply, now: float) -> None:
         p.log_start = reply.log_start
         copy = p.backfill
         if copy is None or reply.start != copy.start:
@@ -98,30 +87,27 @@ class BackfillRules:
         if reply.gap:
             copy.send_again()
 
-    def _retransmit_backfill(self, now: float) -> None:
+    def retransmit(self, now: float) -> None:
         """Chunks or replies lost: send again from what the follower holds."""
-        for p in self.tracker:
+        timeout = self.core.settings.retransmit_timeout_s
+        for p in self.core.tracker:
             copy = p.backfill
-            if (
-                copy is not None
-                and copy.inflight
-                and (now - copy.last_reply_s >= self.settings.retransmit_timeout_s)
-            ):
+            if copy is not None and copy.inflight and now - copy.last_reply_s >= timeout:
                 copy.send_again()
                 copy.last_reply_s = now
 
-    # ----------------------------------------------------------------------- follower
 
-    def _report_backfilled(self) -> None:
-        """After a flush: once the copy moved in, the leader hears of the new log start
-        at once (batched heartbeats carry no per-group replies)."""
-        end, leader = self.following.backfill_moving
-        if self.log.log_start_offset < end:
-            self.following.backfill_moving = None
-            self._send(leader, self.heartbeat_reply())
+class BackfillReceiver:
+    """The follower's side (a part of raft/follower.py `Follower`): the chunks go beside
+    the log, and it owns the complete copy waiting for the flush that moves it in."""
 
-    def _on_backfill_chunk(self, sender: int, chunk: BackfillChunk, now: float) -> None:
-        log = self.log
+    def __init__(self, core: RaftCore) -> None:
+        self.core = core
+        self.moving: tuple[int, int] | None = None  # (the copy's end, the leader)
+
+    def on_chunk(self, sender: int, chunk: BackfillChunk) -> None:
+        core = self.core
+        log = core.log
         gap = False
         if chunk.end == log.log_start_offset:
             next_offset = log.backfill_next(chunk.start)
@@ -133,26 +119,36 @@ class BackfillRules:
                 except BatchError as exc:
                     logger.error(
                         "bad_backfill_chunk",
-                        node_id=self.id,
-                        group=self.group_id,
+                        node_id=core.id,
+                        group=core.group_id,
                         leader=sender,
                         error=str(exc),
                     )
                     gap = True
                 if next_offset == chunk.end:
-                    self.outbox.flush_soon()  # one flush moves the copy in
-                    self.following.backfill_moving = (chunk.end, sender)
+                    core.outbox.flush_soon()  # one flush moves the copy in
+                    self.moving = (chunk.end, sender)
         else:
             next_offset = chunk.start  # our log starts elsewhere now: the leader sees why
-        self._send(
+        core.send(
             sender,
             BackfillReply(
-                group=self.group_id,
-                node_id=self.id,
-                term=self.term,
+                group=core.group_id,
+                node_id=core.id,
+                term=core.term,
                 start=chunk.start,
                 next_offset=next_offset,
                 log_start=log.log_start_offset,
                 gap=gap,
             ),
         )
+
+    def on_persisted(self, heartbeat_reply: Callable[[], AppendEntriesReply]) -> None:
+        """After a flush: once the copy moved in, the leader hears of the new log start
+        at once (batched heartbeats carry no per-group replies)."""
+        if self.moving is None:
+            return
+        end, leader = self.moving
+        if self.core.log.log_start_offset < end:
+            self.moving = None
+            self.core.send(leader, heartbeat_reply())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class NodeConditions:
     # Members whose node this one has no link to (a crashed node's link closes): those
     # come last in an election's order, count as down for under-replication, and a quiet
-    # leader does not wait for them (raft/election.py, raft/quiescence.py).
+    # leader does not wait for them (raft/election.py, raft/core.py `can_quiesce`).
     unreachable: frozenset[int] = frozenset()
     # The node is shutting down (actors/node/shutdown.py): it hands leadership over and
     # takes none (no campaign, no transfer to it); it still votes.

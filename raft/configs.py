@@ -57,6 +57,13 @@ class ConfigTracker:
     def change_in_flight(self) -> bool:
         return bool(self._appended)
 
+    @property
+    def joint_left_behind(self) -> bool:
+        """A joint configuration committed under an earlier leader and not yet left: a
+        leader leaves it once its own term's first entry commits, or no one ever would
+        (seed 30217: a leader crashed between the two entries)."""
+        return self.committed is not None and self.committed.is_joint and not self._appended
+
     # Where a node stands in the configuration in effect (none known: nowhere).
 
     def is_voter(self, node_id: int) -> bool:
@@ -76,7 +83,7 @@ class ConfigTracker:
         C(new), stepped down; they refused that node their votes (its log was shorter)
         and, taking themselves for learners, never campaigned: no one could lead again.
         It learns that the change committed: a leader replicates to it until it says so
-        (raft/reconfiguration.py `_sync_progress`)."""
+        (raft/reconfiguration.py `sync_progress`)."""
         return (
             self.change_in_flight
             and self.committed is not None

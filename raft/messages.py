@@ -14,6 +14,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+# prev_term of an AppendEntries whose prev_offset lies before the leader's retained log:
+# everything up to it is committed (raft/follower.py).
+UNKNOWN_TERM = -1
+
 
 class AppendResult(enum.IntEnum):
     SUCCESS = 0

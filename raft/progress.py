@@ -14,6 +14,11 @@ from quorumlog.membership.catchup import ReplicationRate
 from quorumlog.membership.config import Configuration
 from quorumlog.membership.quorum import VoteResult, committed_offset, has_quorum, vote_result
 
+# Messages in flight to a recovering follower (or chunks of a back-fill) at most, whatever
+# the chunk size: a connection's send queue holds 128 frames (transport.network.Limits),
+# heartbeats included.
+RECOVERY_INFLIGHT_MAX = 64
+
 
 class ReplicationState(enum.Enum):
     """What a leader is doing with one follower (etcd's tracker states)."""
@@ -77,7 +82,7 @@ class Progress:
     # A node no configuration this leader knows lists any more (removed, or one that asked
     # for votes): replicated to until it reports a commit at or past the committed
     # configuration, which tells it that it was removed, or until this time passes
-    # (raft/reconfiguration.py `_sync_progress`). None: a member.
+    # (raft/reconfiguration.py `sync_progress`). None: a member.
     departing_until_s: float | None = None
 
     def sent(self, last_offset: int, size: int) -> None:
@@ -223,7 +228,7 @@ class ProgressTracker:
 
     def note_contacts(self, contacts: Mapping[int, float]) -> None:
         """When the node last heard from each peer: a quiet follower sends no replies of
-        its own, and must not look gone (raft/quiescence.py)."""
+        its own, and must not look gone (raft/core.py `wake`)."""
         for p in self.progress.values():
             p.last_contact_s = max(p.last_contact_s, contacts.get(p.node_id, -math.inf))
 
@@ -248,7 +253,7 @@ class ProgressTracker:
         window: float,
     ) -> bool:
         """Whether a voter is down, being recovered, or short of `commit` without progress
-        for `window` (under-replication: raft/replication.py)."""
+        for `window` (under-replication: raft/leader.py)."""
         return any(
             p.node_id in unreachable
             or p.recovering

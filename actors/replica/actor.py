@@ -417,7 +417,7 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
 
     def _tell_heartbeats(self) -> None:
         """What the node's batched heartbeats need: the group it leads, or that this group
-        went quiet (nothing to do until something happens: raft/quiescence.py)."""
+        went quiet (nothing to do until something happens: raft/core.py `quiesce`)."""
         core = self.core
         heartbeats = self._heartbeats
         if core.is_leader:

@@ -54,7 +54,7 @@ class GroupView:
     # configurations, the same on every replica (I2; actors/cluster/removal.py compares them).
     committed_config_offset: int
     transfer_to: int | None  # a leadership transfer under way, to this node
-    quiet: bool  # idle: no timers run (raft/quiescence.py)
+    quiet: bool  # idle: no timers run (raft/core.py `quiesce`)
     elections_started: int
     recovery_bytes_sent: int  # to lagging followers, as leader
 

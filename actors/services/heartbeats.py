@@ -13,7 +13,7 @@ named it), and becomes the Heartbeat of its last full entry for any other. A qui
 whose leader's node has not named it for the minimum election timeout (the node died, or
 no longer leads it) is woken: its election timer runs again. A quiet leader is woken when
 a majority of its peers has not answered this node for the maximum election timeout
-(raft/quiescence.py says what quiet means and why it is safe).
+(raft/core.py, "quiet groups", says what quiet means and why it is safe).
 
 The classes below are plain state, tested without trio; `HeartbeatManager` is the task.
 """

@@ -14,9 +14,9 @@ from quorumlog.log.records import make_data_batch
 from quorumlog.log.stamping import stamp
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import Proposal, RaftCore
-from quorumlog.raft.messages import AppendEntries, AppendResult
+from quorumlog.raft.messages import UNKNOWN_TERM, AppendEntries, AppendResult
 from quorumlog.raft.producers import PRODUCER_IDLE_S
-from quorumlog.raft.replication import RECOVERY_INFLIGHT_MAX, UNKNOWN_TERM
+from quorumlog.raft.progress import RECOVERY_INFLIGHT_MAX
 from quorumlog.raft.roles import Role
 from quorumlog.raft.settings import RaftSettings
 from tests.log.helpers import batch_of

@@ -9,8 +9,7 @@ import pytest
 from quorumlog.membership.changes import ConfigChangeError, add_learner, make_electable
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.core import RaftCore
-from quorumlog.raft.messages import TimeoutNow, VoteRequest
-from quorumlog.raft.replication import UNKNOWN_TERM
+from quorumlog.raft.messages import UNKNOWN_TERM, TimeoutNow, VoteRequest
 from quorumlog.raft.roles import Role
 from tests.log.helpers import batch_of
 from tests.raft.helpers import (

@@ -126,7 +126,7 @@ FOUND_SEEDS += [(30325, 5, {"membership": True, "topics": True})]
 # behind with a stale configuration: two leaders (raft/election.py).
 # 10043: a slow disk handed over a group in C(old,new), and its leader appended C(new)
 # during the transfer; outside C(new) it refused the target its vote, which C(old) needed:
-# no one could lead again (raft/reconfiguration.py `_maybe_leave_joint`).
+# no one could lead again (raft/reconfiguration.py `maybe_leave_joint`).
 FOUND_SEEDS += [
     (seed, 5, {"membership": True, "topics": True, "topic_changes": True})
     for seed in (201, 10000, 10006, 10043)
