@@ -13,16 +13,13 @@ began, and a copy lost with a crash or a leader change costs only its time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
 from quorumlog.log.batch import BatchError, split_batches
+from quorumlog.raft.host import CoreHost
 from quorumlog.raft.messages import AppendEntriesReply, BackfillChunk, BackfillReply
 from quorumlog.raft.progress import RECOVERY_INFLIGHT_MAX, BackfillCopy, Progress
-
-if TYPE_CHECKING:
-    from quorumlog.raft.core import RaftCore
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -31,7 +28,7 @@ class BackfillSender:
     """The leader's side (a part of raft/leader.py `Leader`): what it copies to whom is
     in each follower's Progress (`backfill_wanted`, `backfill`)."""
 
-    def __init__(self, core: RaftCore) -> None:
+    def __init__(self, core: CoreHost) -> None:
         self.core = core
 
     def send(self, p: Progress) -> None:
@@ -101,7 +98,7 @@ class BackfillReceiver:
     """The follower's side (a part of raft/follower.py `Follower`): the chunks go beside
     the log, and it owns the complete copy waiting for the flush that moves it in."""
 
-    def __init__(self, core: RaftCore) -> None:
+    def __init__(self, core: CoreHost) -> None:
         self.core = core
         self.moving: tuple[int, int] | None = None  # (the copy's end, the leader)
 

@@ -17,6 +17,7 @@ log, a tracker and readOnly beside the step functions of raft.go:
 - a role's rules and the state only that role keeps: `Follower` (raft/follower.py), and
   while this node leads, `Leader` (raft/leader.py) with its `MembershipChanges`
   (raft/reconfiguration.py) and the copies of older records (raft/backfill.py).
+  They see the core through raft/host.py's `CoreHost`: what they may read and ask of it.
 This module takes the inputs and dispatches them, and keeps what changes the whole
 replica: the role changes, campaigns and votes, commits, configurations, quiet groups.
 
@@ -38,7 +39,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import structlog
 
@@ -54,7 +54,7 @@ from quorumlog.raft.configs import ConfigTracker, config_of
 from quorumlog.raft.election import Election, barrier_batch
 from quorumlog.raft.follower import Follower
 from quorumlog.raft.hard_state import HardState
-from quorumlog.raft.leader import Leader
+from quorumlog.raft.leader import Leader, Proposal
 from quorumlog.raft.log_index import LogIndex
 from quorumlog.raft.messages import (
     AppendEntries,
@@ -81,15 +81,6 @@ logger = structlog.get_logger("quorumlog.raft")
 
 # How much of the log's tail a starting node reads to learn recent producer sequences.
 PRODUCER_SCAN_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """A client append: its batches, checked and parsed, and whether a caller waits for
-    their commit (acks=quorum: `follower_flush = "quorum"` asks followers to fsync them)."""
-
-    batches: list[tuple[BatchHeader, memoryview]]
-    awaited: bool
 
 
 class RaftCore:

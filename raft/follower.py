@@ -9,13 +9,12 @@ starts again. It outlives role changes: a leader's replies owed before it won st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 
 from quorumlog.log.batch import BatchError, BatchType, split_batches
 from quorumlog.raft.backfill import BackfillReceiver
 from quorumlog.raft.configs import config_of
+from quorumlog.raft.host import CoreHost
 from quorumlog.raft.messages import (
     UNKNOWN_TERM,
     AppendEntries,
@@ -25,9 +24,6 @@ from quorumlog.raft.messages import (
     Heartbeat,
 )
 
-if TYPE_CHECKING:
-    from quorumlog.raft.core import RaftCore
-
 logger = structlog.get_logger("quorumlog.raft")
 
 # Follower replies waiting for a flush (a slow disk under a leader's pipeline of appends).
@@ -35,7 +31,7 @@ PENDING_REPLIES_MAX = 64
 
 
 class Follower:
-    def __init__(self, core: RaftCore) -> None:
+    def __init__(self, core: CoreHost) -> None:
         self.core = core
         # Highest offset known to match the current leader's log, and the last commit
         # offset that leader announced (re-applied when a flush completes, rule 2).

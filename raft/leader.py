@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -26,6 +25,7 @@ from quorumlog.log.tailcache import LogChunk
 from quorumlog.membership.changes import ConfigChangeError
 from quorumlog.raft.backfill import BackfillSender
 from quorumlog.raft.configs import config_batch
+from quorumlog.raft.host import CoreHost
 from quorumlog.raft.messages import (
     UNKNOWN_TERM,
     AppendEntries,
@@ -40,9 +40,6 @@ from quorumlog.raft.progress import RECOVERY_INFLIGHT_MAX, Progress, Replication
 from quorumlog.raft.reconfiguration import MembershipChanges
 from quorumlog.raft.witness import hand_over_target
 
-if TYPE_CHECKING:
-    from quorumlog.raft.core import Proposal, RaftCore
-
 logger = structlog.get_logger("quorumlog.raft")
 
 # Recoveries shorter than this are not logged: under load a follower may be a little more
@@ -51,8 +48,17 @@ logger = structlog.get_logger("quorumlog.raft")
 RECOVERY_LOG_BYTES_MIN = 1024 * 1024
 
 
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A client append: its batches, checked and parsed, and whether a caller waits for
+    their commit (acks=quorum: `follower_flush = "quorum"` asks followers to fsync them)."""
+
+    batches: list[tuple[BatchHeader, memoryview]]
+    awaited: bool
+
+
 class Leader:
-    def __init__(self, core: RaftCore, now: float) -> None:
+    def __init__(self, core: CoreHost, now: float) -> None:
         self.core = core
         self.since_s = now  # when it won: the check-quorum rule gives it an election timeout
         self.heartbeat_deadline_s = math.inf

@@ -5,7 +5,7 @@ configuration does on every node (a role follows it at once) is the core's
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
@@ -18,11 +18,8 @@ from quorumlog.membership.changes import (
 )
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_batch
+from quorumlog.raft.host import CoreHost
 from quorumlog.raft.progress import Progress
-
-if TYPE_CHECKING:
-    from quorumlog.raft.core import RaftCore
-    from quorumlog.raft.leader import Leader
 
 logger = structlog.get_logger("quorumlog.raft")
 
@@ -32,12 +29,19 @@ logger = structlog.get_logger("quorumlog.raft")
 DEPARTING_TIMEOUTS = 10
 
 
+class LeaderTerm(Protocol):
+    """What the changes read and write of their leader's term (raft/leader.py `Leader`)."""
+
+    transfer: tuple[int, float] | None  # no change while leadership is handed over
+    awaited_offset: int  # a configuration appended has a caller waiting for its commit
+
+
 class MembershipChanges:
     """The leader's configuration changes (a part of raft/leader.py `Leader`): who it
     replicates to, the changes it proposes and those it makes on its own (promotions,
     leaving joint consensus, abandoning a stalled learner)."""
 
-    def __init__(self, core: RaftCore, leader: Leader) -> None:
+    def __init__(self, core: CoreHost, leader: LeaderTerm) -> None:
         self.core = core
         self.leader = leader
 
