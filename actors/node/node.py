@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
@@ -144,7 +145,8 @@ class Node:
         self.rebalancer = Rebalancer(self.controller_actor, self.mover, settings)
         self.coordinator = Coordinator(self, CALLS)
         self._transport: NodeTransport | None = None
-        self._addresses_of: dict[int, dict[int, str] | None] = {}  # group -> its config's
+        self._addresses_of: dict[int, dict[int, str]] = {}  # group -> its config's
+        self._links: Counter[tuple[int, str]] = Counter()  # (node, address) -> groups naming it
         self._manager: GroupManager | None = None
         self._replicas_changing = trio.Lock()  # one change of its replicas at a time (below)
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
@@ -222,11 +224,29 @@ class Node:
         if self._addresses_of.get(group.group_id) != addresses:
             # Links follow configurations only: were every term or leader change to walk
             # every group, a node's elections would cost it groups x changes.
-            self._addresses_of[group.group_id] = addresses
-            self._update_peers()
+            self._addresses_changed(group.group_id, addresses)
         key = self._keys.get(group.group_id)
         if key is not None:
             self.controller_actor.sync.local_changed(*key, group)
+
+    def _addresses_changed(self, group_id: int, addresses: dict[int, str] | None) -> None:
+        """A group's configuration names other nodes now (None: none, or the group is
+        gone). The links are set again only when a (node, address) pair appears or
+        disappears: thousands of groups name the same few nodes, and walking them all for
+        each one made a node's start cost groups x groups."""
+        changed = False
+        for pair in (addresses or {}).items():
+            changed = changed or pair not in self._links
+            self._links[pair] += 1
+        for pair in self._addresses_of.pop(group_id, {}).items():
+            self._links[pair] -= 1
+            if not self._links[pair]:
+                del self._links[pair]
+                changed = True
+        if addresses is not None:
+            self._addresses_of[group_id] = addresses
+        if changed:
+            self._update_peers()
 
     def _update_peers(self) -> None:
         """Links to every node that shares a group with this one."""
@@ -530,8 +550,7 @@ class Node:
         await self.flusher.forget(group.group_id)
         self.heartbeats.forget(group.group_id)
         self.campaign_slots.forget(group.group_id)
-        self._addresses_of.pop(group.group_id, None)
-        self._update_peers()
+        self._addresses_changed(group.group_id, None)
         return group.group_id
 
     # ----------------------------------------------------------------- serving
