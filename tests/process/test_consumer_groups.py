@@ -63,14 +63,17 @@ def keys(records: list[Record]) -> list[tuple]:
     return [(r.topic, r.partition, r.offset) for r in records]
 
 
+# The tests marked so use a topic and a group of their own, and stop no node: one cluster
+# serves them all.
+@pytest.mark.shares_cluster
 def test_members_share_the_partitions_and_a_member_that_commits_leaves_no_duplicate(cluster):
-    written = fill(cluster)
-    with Consumer(cluster.brokers, "billing", ["events"], session_timeout=5.0) as a:
-        assert a.assignment() == [("events", p) for p in range(PARTITIONS)]
+    written = fill(cluster, "billed")
+    with Consumer(cluster.brokers, "billing", ["billed"], session_timeout=5.0) as a:
+        assert a.assignment() == [("billed", p) for p in range(PARTITIONS)]
         first = a.poll(30, 5.0)
         assert first, "a sole member is given every partition"
         a.commit()
-        with Consumer(cluster.brokers, "billing", ["events"], session_timeout=5.0) as b:
+        with Consumer(cluster.brokers, "billing", ["billed"], session_timeout=5.0) as b:
             wait_until(
                 lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 20, "a rebalance"
             )
@@ -94,7 +97,7 @@ def test_members_share_the_partitions_and_a_member_that_commits_leaves_no_duplic
 MEMBER_SCRIPT = """
 import sys, time
 from quorumlog import Consumer
-with Consumer(sys.argv[1], "crashy", ["events"], session_timeout=2.0) as c:
+with Consumer(sys.argv[1], "crashy", [sys.argv[2]], session_timeout=2.0) as c:
     while True:
         got = c.poll(1000, 0.2)
         c.commit()
@@ -102,17 +105,18 @@ with Consumer(sys.argv[1], "crashy", ["events"], session_timeout=2.0) as c:
 """
 
 
+@pytest.mark.shares_cluster  # the member killed is a client's process, not a node
 def test_a_killed_members_partitions_move_after_its_session_timeout(cluster):
-    fill(cluster)
+    fill(cluster, "crashed")
     member = subprocess.Popen(
-        [sys.executable, "-c", MEMBER_SCRIPT, cluster.brokers], stdout=subprocess.PIPE
+        [sys.executable, "-c", MEMBER_SCRIPT, cluster.brokers, "crashed"], stdout=subprocess.PIPE
     )
     try:
         assert member.stdout is not None
         while (line := member.stdout.readline()) and int(line) != PARTITIONS:
             pass
         assert line, "the member process ended before it consumed every partition"
-        with Consumer(cluster.brokers, "crashy", ["events"], session_timeout=2.0) as b:
+        with Consumer(cluster.brokers, "crashy", ["crashed"], session_timeout=2.0) as b:
             wait_until(lambda: len(b.assignment()) == 2, 20, "the newcomer gets its share")
             member.send_signal(signal.SIGKILL)
             member.wait()
@@ -161,24 +165,25 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([*QUORUMLOG, *args], capture_output=True, timeout=timeout)
 
 
+@pytest.mark.shares_cluster
 def test_the_command_line_consumes_in_a_group_lists_describes_and_resets(cluster):
-    written = fill(cluster, per_partition=5)
+    written = fill(cluster, "clied", per_partition=5)
     b = ["-b", cluster.brokers]
-    first = cli("consume", *b, "--topic", "events", "--group", "cli", "--max", "7")
+    first = cli("consume", *b, "--topic", "clied", "--group", "cli", "--max", "7")
     assert first.returncode == 0, first.stderr
     assert len(first.stdout.splitlines()) == 7
-    rest = cli("consume", *b, "--topic", "events", "--group", "cli")
+    rest = cli("consume", *b, "--topic", "clied", "--group", "cli")
     assert rest.returncode == 0, rest.stderr
     values = first.stdout.splitlines() + rest.stdout.splitlines()
-    assert sorted(values) == sorted(b"events-%d-%d" % (p, i) for p in range(4) for i in range(5))
-    listed = cli("group", *b, "list")
-    assert listed.stdout.decode().splitlines() == ["cli stream 0"]
+    assert sorted(values) == sorted(b"clied-%d-%d" % (p, i) for p in range(4) for i in range(5))
+    listed = cli("group", *b, "list")  # with the other tests' groups
+    assert "cli stream 0" in listed.stdout.decode().splitlines()
     rows = [
         json.loads(line)
         for line in cli("group", *b, "describe", "cli", "--json").stdout.splitlines()
     ]
     assert [(r["topic"], r["partition"], r["owner"]) for r in rows] == [
-        ("events", p, None) for p in range(PARTITIONS)
+        ("clied", p, None) for p in range(PARTITIONS)
     ]
     assert consumed_all(rows, written)
     # "end" is the last record's offset (as `topic describe`), "next_offset" Kafka's end.
@@ -186,14 +191,14 @@ def test_the_command_line_consumes_in_a_group_lists_describes_and_resets(cluster
         r["lag"] == r["next_offset"] - r["committed"] == r["end"] + 1 - r["committed"] for r in rows
     )
     text = cli("group", *b, "describe", "cli").stdout.decode().splitlines()
-    assert [line.split()[:2] for line in text] == [["events", str(p)] for p in range(PARTITIONS)]
+    assert [line.split()[:2] for line in text] == [["clied", str(p)] for p in range(PARTITIONS)]
     assert all(len(line.split()) == 6 and line.split()[-1] == "-" for line in text)
-    with Consumer(cluster.brokers, "cli", ["events"]):
-        refused = cli("group", *b, "reset-offsets", "cli", "--topic", "events", "--to", "earliest")
+    with Consumer(cluster.brokers, "cli", ["clied"]):
+        refused = cli("group", *b, "reset-offsets", "cli", "--topic", "clied", "--to", "earliest")
         assert refused.returncode == 1 and b"active member" in refused.stderr
-    reset = cli("group", *b, "reset-offsets", "cli", "--topic", "events", "--to", "earliest")
+    reset = cli("group", *b, "reset-offsets", "cli", "--topic", "clied", "--to", "earliest")
     assert reset.returncode == 0, reset.stderr
-    again = cli("consume", *b, "--topic", "events", "--group", "cli")
+    again = cli("consume", *b, "--topic", "clied", "--group", "cli")
     assert sorted(again.stdout.splitlines()) == sorted(values), "read again from the start"
     with cluster.client() as c:
 
@@ -207,10 +212,11 @@ def test_the_command_line_consumes_in_a_group_lists_describes_and_resets(cluster
     assert missing.returncode == 1 and b"unknown group" in missing.stderr
 
 
+@pytest.mark.shares_cluster
 def test_a_group_consumer_stopped_with_sigterm_leaves_its_group_at_once(cluster):
-    fill(cluster, per_partition=5)
+    fill(cluster, "termed", per_partition=5)
     b = ["-b", cluster.brokers]
-    args = [*QUORUMLOG, "consume", *b, "--topic", "events", "--group", "term", "--follow"]
+    args = [*QUORUMLOG, "consume", *b, "--topic", "termed", "--group", "term", "--follow"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline(), "it consumed"
@@ -218,7 +224,7 @@ def test_a_group_consumer_stopped_with_sigterm_leaves_its_group_at_once(cluster)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, proc.stderr.read()
     # Gone from the group now, not after its session timeout: the offsets can be reset.
-    reset = cli("group", *b, "reset-offsets", "term", "--topic", "events", "--to", "earliest")
+    reset = cli("group", *b, "reset-offsets", "term", "--topic", "termed", "--to", "earliest")
     assert reset.returncode == 0, reset.stderr
 
 
@@ -243,21 +249,22 @@ def test_many_groups_started_at_once_on_a_new_cluster_all_consume(cluster):
     assert len(trio.run(main)) == 50
 
 
+@pytest.mark.shares_cluster
 def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
-    fill(cluster, per_partition=5)
+    fill(cluster, "refused", per_partition=5)
     with pytest.raises(UnknownTopicError), Consumer(cluster.brokers, "g", ["no-such-topic"]):
         pass
     with (
         pytest.raises(QuorumLogError, match="session timeout"),
-        Consumer(cluster.brokers, "g", ["events"], session_timeout=0),
+        Consumer(cluster.brokers, "g", ["refused"], session_timeout=0),
     ):
         pass
-    with Consumer(cluster.brokers, "g", ["events"]) as member, cluster.client() as c:
+    with Consumer(cluster.brokers, "g", ["refused"]) as member, cluster.client() as c:
         assert len(drain(member)) == 5 * PARTITIONS
         with pytest.raises(QuorumLogError, match="past its end"):
-            c.group_call("commit", "g", member=member.member, offsets=[["events", 0, 10**6]])
+            c.group_call("commit", "g", member=member.member, offsets=[["refused", 0, 10**6]])
         with pytest.raises(NotMemberError):
-            c.group_call("commit", "g", member="stranger", offsets=[["events", 0, 1]])
+            c.group_call("commit", "g", member="stranger", offsets=[["refused", 0, 1]])
         with (
             pytest.raises(QuorumLogError, match="same topics"),
             Consumer(cluster.brokers, "g", ["default"]),
@@ -269,21 +276,29 @@ def test_bad_group_calls_get_a_clear_error_and_change_nothing(cluster):
         assert c.status(), "every node still answers"
 
 
-def join(cluster, group: str, mode: str) -> None:
-    with Consumer(cluster.brokers, group, ["events"], mode=mode, timeout=5) as member:
+def groups_listed(b: list[str]) -> list[str]:
+    """The names `group list` prints (the other tests' groups among them)."""
+    listed = cli("group", *b, "list")
+    assert listed.returncode == 0, listed.stderr
+    return [line.split()[0] for line in listed.stdout.decode().splitlines()]
+
+
+def join(cluster, group: str, mode: str, topic: str) -> None:
+    with Consumer(cluster.brokers, group, [topic], mode=mode, timeout=5) as member:
         member.poll(timeout=1.0)
 
 
+@pytest.mark.shares_cluster
 def test_an_operator_deletes_a_finished_group_and_cannot_create_one_by_mistake(cluster):
     """`group delete` is refused while members are active, then removes the group and its
     positions; `reset-offsets` of a group that does not exist is refused (it used to make
     one); joining a group in the other mode is refused, naming the group's mode."""
-    written = fill(cluster, per_partition=5)
+    written = fill(cluster, "finished", per_partition=5)
     b = ["-b", cluster.brokers]
-    typo = cli("group", *b, "reset-offsets", "bilings", "--topic", "events", "--to", "earliest")
+    typo = cli("group", *b, "reset-offsets", "bilings", "--topic", "finished", "--to", "earliest")
     assert typo.returncode == 1 and b"unknown group 'bilings'" in typo.stderr
-    assert cli("group", *b, "list").stdout == b"", "the typo made no group"
-    with Consumer(cluster.brokers, "done", ["events"], start="earliest") as member:
+    assert "bilings" not in groups_listed(b), "the typo made no group"
+    with Consumer(cluster.brokers, "done", ["finished"], start="earliest") as member:
         got = []
         while len(got) < sum(map(len, written.values())):
             got += member.poll(timeout=1.0)
@@ -291,21 +306,21 @@ def test_an_operator_deletes_a_finished_group_and_cannot_create_one_by_mistake(c
         with pytest.raises(
             QuorumLogError, match="'done' is a stream-mode group: join it in stream"
         ):
-            join(cluster, "done", "queue")
+            join(cluster, "done", "queue", "finished")
         refused = cli("group", *b, "delete", "done")
         assert refused.returncode == 1 and b"active member" in refused.stderr
     with pytest.raises(QuorumLogError, match="stream-mode group"):  # positions kept, no member
-        join(cluster, "done", "queue")
+        join(cluster, "done", "queue", "finished")
     deleted = cli("group", *b, "delete", "done")
     assert deleted.returncode == 0, deleted.stderr
-    assert cli("group", *b, "list").stdout == b""
+    assert "done" not in groups_listed(b)
     gone = cli("group", *b, "describe", "done")
     assert gone.returncode == 1 and b"unknown group 'done'" in gone.stderr
     # The name is free again, in either mode, with no position kept from before.
-    with Consumer(cluster.brokers, "done", ["events"], mode="queue", start="earliest") as again:
+    with Consumer(cluster.brokers, "done", ["finished"], mode="queue", start="earliest") as again:
         first = []
         while not first:
             first = again.poll(timeout=1.0)
         for p in {r.partition for r in first}:  # each from its first record again
             got_here = [r.offset for r in first if r.partition == p]
-            assert min(got_here) == min(written[("events", p)])
+            assert min(got_here) == min(written[("finished", p)])

@@ -10,6 +10,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 from quorumlog.cli.localcluster import QUORUMLOG, ProcessCluster, free_ports
 
 
@@ -43,6 +45,10 @@ def _one_line(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+# Marked so: a second process on a served directory is refused before it reads or writes
+# anything there (server/data_lock.py), and the test then checks the nodes serve on; no node
+# stops. One cluster serves both.
+@pytest.mark.shares_cluster
 def test_a_second_process_on_a_served_directory_exits_naming_the_holder(cluster):
     data_dir = cluster.data_dir(1)
     cluster.wait_for_leader()
@@ -87,6 +93,7 @@ def test_a_directory_that_recorded_no_node_is_adopted_then_kept(tmp_path):
         cluster.stop_all()
 
 
+@pytest.mark.shares_cluster
 def test_unsafe_recover_refuses_a_directory_a_node_serves(cluster):
     cluster.wait_for_leader()
     data_dir = cluster.data_dir(1)

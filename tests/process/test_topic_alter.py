@@ -83,6 +83,8 @@ def test_topic_settings_change_on_every_replica_and_survive_a_restart(cluster):
     assert rows["config"]["retention.ms"] == -1
 
 
+# Marked so: every change it asks for is refused, on a topic of its own; no node stops.
+@pytest.mark.shares_cluster
 def test_bad_settings_and_impossible_changes_are_one_line_each(cluster):
     cluster.wait_for_leader()
     b = cluster.brokers
