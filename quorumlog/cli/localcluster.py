@@ -23,11 +23,15 @@ def free_ports(count: int) -> list[int]:
 
     Taken below the kernel's range of ephemeral ports: a port from that range (what binding
     port 0 gives) can be taken by any outgoing connection before the node binds it, which
-    made a test cluster fail now and then with "Address already in use"."""
-    low = _ephemeral_low() - 1
+    made a test cluster fail now and then with "Address already in use".
+
+    QUORUMLOG_PORTS=LOW-HIGH narrows the choice to a band: pickers running side by side (the
+    suite's workers) each take their own, since a port one of them handed out is free again
+    while its node restarts, and another could pick it then."""
+    low, high = port_band()
     ports: list[int] = []
     while len(ports) < count:
-        port = _pick.randrange(_PORTS_FROM, low)
+        port = _pick.randrange(low, high)
         if port in _handed_out:
             continue
         with socket.socket() as s:
@@ -43,6 +47,15 @@ def free_ports(count: int) -> list[int]:
 _PORTS_FROM = 10_000
 _pick = random.Random()  # not the simulation's: ports need no replay
 _handed_out: set[int] = set()
+
+
+def port_band() -> tuple[int, int]:
+    """The ports `free_ports` picks from: [low, high)."""
+    band = os.environ.get("QUORUMLOG_PORTS")
+    if band:
+        low, _, high = band.partition("-")
+        return int(low), int(high)
+    return _PORTS_FROM, _ephemeral_low() - 1
 
 
 def _ephemeral_low() -> int:

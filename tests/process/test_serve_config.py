@@ -30,7 +30,9 @@ election_timeout_max_s = 0.4
     env = {**os.environ, "QUORUMLOG_LISTEN": f"127.0.0.1:{env_port}"}
     # The environment moves the listener; the flag moves the (single) voter with it.
     args = [*QUORUMLOG, "serve", "--config", str(config), "--peers", f"1=127.0.0.1:{env_port}"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         with Client(f"127.0.0.1:{env_port}", timeout=20) as c:
             assert c.append([b"configured"]) >= 0
@@ -57,7 +59,7 @@ election_timeout_max_s = 0.4
             time.sleep(0.2)
     finally:
         proc.terminate()
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=20) == 0, log.read_text()[-4000:]
 
 
 def test_unknown_settings_are_usage_errors(tmp_path):
