@@ -15,7 +15,7 @@ import trio
 from quorumlog.bench.sim_cluster import Cluster, Outcome, Route
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, ClusterState
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
-from quorumlog.log.records import batch_records
+from quorumlog.log.records import offset_records
 from quorumlog.membership.quorum import has_quorum
 from quorumlog.raft.core import RaftCore
 from quorumlog.transport.messages import Acks
@@ -163,8 +163,8 @@ def _check_group(
                 f"{header.timestamp_ms} after {last_stamp}"
             )
         last_stamp = max(last_stamp, header.timestamp_ms)
-        for k, record in enumerate(batch_records(batch, header)):
-            where.setdefault(record.value, []).append(records.get(base, base) + k)
+        for at, record in offset_records(batch, header):
+            where.setdefault(record.value, []).append(records.get(base, base) + at - base)
     written = {outcome.value for outcome in outcomes}  # unique per client append
     for value, offsets in where.items():
         # Only clients' values are unique: the controller may append a command twice (a

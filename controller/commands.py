@@ -8,10 +8,11 @@ one, so that applying a command is deterministic on every node.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
-from quorumlog.log.config import TIMESTAMP_TYPES, UNLIMITED, TopicSettings
+from quorumlog.log.config import CLEANUP_POLICIES, TIMESTAMP_TYPES, UNLIMITED, TopicSettings
 
 
 class CommandError(ValueError):
@@ -36,6 +37,20 @@ class CreateTopic:
     segment_bytes_max: int | None = None
     max_message_bytes: int | None = None
     topic_id: str | None = None  # a UUID's text (controller/kafka_ids.py); None before ids
+    # The settings added since (the cleanup policy and compaction's: fields of TopicSettings);
+    # None when it sets none of them, so that a node of before reads the command.
+    settings: dict[str, int | float | str | None] | None = None
+
+
+_CREATE_FIELDS = {f.name for f in fields(CreateTopic)}
+
+
+def added_settings(settings: TopicSettings) -> dict[str, int | float | str | None] | None:
+    """What a CreateTopic carries in `settings`: those set that it has no field of its own for."""
+    added = {
+        k: v for k, v in settings.to_wire().items() if k not in _CREATE_FIELDS and v is not None
+    }
+    return added or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,20 +153,32 @@ def _check_settings(settings: Any) -> None:
     """An AlterTopicConfig's settings as applying them needs them (every node skips a bad
     one alike, instead of failing on it at every replay)."""
     if not isinstance(settings, dict):
-        raise CommandError("bad AlterTopicConfig: settings is a map")
+        raise CommandError("bad topic settings: not a map")
     known = {f.name for f in fields(TopicSettings)}
     if not known >= settings.keys():
-        raise CommandError(
-            f"bad AlterTopicConfig: unknown settings {sorted(settings.keys() - known)}"
-        )
+        raise CommandError(f"bad topic settings: unknown {sorted(settings.keys() - known)}")
     for name, value in settings.items():
-        ok = (
-            value in TIMESTAMP_TYPES
-            if name == "timestamp_type"
-            else type(value) is int and (value > 0 or value == UNLIMITED)
-        )
-        if value is not None and not ok:
-            raise CommandError(f"bad AlterTopicConfig: {name} = {value!r}")
+        if value is not None and not _SETTING_CHECKS.get(name, _positive_or_unlimited)(value):
+            raise CommandError(f"bad topic settings: {name} = {value!r}")
+
+
+def _positive_or_unlimited(value: Any) -> bool:
+    return type(value) is int and (value > 0 or value == UNLIMITED)
+
+
+def _at_least(least: int) -> Callable[[Any], bool]:
+    return lambda value: type(value) is int and value >= least
+
+
+_SETTING_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "timestamp_type": lambda value: value in TIMESTAMP_TYPES,
+    "cleanup_policy": lambda value: value in CLEANUP_POLICIES,
+    "min_cleanable_dirty_ratio": lambda value: type(value) in (int, float) and 0 <= value <= 1,
+    "min_compaction_lag_ms": _at_least(0),
+    "delete_retention_ms": _at_least(0),
+    "max_compaction_lag_ms": _at_least(1),
+    "segment_ms": _at_least(1),
+}
 
 
 def _check_topic_id(topic_id: Any) -> None:
@@ -189,7 +216,7 @@ def from_wire(wire: Any) -> Command:
             args["replicas"] = tuple(replicas)
     if cls is EndRebalance and isinstance(args.get("brokers"), list):
         args["brokers"] = tuple(args["brokers"])
-    if cls is AlterTopicConfig:
+    if cls is AlterTopicConfig or (cls is CreateTopic and args.get("settings") is not None):
         _check_settings(args.get("settings"))
     if cls is NameCluster and "addresses" in args:
         args["addresses"] = _addresses(args["addresses"])

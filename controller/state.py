@@ -171,12 +171,15 @@ class ClusterState:
             case CreateTopic(name, replicas):
                 if name in self.topics:
                     return f"topic {name!r} exists"
-                settings = TopicSettings(
-                    command.retention_bytes,
-                    command.retention_ms,
-                    command.timestamp_type,
-                    command.segment_bytes_max,
-                    command.max_message_bytes,
+                settings = TopicSettings.from_wire(
+                    {
+                        "retention_bytes": command.retention_bytes,
+                        "retention_ms": command.retention_ms,
+                        "timestamp_type": command.timestamp_type,
+                        "segment_bytes_max": command.segment_bytes_max,
+                        "max_message_bytes": command.max_message_bytes,
+                        **(command.settings or {}),
+                    }
                 )
                 topic_id = command.topic_id or derived_topic_id(name, offset)
                 self.topics[name] = Topic(name, (), settings, offset, topic_id)

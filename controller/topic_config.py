@@ -47,8 +47,30 @@ NAMES = {
         ),
         ConfigName("segment.bytes", "segment_bytes_max", "size of one segment file"),
         ConfigName("max.message.bytes", "max_message_bytes", "largest batch an append carries"),
+        ConfigName(
+            "cleanup.policy",
+            "cleanup_policy",
+            "delete (retention removes records), compact (each key's latest is kept) or both",
+        ),
+        ConfigName(
+            "min.cleanable.dirty.ratio",
+            "min_cleanable_dirty_ratio",
+            "share of a compacted log written since its last cleaning that starts the next",
+        ),
+        ConfigName(
+            "min.compaction.lag.ms", "min_compaction_lag_ms", "age before a record may be compacted"
+        ),
+        ConfigName(
+            "max.compaction.lag.ms",
+            "max_compaction_lag_ms",
+            "age at which a record is compacted whatever the dirty ratio",
+        ),
+        ConfigName("delete.retention.ms", "delete_retention_ms", "how long a tombstone is kept"),
+        ConfigName("segment.ms", "segment_ms", "age at which a segment is closed"),
     )
 }
+# Kafka's "never" for max.compaction.lag.ms (Long.MAX_VALUE), the log's None.
+LONG_MAX = (1 << 63) - 1
 
 
 # Kafka topic settings that tools and frameworks send with every create (or alter) and
@@ -62,15 +84,10 @@ KAFKA_IGNORED = frozenset(
         "flush.messages",
         "flush.ms",
         "index.interval.bytes",
-        "segment.ms",
         "segment.jitter.ms",
         "segment.index.bytes",
         "preallocate",
         "file.delete.delay.ms",
-        "delete.retention.ms",
-        "min.compaction.lag.ms",
-        "max.compaction.lag.ms",
-        "min.cleanable.dirty.ratio",
         "message.downconversion.enable",
         "message.format.version",
         "message.timestamp.difference.max.ms",
@@ -86,17 +103,9 @@ KAFKA_IGNORED = frozenset(
 
 def kafka_settings(configs: Mapping[str, object]) -> dict[str, object]:
     """The settings a Kafka client gave that mean something here: those of `NAMES`, with
-    `KAFKA_IGNORED` left out and `cleanup.policy` accepted only as "delete" (records go by
-    retention; compaction is not done). Unknown names are kept, for `changed_settings` to
-    refuse as Kafka would."""
-    out: dict[str, object] = {}
-    for name, value in configs.items():
-        if name == "cleanup.policy":
-            if value not in (None, "delete"):
-                raise ConfigError(f"cleanup.policy={value} is not supported: only delete")
-        elif name not in KAFKA_IGNORED:
-            out[name] = value
-    return out
+    `KAFKA_IGNORED` left out. Unknown names are kept, for `changed_settings` to refuse as
+    Kafka would."""
+    return {name: value for name, value in configs.items() if name not in KAFKA_IGNORED}
 
 
 def parse_assignments(assignments: list[str]) -> dict[str, str | None]:
@@ -134,6 +143,14 @@ def described(settings: TopicSettings, node_config: LogConfig, append_bytes_max:
         "message.timestamp.type": KAFKA_TIMESTAMP_TYPES[config.timestamp_type],
         "segment.bytes": config.segment_bytes_max,
         "max.message.bytes": append_bytes_max if max_message is None else max_message,
+        "cleanup.policy": config.cleanup_policy,
+        "min.cleanable.dirty.ratio": config.min_cleanable_dirty_ratio,
+        "min.compaction.lag.ms": config.min_compaction_lag_ms,
+        "max.compaction.lag.ms": (
+            LONG_MAX if config.max_compaction_lag_ms is None else config.max_compaction_lag_ms
+        ),
+        "delete.retention.ms": config.delete_retention_ms,
+        "segment.ms": config.segment_ms,
     }
 
 
@@ -142,8 +159,21 @@ def set_here(settings: TopicSettings) -> set[str]:
     return {c.kafka for c in NAMES.values() if getattr(settings, c.field) is not None}
 
 
-def _checked(name: str, value: object) -> int | str | None:
+def _checked(name: str, value: object) -> int | float | str | None:
     """The native value of `name` for `value` (text or number); None for "no limit"."""
+    if name == "cleanup.policy":
+        policies = sorted({p.strip() for p in str(value).split(",")})
+        if not policies or not set(policies) <= {"compact", "delete"}:
+            raise ConfigError(f"{name} is delete, compact or compact,delete, not {value!r}")
+        return ",".join(policies)
+    if name == "min.cleanable.dirty.ratio":
+        try:
+            ratio = float(str(value))
+        except ValueError:
+            ratio = -1.0
+        if not 0 <= ratio <= 1:
+            raise ConfigError(f"{name} is a number from 0 to 1, not {value!r}")
+        return ratio
     if name == "message.timestamp.type":
         native = {v: k for k, v in KAFKA_TIMESTAMP_TYPES.items()}.get(str(value))
         if native is None and value in TIMESTAMP_TYPES:
@@ -160,6 +190,14 @@ def _checked(name: str, value: object) -> int | str | None:
     elif name == "segment.bytes":
         if number < SEGMENT_BYTES_MIN:
             raise ConfigError(f"{name} is at least {SEGMENT_BYTES_MIN}, not {value!r}")
+    elif name in ("min.compaction.lag.ms", "delete.retention.ms"):
+        if number < 0:
+            raise ConfigError(f"{name} is at least 0, not {value!r}")
+    elif name in ("max.compaction.lag.ms", "segment.ms"):
+        if number < 1:
+            raise ConfigError(f"{name} is at least 1, not {value!r}")
+        if number == LONG_MAX and name == "max.compaction.lag.ms":
+            return None  # Kafka's default: never forced
     elif not 1 <= number <= PAYLOAD_BYTES_MAX:  # max.message.bytes
         raise ConfigError(f"{name} is 1-{PAYLOAD_BYTES_MAX}, not {value!r}")
     return number

@@ -13,7 +13,8 @@ Layout (little-endian):
     16  8    term           term the batch was appended in (patched by the leader)
     24  8    producer_id    idempotent producer id, -1 when none
     32  4    producer_seq   sequence of this batch for its producer, -1 when none
-    36  4    record_count   records at offsets [base_offset, base_offset + record_count - 1]
+    36  4    record_count   the offsets [base_offset, base_offset + record_count - 1] it
+                           spans: one record each, but in a COMPACTED batch some
     40  8    timestamp_ms   the largest of its records' timestamps (flag MAX_TIMESTAMP;
                            without it, when the producer made the batch), or the leader's
                            clock when it appended it (flag LOG_APPEND_TIME); retention by
@@ -23,7 +24,8 @@ Layout (little-endian):
     50  2    flags          LOG_APPEND_TIME: every record's timestamp is `timestamp_ms`;
                            TYPES_CHECKED: the maker checked every field is bytes;
                            SNAPSHOT: a state machine's whole state (a compaction point);
-                           MAX_TIMESTAMP: `timestamp_ms` is the records' largest timestamp
+                           MAX_TIMESTAMP: `timestamp_ms` is the records' largest timestamp;
+                           COMPACTED: the cleaner kept some of the records it spans
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -67,6 +69,11 @@ SNAPSHOT = 0x4
 # hold, found on append). A data batch made before, with neither this nor LOG_APPEND_TIME,
 # holds when it was made: its records are read for their times.
 MAX_TIMESTAMP = 0x8
+# flags: the cleaner rewrote the batch (a compacted topic, log/cleaner.py): it still spans
+# `record_count` offsets from `base_offset`, so that no offset moves, but holds only the
+# records it kept, each with its offset (`records.offset_records`). Only the cleaner makes
+# such a batch; an append carrying the flag is refused.
+COMPACTED = 0x10
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 TIMESTAMP_TYPES = ("create", "log_append")
+# Kafka's cleanup.policy: what removes records, retention ("delete"), the cleaner ("compact":
+# each key's latest record is kept for ever, log/cleaner.py), or both.
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +39,39 @@ class LogConfig:
     # The largest batch an append may carry (Kafka's max.message.bytes); None: only the
     # node's limit on a whole append (`append_bytes_max`) applies.
     max_message_bytes: int | None = None
+    # Compaction, by Kafka's names (log/cleaner.py): the policy; the share of the log
+    # written since the last pass that starts one; how long a record stays whole at
+    # least (min_compaction_lag_ms) and at most (max_compaction_lag_ms: a pass then starts
+    # whatever the share); how long a tombstone stays once its key's other records are
+    # gone; and the age at which a segment is closed even if not full (only closed
+    # segments are compacted). Kafka's defaults.
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+    delete_retention_ms: int = DAY_MS
+    segment_ms: int = 7 * DAY_MS
+    # The node's cleaner: the memory of the key map of one pass (Kafka's
+    # log.cleaner.dedupe.buffer.size) and the bytes it reads and writes per second.
+    cleaner_dedupe_buffer_bytes: int = 64 * 1024 * 1024
+    cleaner_io_bytes_per_s: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.timestamp_type not in TIMESTAMP_TYPES:
             raise ValueError(f"timestamp_type is one of {', '.join(TIMESTAMP_TYPES)}")
         if self.page_cache_window_bytes < 0:
             raise ValueError("page_cache_window_bytes is at least 0")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ValueError(f"cleanup_policy is one of {', '.join(CLEANUP_POLICIES)}")
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention removes records (a compact-only log keeps every key's latest)."""
+        return "delete" in self.cleanup_policy
 
 
 UNLIMITED = -1  # a topic's retention that keeps everything (None: the node's setting)
@@ -58,6 +89,12 @@ class TopicSettings:
     timestamp_type: str | None = None
     segment_bytes_max: int | None = None
     max_message_bytes: int | None = None
+    cleanup_policy: str | None = None
+    min_cleanable_dirty_ratio: float | None = None
+    min_compaction_lag_ms: int | None = None
+    max_compaction_lag_ms: int | None = None
+    delete_retention_ms: int | None = None
+    segment_ms: int | None = None
 
     def applied_to(self, config: LogConfig) -> LogConfig:
         """The node's `config` with this topic's settings; a retention of UNLIMITED (-1,

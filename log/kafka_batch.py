@@ -46,6 +46,7 @@ assert HEADER_BYTES == 61
 _CRC_FROM = 21
 _OFFSET_EPOCH = struct.Struct(">qii")  # base offset, batch length, leader epoch
 
+NO_TIMESTAMP = -1  # an empty batch's times, as Kafka writes them
 COMPRESSION_MASK = 0x07
 TRANSACTIONAL = 0x10
 CONTROL = 0x20
@@ -295,12 +296,16 @@ def encode_batch(
     base_offset: int,
     leader_epoch: int,
     records: list[tuple[bytes | None, bytes | None, int, list | None]],
+    deltas: list[int] | None = None,
+    span: int | None = None,
 ) -> bytes:
     """An uncompressed batch of `(key, value, timestamp_ms, headers)` records at consecutive
-    offsets from `base_offset`."""
-    base_ts = records[0][2]
+    offsets from `base_offset`, or at `deltas` from it in a batch spanning `span` offsets
+    (a compacted one, perhaps empty: Kafka's clients step over its holes)."""
+    base_ts = records[0][2] if records else NO_TIMESTAMP
     parts = []
-    for delta, (key, value, ts, headers) in enumerate(records):
+    offsets = range(len(records)) if deltas is None else deltas
+    for delta, (key, value, ts, headers) in zip(offsets, records, strict=True):
         body = [b"\x00", _zigzag(ts - base_ts), _zigzag(delta), _field(key), _field(value)]
         body.append(_zigzag(len(headers) if headers else 0))
         for name, header_value in headers or ():
@@ -309,10 +314,9 @@ def encode_batch(
         encoded = b"".join(body)
         parts.append(_zigzag(len(encoded)))
         parts.append(encoded)
-    max_ts = max(r[2] for r in records)
-    return _seal(
-        base_offset, leader_epoch, 0, len(records) - 1, base_ts, max_ts, len(records), parts
-    )
+    max_ts = max((r[2] for r in records), default=NO_TIMESTAMP)
+    last_delta = len(records) - 1 if span is None else span - 1
+    return _seal(base_offset, leader_epoch, 0, last_delta, base_ts, max_ts, len(records), parts)
 
 
 def _seal(

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from quorumlog.log import cleaner
 from quorumlog.log.backfill import drop_unfinished
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file
@@ -34,6 +35,7 @@ def load_segments(
 ) -> LoadedSegments:
     """The segments found in `directory`, oldest first (none in a new log)."""
     drop_unfinished(fs, directory)
+    cleaner.drop_unfinished(fs, directory)
     names = fs.listdir(directory)
     for name in names:
         if name.endswith(".tmp"):

@@ -2,12 +2,14 @@
 times of batches made before their headers held them (log/timeindex.py).
 
 A payload is a msgpack array of records, each `[key, value, timestamp_ms, headers]` with
-`key` bytes or nil and `headers` a list of `[name, value]` pairs or nil, compressed with
-zstd when that pays. msgpack's C packer does the per-record work, not a Python loop.
+`key` bytes or nil, `value` bytes or nil (no value: a tombstone, Kafka's null value, which
+a compacted topic reads as "this key is deleted") and `headers` a list of `[name, value]`
+pairs or nil, compressed with zstd when that pays. msgpack's C packer does the per-record work, not a Python loop.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -17,6 +19,7 @@ import zstandard
 
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import (
+    COMPACTED,
     HEADER_BYTES,
     LOG_APPEND_TIME,
     MAX_TIMESTAMP,
@@ -45,7 +48,7 @@ DECOMPRESSED_BYTES_MAX = 256 * 1024 * 1024
 
 class RawRecord(NamedTuple):
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: no value (a tombstone), not the same as empty
     timestamp_ms: int
     headers: list[tuple[str, bytes]] | None = None
 
@@ -108,13 +111,7 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
     if compression == Compression.KAFKA:
         return _kafka_records(payload)
     try:
-        items = _unpacked(payload, compression)
-        return [
-            RawRecord(k, v, ts, h)
-            if type(v) is bytes and (k is None or type(k) is bytes) and h is None
-            else _mended(k, v, ts, h)
-            for k, v, ts, h in items
-        ]
+        return [_record(k, v, ts, h) for k, v, ts, h in _unpacked(payload, compression)]
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable record payload: {exc}") from None
 
@@ -125,13 +122,24 @@ def _unpacked(payload: bytes | memoryview, compression: Compression) -> list:
     return msgpack.unpackb(payload, raw=False, use_list=True)
 
 
+def _record(key, value, timestamp_ms: int, headers) -> RawRecord:
+    """A decoded record: as it is when its fields are bytes (nearly always), else mended."""
+    if (
+        headers is None
+        and (type(value) is bytes or value is None)
+        and (key is None or type(key) is bytes)
+    ):
+        return RawRecord(key, value, timestamp_ms, None)
+    return _mended(key, value, timestamp_ms, headers)
+
+
 def _mended(key, value, timestamp_ms: int, headers) -> RawRecord:
     """A record whose value, key or header values may not be bytes: clients before 0.4
     stored a str given as a value as it was, and every reader of its partition failed on
-    it. Read as its UTF-8 bytes (None, as every null here, as empty)."""
+    it. Read as its UTF-8 bytes (a header's null value as empty)."""
     return RawRecord(
         None if key is None else _as_bytes(key),
-        _as_bytes(value),
+        None if value is None else _as_bytes(value),
         timestamp_ms,
         None if headers is None else [(str(n), _as_bytes(v)) for n, v in headers],
     )
@@ -146,13 +154,11 @@ def _as_bytes(value) -> bytes:
 
 
 def _kafka_records(payload: bytes | memoryview) -> list[RawRecord]:
-    """A Kafka batch's records as quorumlog records: a null value or header value (which
-    native records do not have) reads as empty bytes."""
+    """A Kafka batch's records as quorumlog records: a null value stays None (a tombstone),
+    a null header value (which native headers do not have) reads as empty bytes."""
     header = kafka_batch.parse_header(payload)
     return [
-        RawRecord(
-            r.key, r.value or b"", r.timestamp_ms, [(n, v or b"") for n, v in r.headers] or None
-        )
+        RawRecord(r.key, r.value, r.timestamp_ms, [(n, v or b"") for n, v in r.headers] or None)
         for r in kafka_batch.records_of(payload, header)
     ]
 
@@ -204,7 +210,10 @@ def field_type_problem(batch: bytes | memoryview, header: BatchHeader) -> str | 
 
 
 def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRecord]:
-    """The records of a data batch whose header has been parsed."""
+    """The records of a data batch whose header has been parsed, without their offsets
+    (`offset_records` gives them: in a COMPACTED batch they are not one after another)."""
+    if header.flags & COMPACTED:
+        return [record for _, record in offset_records(batch, header)]
     payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
     records = decode_records(payload, header.compression)
     if len(records) != header.record_count:
@@ -214,3 +223,55 @@ def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRec
     if header.flags & LOG_APPEND_TIME:  # the leader's stamp is every record's time
         return [r._replace(timestamp_ms=header.timestamp_ms) for r in records]
     return records
+
+
+def offset_records(batch: bytes | memoryview, header: BatchHeader) -> list[tuple[int, RawRecord]]:
+    """The records of a data batch with their offsets: one after another from its base
+    offset, or, in a batch the cleaner rewrote (COMPACTED), each at the offset it kept."""
+    if not header.flags & COMPACTED:
+        return list(zip(itertools.count(header.base_offset), batch_records(batch, header)))
+    payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
+    try:
+        items = _unpacked(payload, header.compression)
+        out = []
+        previous = -1
+        for key, value, ts, headers, delta in items:
+            if not previous < delta < header.record_count:
+                raise BatchError(
+                    f"a compacted batch of {header.record_count} offsets holds a record at "
+                    f"{delta} after {previous}"
+                )
+            previous = delta
+            out.append((header.base_offset + delta, _record(key, value, ts, headers)))
+        return out
+    except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
+        raise BatchError(f"undecodable compacted payload: {exc}") from None
+
+
+def make_compacted_batch(
+    kept: Sequence[tuple[int, RawRecord]], base_offset: int, span: int, term: int
+) -> bytes:
+    """What the cleaner writes for `span` offsets from `base_offset` (all in `term`, as the
+    batches it replaces were): the records `kept` at their offsets, none when none is, each
+    record's own timestamp (a leader's stamp resolved) and their largest in the header."""
+    payload, compression = encode_records(
+        [(r.key, r.value, r.timestamp_ms, r.headers, offset - base_offset) for offset, r in kept]
+    )
+    return build_batch(
+        payload,
+        record_count=span,
+        compression=compression,
+        base_offset=base_offset,
+        term=term,
+        timestamp_ms=max((r.timestamp_ms for _, r in kept), default=0),
+        flags=TYPES_CHECKED | MAX_TIMESTAMP | COMPACTED,
+    )
+
+
+def keyless_record(batch: bytes | memoryview, header: BatchHeader) -> int | None:
+    """The index in its batch of the first record without a key, or None (BatchError if the
+    payload does not decode: the caller checked it)."""
+    for i, record in enumerate(batch_records(batch, header)):
+        if record.key is None:
+            return i
+    return None

@@ -87,6 +87,9 @@ class Segment:
         # The largest timestamp of its data records (retention by age, time lookups). A
         # truncation leaves it as it was: too large is safe, a time lookup reads more.
         self.max_timestamp_ms = NO_TIMESTAMP
+        # The timestamp of its first data batch, which segment.ms counts from (known for the
+        # newest segment, which is always scanned on open; None before a data batch).
+        self.first_data_ms: int | None = None
         # Sparse index: base offset and file position of one batch every index_interval_bytes,
         # and the largest timestamp up to that batch (the time index).
         self.index_offsets = array("q")
@@ -116,7 +119,10 @@ class Segment:
 
     def note_batch(self, header: BatchHeader, position: int, batch: bytes | memoryview) -> None:
         """Account for `batch`, written (or found) at `position`."""
-        self.max_timestamp_ms = max(self.max_timestamp_ms, batch_max_timestamp(header, batch))
+        batch_ms = batch_max_timestamp(header, batch)
+        self.max_timestamp_ms = max(self.max_timestamp_ms, batch_ms)
+        if self.first_data_ms is None and header.batch_type is BatchType.DATA:
+            self.first_data_ms = batch_ms
         if (
             not self.index_positions
             or position - self.index_positions[-1] >= self.index_interval_bytes
@@ -304,6 +310,8 @@ class Segment:
         self.file.truncate(position)
         self._read_ends.clear()
         self.size_bytes = position
+        if position == 0:
+            self.first_data_ms = None
         self.uncached_to = min(self.uncached_to, position)
         self.last_offset = offset - 1
         keep = bisect.bisect_left(self.index_offsets, offset)

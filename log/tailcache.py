@@ -79,6 +79,16 @@ class TailCache:
             last = last_offset
         return LogChunk(b"".join(parts), last)
 
+    def drop_before(self, offset: int) -> None:
+        """Let go of the batches that end before `offset` (the cleaner rewrote them)."""
+        before = self._bytes
+        while self._first < len(self._entries) and self._entries[self._first][0] < offset:
+            self._bytes -= len(self._entries[self._first][1])
+            self._entries[self._first] = (self._entries[self._first][0], b"")
+            self._first += 1
+        if self._budget is not None:
+            self._budget.released(self, before - self._bytes)
+
     def truncate(self, from_offset: int) -> None:
         before = self._bytes
         while len(self._bases) > self._first and self._bases[-1] >= from_offset:

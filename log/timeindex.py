@@ -27,7 +27,7 @@ from quorumlog.log.batch import (
     Compression,
     split_batches,
 )
-from quorumlog.log.records import batch_records
+from quorumlog.log.records import batch_records, offset_records
 
 NO_TIMESTAMP = -1  # the largest timestamp of what holds no data record
 
@@ -112,8 +112,7 @@ def first_at_or_after(data: bytes, timestamp_ms: int, from_offset: int) -> Timed
             continue  # a barrier or a configuration: no record, and not indexed as one
         if header.last_offset < from_offset or batch_max_timestamp(header, batch) < timestamp_ms:
             continue
-        for i, record in enumerate(batch_records(batch, header)):
-            at = header.base_offset + i
+        for at, record in offset_records(batch, header):
             if at >= from_offset and record.timestamp_ms >= timestamp_ms:
                 return TimedOffset(at, record.timestamp_ms)
     return None

@@ -27,6 +27,15 @@ import structlog
 
 from quorumlog.log.backfill import Backfill
 from quorumlog.log.batch import BatchHeader, BatchType, place_batches
+from quorumlog.log.cleaner import (
+    CleanerPass,
+    CleanSummary,
+    PassResult,
+    cleanable_end,
+    dirty_ratio,
+    is_due,
+)
+from quorumlog.log.cleaner import drop_unfinished as drop_unfinished_pass
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import File, FileSystem
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
@@ -87,6 +96,11 @@ class Log:
         self._tail = TailCache(budget=tail_budget)  # the node's budget bounds them all
         self._backfill: Backfill | None = None  # records before the start, being copied in
         self._offsets = OffsetTranslator()
+        # The cleaner's: where its last pass ended (what follows is the dirty part; the
+        # whole log after a restart), when a tombstone it kept may go, and what it did.
+        self.cleaned_to = 0
+        self.tombstones_due_ms: int | None = None  # when a tombstone it kept may go
+        self.last_clean: CleanSummary | None = None
         self._record_start_path = os.path.join(directory, RECORD_START_FILE)
 
     # Opening
@@ -196,10 +210,8 @@ class Log:
     def retains_all(self) -> bool:
         config = self._config
         return (
-            config.retention_bytes is None
-            and config.retention_ms is None
-            and not config.compact_to_snapshots
-        )
+            not config.deletes or (config.retention_bytes is None and config.retention_ms is None)
+        ) and not config.compact_to_snapshots
 
     @property
     def segment_count(self) -> int:
@@ -328,7 +340,10 @@ class Log:
         pending: list[bytes | memoryview] = []
         position = active.size_bytes
         for header, batch in placed:
-            if position + header.total_bytes > self._config.segment_bytes_max and position > 0:
+            if position > 0 and (
+                position + header.total_bytes > self._config.segment_bytes_max
+                or self._aged(active, header)
+            ):
                 self._append_to(active, pending)
                 active = self._roll(header.base_offset)
                 pending, position = [], 0
@@ -338,6 +353,18 @@ class Log:
                 self._offsets.add_control(header.base_offset, header.record_count)
             position += header.total_bytes
         self._append_to(active, pending)
+
+    def _aged(self, segment: Segment, header: BatchHeader) -> bool:
+        """Whether `header`'s batch is stamped segment.ms or more after the first records of
+        `segment`: it then starts a new one, so that a log written slowly still closes
+        segments (the cleaner compacts only closed ones). Record time, as Kafka's roll goes
+        by: every replica rolls at the same batch."""
+        first = segment.first_data_ms
+        return (
+            first is not None
+            and header.batch_type is BatchType.DATA
+            and header.timestamp_ms - first >= self._config.segment_ms
+        )
 
     def _append_to(self, segment: Segment, pending: list[bytes | memoryview]) -> None:
         if pending:
@@ -467,6 +494,50 @@ class Log:
         self._unindexed.extend(segments)  # their index files are written by the next flush
         logger.info("log_backfilled", directory=self._dir, log_start_offset=copy.start)
 
+    # Compaction (log/cleaner.py)
+
+    def dirty_share(self) -> float:
+        """The share of its closed segments written since the cleaner's last pass."""
+        return dirty_ratio(self._segments, self.cleaned_to, self._segments[-1].base_offset)
+
+    def plan_clean(self, commit_offset: int, now_ms: int) -> CleanerPass | None:
+        """The next pass of the cleaner over this log, if one is due; it cleans no further
+        than what is committed and durable here, nor into the active segment."""
+        limit = min(commit_offset, self._flushed_offset)
+        end = cleanable_end(self._segments, limit, now_ms, self._config)
+        dirty_from = max(self.cleaned_to, self.log_start_offset)
+        tombstones_due = self.tombstones_due_ms is not None and self.tombstones_due_ms <= now_ms
+        if not tombstones_due and not is_due(self._segments, dirty_from, end, now_ms, self._config):
+            return None
+        segments = [s for s in self._segments if s.base_offset < end]
+        return CleanerPass(self._fs, self._dir, self._config, segments, dirty_from, end, now_ms)
+
+    def adopt_cleaned(self, result: PassResult, now_ms: int) -> None:
+        """The pass's segments take the places of those they rewrote; one whose old segment
+        left the log meanwhile (retention, a reset) is dropped. Their index files are
+        written, and the folder synced, by the next flush."""
+        self.cleaned_to = max(self.cleaned_to, result.end)
+        self.tombstones_due_ms = result.tombstones_due_ms
+        self.last_clean = CleanSummary(now_ms, result.bytes_reclaimed, result.records_removed)
+        for cleaned in result.cleaned:
+            old, new = cleaned.old, cleaned.new
+            at = next((i for i, s in enumerate(self._segments) if s is old), None)
+            if at is None:
+                new.file.close()
+                continue
+            self._remove_index_file(old)
+            self._fs.rename(new.path, old.path)
+            new.moved_to(old.path)
+            self._segments[at] = new
+            self._unsynced.discard(old)
+            if old in self._unindexed:
+                self._unindexed.remove(old)
+            self._unindexed.append(new)
+            self._retire(old.file)
+            self._tail.drop_before(new.last_offset + 1)  # it may hold what was taken out
+        self._dir_dirty = True
+        drop_unfinished_pass(self._fs, self._dir)
+
     # Reading
 
     def read(self, from_offset: int, bytes_max: int, upto_offset: int | None = None) -> LogChunk:
@@ -514,8 +585,11 @@ class Log:
 
     def apply_retention(self, now_ms: int, keep_from_offset: int | None = None) -> int:
         """Drop the oldest sealed segments beyond the byte and age limits, but none that
-        holds `keep_from_offset` or later; returns the log start."""
+        holds `keep_from_offset` or later; returns the log start. A log whose policy is
+        compaction alone keeps everything (its cleaner keeps each key's latest)."""
         config = self._config
+        if not config.deletes:
+            return self.log_start_offset
         drop, size = 0, self.size_bytes
         while drop < len(self._segments) - 1:
             oldest = self._segments[drop]
@@ -564,10 +638,13 @@ class Log:
         if segment in self._unindexed:
             self._unindexed.remove(segment)
         self._dir_dirty = True
+        self._retire(segment.file)
+
+    def _retire(self, file: File) -> None:
         if self._flushing:
-            self._retired.append(segment.file)  # a worker thread may be fsyncing it
+            self._retired.append(file)  # a worker thread may be fsyncing it
         else:
-            segment.file.close()
+            file.close()
 
     def _remove_index_file(self, segment: Segment) -> None:
         if self._fs.exists(segment.index_path):

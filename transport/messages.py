@@ -45,6 +45,7 @@ class ErrorCode(enum.IntEnum):
     BUSY = 10  # another configuration change or a leadership transfer is under way: retry
     UNKNOWN_TOPIC = 11  # no such topic or partition
     NOT_MEMBER = 12  # a consumer that is not (or no longer) a member of its group: rejoin
+    INVALID_RECORD = 13  # a record its topic cannot take (no key on a compacted topic)
 
 
 # --- handshake (transport/handshake.py); never seen by handlers -------------------------

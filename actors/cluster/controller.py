@@ -52,7 +52,7 @@ from quorumlog.controller.state import (
 )
 from quorumlog.log.batch import BatchType
 from quorumlog.log.config import TopicSettings
-from quorumlog.log.records import batch_records
+from quorumlog.log.records import offset_records
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.configs import config_of
 from quorumlog.transport.errors import ConnectionClosed
@@ -204,8 +204,8 @@ class ControllerActor:
             return False
         for header, batch in committed_batches(self.group, self._next_offset):
             if header.batch_type is BatchType.DATA:
-                for i, record in enumerate(batch_records(batch, header)):
-                    self._apply(record.value, header.base_offset + i)
+                for at, record in offset_records(batch, header):
+                    self._apply(record.value, at)
             elif header.batch_type is BatchType.CONFIG:
                 config = config_of(batch, header)
                 self.state.applied_offset = header.base_offset

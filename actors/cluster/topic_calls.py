@@ -11,7 +11,7 @@ import trio
 
 from quorumlog.actors.replica.commands import PassBack
 from quorumlog.consumers.state import GROUPS_TOPIC
-from quorumlog.controller.commands import CreateTopic, DeleteTopic
+from quorumlog.controller.commands import CreateTopic, DeleteTopic, added_settings
 from quorumlog.controller.leaders import LeaderEntry
 from quorumlog.controller.placement import place
 from quorumlog.controller.state import (
@@ -79,6 +79,7 @@ async def create(ctl: ControllerActor, args: dict[str, Any]) -> Message:
         settings.segment_bytes_max,
         settings.max_message_bytes,
         ctl.new_topic_id(),
+        added_settings(settings),
     )
     why = await ctl.propose(command)
     if why is not None and not _made_already(ctl, args, name, partitions):
@@ -222,9 +223,12 @@ async def describe(ctl: ControllerActor, name: str) -> list[dict]:
                 "log_start_offset": best["log_start_offset"] if best else 0,
                 "size_bytes": best["size_bytes"] if best else 0,
                 "replica_status": _replica_status(p.replicas, seen, best if leading else None),
+                "cleanup_policy": config["cleanup.policy"],
                 "config": config,
             }
         )
+        if best is not None and "cleaner" in best:
+            out[-1]["cleaner"] = best["cleaner"]
     return out
 
 

@@ -38,7 +38,7 @@ from quorumlog.consumers.state import (
     to_wire,
 )
 from quorumlog.log.batch import BatchType
-from quorumlog.log.records import batch_records
+from quorumlog.log.records import offset_records
 
 if TYPE_CHECKING:
     from quorumlog.actors.replica.actor import ReplicaActor
@@ -169,8 +169,8 @@ class Coordination:
         for header, batch in committed_batches(self.replica, self.next_offset):
             if header.batch_type is not BatchType.DATA:
                 continue
-            for i, record in enumerate(batch_records(batch, header)):
-                self._apply(record.value, header.base_offset + i)
+            for at, record in offset_records(batch, header):
+                self._apply(record.value, at)
         self.next_offset = commit + 1
 
     def _apply(self, value: bytes, offset: int) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from quorumlog.actors.cluster.leader_calls import ask_partition_leader
 from quorumlog.consumers.assignment import TopicPartition
 from quorumlog.log.batch import BatchType, parse_header, split_batches
-from quorumlog.log.records import RawRecord, batch_records
+from quorumlog.log.records import RawRecord, offset_records
 from quorumlog.transport.messages import ReadReply, ReadRequest
 
 if TYPE_CHECKING:
@@ -159,9 +159,7 @@ async def records_at(co: Coordinator, tp: TopicPartition, offset: int) -> list[R
     blobs, _ = await read_batches(co, tp, offset, 1, offset + 1)
     for blob in blobs.values():
         header = parse_header(blob)
-        out += [
-            r for i, r in enumerate(batch_records(blob, header)) if header.base_offset + i == offset
-        ]
+        out += [r for at, r in offset_records(blob, header) if at == offset]
     return out
 
 

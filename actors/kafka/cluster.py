@@ -53,6 +53,7 @@ ERRORS = {
     ErrorCode.UNKNOWN_TOPIC: K.unknown_topic_or_partition,
     ErrorCode.PROTOCOL: K.corrupt_message,
     ErrorCode.REFUSED: K.invalid_request,
+    ErrorCode.INVALID_RECORD: K.invalid_record,
 }
 
 

@@ -18,8 +18,8 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.actors.replica.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import Compression, split_batches
-from quorumlog.log.records import batch_records
+from quorumlog.log.batch import COMPACTED, Compression, split_batches
+from quorumlog.log.records import batch_records, offset_records
 from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
 if TYPE_CHECKING:
@@ -185,6 +185,14 @@ def as_kafka(data: bytes) -> bytes:
         if header.compression is Compression.KAFKA:
             payload = view[len(view) - header.payload_bytes :]
             out.append(kafka_batch.placed(payload, header.base_offset, NO_EPOCH))
+        elif header.flags & COMPACTED:  # holes where the cleaner removed records
+            kept = offset_records(view, header)
+            records = [tuple(r) for _, r in kept]
+            deltas = [at - header.base_offset for at, _ in kept]
+            span = header.record_count
+            out.append(
+                kafka_batch.encode_batch(header.base_offset, NO_EPOCH, records, deltas, span)
+            )
         else:
             records = [tuple(r) for r in batch_records(view, header)]
             out.append(kafka_batch.encode_batch(header.base_offset, NO_EPOCH, records))

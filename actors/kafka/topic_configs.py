@@ -2,13 +2,12 @@
 Kafka has, each with its type, its source and, when asked, its synonyms and documentation.
 
 Three kinds, so that nothing is claimed that is not done:
-- quorumlog's own settings (controller/topic_config.py: retention, segment size, largest
-  batch, timestamp type): their value in force, alterable, DYNAMIC_TOPIC_CONFIG where the
+- quorumlog's own settings (controller/topic_config.py: retention, segments, largest batch,
+  timestamp type, the cleanup policy and compaction's settings): their value in force, alterable, DYNAMIC_TOPIC_CONFIG where the
   topic sets one and DEFAULT_CONFIG (the node's `[log]` setting) otherwise;
 - what quorumlog always does, shown as a read-only default with the value it amounts to
-  (cleanup.policy=delete, compression.type=producer, min.insync.replicas = a majority of
-  the replicas, ...);
-- what quorumlog does not have (compaction, tiered storage, flush intervals, throttles):
+  (compression.type=producer, min.insync.replicas = a majority of the replicas, ...);
+- what quorumlog does not have (tiered storage, flush intervals, throttles):
   Kafka's default, read-only, its documentation saying it is not applied.
 As Kafka, a config's synonyms are the topic's own value (where set), then its broker
 setting's, each with its source; the answer's order is by name.
@@ -46,14 +45,13 @@ CONFIGS = sorted(
         TopicConfig("retention.bytes", LONG, "log.retention.bytes", "", ""),
         TopicConfig("retention.ms", LONG, "log.retention.ms", "", ""),
         TopicConfig("segment.bytes", INT, "log.segment.bytes", "", ""),
+        TopicConfig("cleanup.policy", LIST, "log.cleanup.policy", "", ""),
+        TopicConfig("delete.retention.ms", LONG, "log.cleaner.delete.retention.ms", "", ""),
+        TopicConfig("max.compaction.lag.ms", LONG, "log.cleaner.max.compaction.lag.ms", "", ""),
+        TopicConfig("min.cleanable.dirty.ratio", DOUBLE, "log.cleaner.min.cleanable.ratio", "", ""),
+        TopicConfig("min.compaction.lag.ms", LONG, "log.cleaner.min.compaction.lag.ms", "", ""),
+        TopicConfig("segment.ms", LONG, "log.roll.ms", "", ""),
         # what quorumlog always does
-        TopicConfig(
-            "cleanup.policy",
-            LIST,
-            "log.cleanup.policy",
-            "delete",
-            "Records go by retention; compaction is not done.",
-        ),
         TopicConfig(
             "compression.type",
             STRING,
@@ -108,7 +106,6 @@ CONFIGS = sorted(
         _not_applied("compression.gzip.level", INT, "compression.gzip.level", "-1"),
         _not_applied("compression.lz4.level", INT, "compression.lz4.level", "9"),
         _not_applied("compression.zstd.level", INT, "compression.zstd.level", "3"),
-        _not_applied("delete.retention.ms", LONG, "log.cleaner.delete.retention.ms", "86400000"),
         _not_applied("errors.deadletterqueue.group.enable", BOOLEAN, None, "false"),
         _not_applied("file.delete.delay.ms", LONG, "log.segment.delete.delay.ms", "60000"),
         _not_applied("flush.messages", LONG, "log.flush.interval.messages", LONG_MAX),
@@ -117,9 +114,6 @@ CONFIGS = sorted(
         _not_applied("leader.replication.throttled.replicas", LIST, None, ""),
         _not_applied("local.retention.bytes", LONG, "log.local.retention.bytes", "-2"),
         _not_applied("local.retention.ms", LONG, "log.local.retention.ms", "-2"),
-        _not_applied("max.compaction.lag.ms", LONG, "log.cleaner.max.compaction.lag.ms", LONG_MAX),
-        _not_applied("min.cleanable.dirty.ratio", DOUBLE, "log.cleaner.min.cleanable.ratio", "0.5"),
-        _not_applied("min.compaction.lag.ms", LONG, "log.cleaner.min.compaction.lag.ms", "0"),
         _not_applied("preallocate", BOOLEAN, "log.preallocate", "false"),
         _not_applied("remote.copy.lag.bytes", LONG, "log.remote.copy.lag.bytes", "-1"),
         _not_applied("remote.copy.lag.ms", LONG, "log.remote.copy.lag.ms", "0"),
@@ -127,7 +121,6 @@ CONFIGS = sorted(
         _not_applied("remote.log.delete.on.disable", BOOLEAN, None, "false"),
         _not_applied("segment.index.bytes", INT, "log.index.size.max.bytes", "10485760"),
         _not_applied("segment.jitter.ms", LONG, None, "0"),
-        _not_applied("segment.ms", LONG, None, "604800000"),
     ]
 )
 BY_NAME = {c.name: c for c in CONFIGS}

@@ -35,6 +35,7 @@ from quorumlog.actors.node.refusals import no_replica
 from quorumlog.actors.node.shutdown import hand_over_leadership
 from quorumlog.actors.replica.actor import ReplicaActor
 from quorumlog.actors.replica.campaigns import CampaignSlots
+from quorumlog.actors.services.cleaner import LogCleaner
 from quorumlog.actors.services.cluster_guard import ClusterGuard
 from quorumlog.actors.services.disk_health import DiskHealth
 from quorumlog.actors.services.flusher import Flusher
@@ -111,6 +112,7 @@ class Node:
         run_sync: RunSync = run_inline,
         fsync_threads: int = 1,
         wall_clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        cleaner_sync: RunSync = run_inline,
     ):
         register_raft_messages()
         self.id = node_id
@@ -133,6 +135,14 @@ class Node:
         self.heartbeats = HeartbeatManager(
             node_id, settings, lambda: self.groups, self.send_nowait, self.stats, self.disk_health
         )
+        # Passes over compacted logs: on a thread of their own and within an I/O budget in
+        # a node (`cleaner_sync`), inline in a simulation.
+        self.cleaner = LogCleaner(
+            lambda: self.partitions.values(),
+            cleaner_sync,
+            wall_clock_ms,
+            throttled=cleaner_sync is not run_inline,
+        )
         self.controller = self._group(storage.controller)
         self.partitions = {key: self._group(g) for key, g in storage.partitions.items()}
         self.groups: dict[int, ReplicaActor] = {
@@ -150,10 +160,20 @@ class Node:
         self._manager: GroupManager | None = None
         self._replicas_changing = trio.Lock()  # one change of its replicas at a time (below)
         self.kafka_address: str | None = None  # where its Kafka listener serves, if it has one
+        self._nursery: trio.Nursery | None = None  # its services', once it runs
         # Members of Kafka's consumer groups this node coordinates: kept by its listener.
         self.kafka_members: Callable[[str], int] = lambda group: 0
         self.stopping = False  # told to stop: hands leadership over, takes none (shutdown.py)
         self.removal = RemovalWatch(self)  # whether the cluster still counts it (removal.py)
+
+    def _clean_if_compacting(self) -> None:
+        """Start the cleaner once a replica here compacts (not before: a node without
+        compacted topics runs no task for it)."""
+        if self._nursery is None or self.cleaner.running:
+            return
+        if any(g.log.config.compacts for g in self.partitions.values()):
+            self.cleaner.running = True
+            self._nursery.start_soon(self.cleaner.run)
 
     def _group(self, storage: GroupStorage) -> ReplicaActor:
         return ReplicaActor(
@@ -201,6 +221,8 @@ class Node:
             nursery.start_soon(self.flusher.run)
             nursery.start_soon(self.metadata_writer.run)
             nursery.start_soon(self.heartbeats.run)
+            self._nursery = nursery
+            self._clean_if_compacting()
             self._manager = GroupManager(nursery, transport, self._reopen)
             for group in list(self.groups.values()):
                 await self._manager.start(group)
@@ -464,6 +486,7 @@ class Node:
         self.groups[group.group_id] = group
         self._keys[group.group_id] = key
         await self._manager.start(group)
+        self._clean_if_compacting()
         logger.info(
             "replica_created", node_id=self.id, topic=key[0], partition=key[1], group=group.group_id
         )
@@ -498,6 +521,7 @@ class Node:
         if group.log.config != config:
             group.reconfigure(config)
             logger.info("replica_configured", node_id=self.id, topic=key[0], partition=key[1])
+            self._clean_if_compacting()
         if log_start > group.log_floor:
             group.trim(log_start)
 

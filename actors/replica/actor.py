@@ -556,6 +556,13 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
                 follower[key] = last(follower[key])
         out["size_bytes"] = self.log.size_bytes
         out["log_start_offset"] = self.record_start()
+        if self.log.config.compacts:  # what its cleaner did (`topic describe`)
+            last = self.log.last_clean
+            out["cleaner"] = {
+                "dirty_ratio": round(self.log.dirty_share(), 4),
+                "last_clean_ms": None if last is None else last.at_ms,
+                "bytes_reclaimed": 0 if last is None else last.bytes_reclaimed,
+            }
         return out
 
     def under_replicated(self, now: float) -> bool:

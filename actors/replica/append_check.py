@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quorumlog.log.batch import (
+    COMPACTED,
     SNAPSHOT,
     TYPES_CHECKED,
     BatchError,
@@ -10,7 +11,7 @@ from quorumlog.log.batch import (
     BatchType,
     split_batches,
 )
-from quorumlog.log.records import field_type_problem
+from quorumlog.log.records import field_type_problem, keyless_record
 from quorumlog.transport.messages import AppendRequest, ErrorCode, ErrorReply
 
 
@@ -20,11 +21,13 @@ def checked_batches(
     not_leader: ErrorReply | None,
     by_client: bool = True,
     batch_bytes_max: int | None = None,
+    keys_required: bool = False,
 ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
     """The request's batches, checked (size, CRCs, types, producer stamp), or why not;
     `not_leader` is this replica's refusal when it does not lead (after the size check).
-    `batch_bytes_max` is the topic's max.message.bytes. Only the node's own appends may be
-    snapshots (they compact a log: log/batch.py)."""
+    `batch_bytes_max` is the topic's max.message.bytes; a compacted topic's records need
+    keys (`keys_required`: the cleaner keeps each key's latest). Only the node's own appends may be
+    snapshots (they compact a log: log/batch.py); none is a cleaner's COMPACTED batch."""
     if len(request.batches) > append_bytes_max:
         return ErrorReply(
             ErrorCode.TOO_LARGE,
@@ -49,6 +52,10 @@ def checked_batches(
             )
         if by_client and header.flags & SNAPSHOT:
             return ErrorReply(ErrorCode.PROTOCOL, "bad batch: the snapshot flag is the node's own")
+        if header.flags & COMPACTED:
+            return ErrorReply(ErrorCode.PROTOCOL, "bad batch: only the cleaner compacts a batch")
+        if keys_required and (refused := _keyless(batch, header)) is not None:
+            return refused
     if request.producer_id >= 0 and (
         len(batches) != 1
         or (batches[0][0].producer_id, batches[0][0].producer_seq)
@@ -59,3 +66,17 @@ def checked_batches(
             "an idempotent append is one batch stamped with its producer id and sequence",
         )
     return batches
+
+
+def _keyless(batch: memoryview, header: BatchHeader) -> ErrorReply | None:
+    try:
+        keyless = keyless_record(batch, header)
+    except BatchError as exc:
+        return ErrorReply(ErrorCode.PROTOCOL, f"bad batch: {exc}")
+    if keyless is None:
+        return None
+    return ErrorReply(
+        ErrorCode.INVALID_RECORD,
+        f"record {keyless} of the batch has no key: a compacted topic keeps each key's "
+        "latest record, so every record needs one",
+    )

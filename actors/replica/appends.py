@@ -89,6 +89,7 @@ class AppendIntake:
             refusal,
             by_client,
             batch_bytes_max=self.log.config.max_message_bytes,
+            keys_required=self.log.config.compacts,
         )
 
     def _received_reply(self) -> AppendReply:

@@ -176,7 +176,9 @@ def consume_in_group(
                 records = consumer.poll(want, GROUP_POLL_S)
                 for r in records:
                     out.write(
-                        b"%d\t%s\n" % (r.offset, r.value) if with_offsets else r.value + b"\n"
+                        b"%d\t%s\n" % (r.offset, r.value or b"")
+                        if with_offsets
+                        else (r.value or b"") + b"\n"
                     )
                 out.flush()
                 if mode == "queue":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 
 import click
 
@@ -26,6 +27,7 @@ def topic(
     Examples:
       quorumlog topic -b 127.0.0.1:7001 create events --partitions 6 --replicas 3
       quorumlog topic -b 127.0.0.1:7001 create audit --timestamps log-append
+      quorumlog topic -b 127.0.0.1:7001 create users --compact
       quorumlog topic -b 127.0.0.1:7001 describe events
     """
     ctx.obj = (brokers, 10.0 if timeout is None else timeout, secret_file)
@@ -44,6 +46,12 @@ def topic(
     show_default=True,
     help="Whose clock stamps records: the producer's, or the leader's as it appends.",
 )
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="Keep each key's latest record for ever (cleanup.policy=compact): every record "
+    "then needs a key.",
+)
 @member_options
 def topic_create(
     options: tuple,
@@ -53,6 +61,7 @@ def topic_create(
     retention_bytes: int | None,
     retention_ms: int | None,
     timestamps: str,
+    compact: bool,
 ) -> None:
     """Create a topic; returns once every partition has a leader."""
 
@@ -64,6 +73,7 @@ def topic_create(
             retention_bytes,
             retention_ms,
             timestamps=timestamps.replace("-", "_"),
+            config={"cleanup.policy": "compact"} if compact else None,
         )
         click.echo(f"created {name}: {partitions} partition{'' if partitions == 1 else 's'}")
         warn_replicas(replicas)
@@ -116,7 +126,11 @@ def topic_describe(options: tuple, name: str, as_json: bool, header: bool | None
             )
             for row in rows
         ]
-        columns = ("PARTITION", "LEADER", "REPLICAS", "COMMIT_OFFSET")
+        columns: tuple[str, ...] = ("PARTITION", "LEADER", "REPLICAS", "COMMIT_OFFSET")
+        if rows and "compact" in rows[0]["cleanup_policy"]:
+            cleaners = [_cleaner_columns(row.get("cleaner")) for row in rows]
+            table = [(*t, *c) for t, c in zip(table, cleaners, strict=True)]
+            columns += ("DIRTY", "LAST_CLEANED", "RECLAIMED_BYTES")
         if print_table(columns, table, header) and rows:
             click.echo()  # a person's table, then the settings apart from it
         if rows:
@@ -124,6 +138,16 @@ def topic_describe(options: tuple, name: str, as_json: bool, header: bool | None
                 click.echo(f"{key}={value}")
 
     run_with_client(*options, body)
+
+
+def _cleaner_columns(cleaner: dict | None) -> tuple:
+    """A compacted partition's cleaner, as its leader says: the share of its log written
+    since the last pass, when that pass was, what it reclaimed ("-": none yet)."""
+    if cleaner is None:
+        return ("-", "-", "-")
+    at_ms = cleaner["last_clean_ms"]
+    when = "-" if at_ms is None else time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at_ms / 1000))
+    return (f"{cleaner['dirty_ratio']:.2f}", when, cleaner["bytes_reclaimed"])
 
 
 @topic.command("alter")

@@ -131,10 +131,12 @@ class Client:
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
         timestamps: str = "create",
+        config: Mapping[str, object] | None = None,
     ) -> None:
         """Create a topic; returns once every partition has a leader. `replicas`: 3, or
         every node of a smaller cluster. `timestamps`: "create" (the producer's clock) or
-        "log_append" (the leader's, never going back in offset order)."""
+        "log_append" (the leader's, never going back in offset order). `config`: settings
+        by Kafka's names, as `alter_topic` takes them (`{"cleanup.policy": "compact"}`)."""
         self._loop.run(
             self._client.create_topic,
             name,
@@ -143,6 +145,7 @@ class Client:
             retention_bytes,
             retention_ms,
             timestamps,
+            config,
         )
 
     def topics(self, details: bool = False) -> dict[str, int] | dict[str, tuple[int, int]]:

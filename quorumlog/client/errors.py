@@ -55,6 +55,11 @@ class NotMemberError(QuorumLogError):
     """A consumer is no longer a member of its group (it left, or its session expired)."""
 
 
+class InvalidRecordError(QuorumLogError, ValueError):
+    """A record its topic cannot take: one without a key on a compacted topic (Kafka's
+    INVALID_RECORD). Sent again it is refused again."""
+
+
 class RefusedError(QuorumLogError):
     """The cluster refused the call as asked: its arguments (a bad name, more replicas than
     nodes, fewer partitions than now), or the state it found. Sent again unchanged it is

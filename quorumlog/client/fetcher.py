@@ -38,7 +38,7 @@ IDLE_PAUSE_S_MAX = 0.05
 
 def footprint(record: Record) -> int:
     """What `record` is counted as in the budget: its bytes and the objects holding them."""
-    size = RECORD_OVERHEAD_BYTES + len(record.value) + len(record.key or b"")
+    size = RECORD_OVERHEAD_BYTES + len(record.value or b"") + len(record.key or b"")
     if record.headers:
         size += sum(len(name) + len(value or b"") for name, value in record.headers)
     return size

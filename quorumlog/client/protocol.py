@@ -21,7 +21,7 @@ from quorumlog.client.errors import (
 from quorumlog.client.partitioner import partition_of_key, spread
 from quorumlog.client.routing import Router
 from quorumlog.log.batch import BatchError, BatchType, parse_batch, split_batches
-from quorumlog.log.records import batch_records, make_data_batch
+from quorumlog.log.records import make_data_batch, offset_records
 from quorumlog.transport.addresses import parse_address
 from quorumlog.transport.messages import (
     Acks,
@@ -45,7 +45,7 @@ READ_BYTES_MAX = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    value: bytes
+    value: bytes | None  # None: no value, a tombstone (on a compacted topic, the key's end)
     key: bytes | None = None
     timestamp_ms: int | None = None
     headers: list[tuple[str, bytes]] | None = None
@@ -221,10 +221,9 @@ def prepare(records: Sequence[bytes | Record]) -> list[Prepared]:
                 raise TypeError(f"a record is bytes or a Record, not {type(record).__name__}")
             else:
                 _check_types(record)
-            value = record.value or b""  # no null values in the log: None is empty
-            size = len(value) + len(record.key or b"")
+            size = len(record.value or b"") + len(record.key or b"")
             ts = record.timestamp_ms if record.timestamp_ms is not None else now_ms
-            fields = (record.key, value, ts, record.headers)
+            fields = (record.key, record.value, ts, record.headers)
         if size > RECORD_BYTES_MAX:
             raise TooLargeError(
                 f"a record of {size} bytes exceeds the maximum of {RECORD_BYTES_MAX} bytes"
@@ -306,8 +305,7 @@ def decode_batches(
             end = pos + header.total_bytes
             next_offset = header.last_offset + 1
             if header.batch_type is BatchType.DATA and header.last_offset >= offset:
-                for i, raw in enumerate(batch_records(view[pos:end], header)):
-                    at = header.base_offset + i
+                for at, raw in offset_records(view[pos:end], header):
                     if at >= offset:
                         out.append(
                             Record(
@@ -334,8 +332,7 @@ def records_at(
     out: list[Record] = []
     for blob in batches:
         for header, batch in split_batches(blob):
-            for i, raw in enumerate(batch_records(batch, header)):
-                at = header.base_offset + i
+            for at, raw in offset_records(batch, header):
                 if at in wanted:
                     out.append(
                         Record(

@@ -12,6 +12,7 @@ from collections.abc import Hashable
 from quorumlog.client.errors import (
     CallTimeoutError,
     GroupActiveError,
+    InvalidRecordError,
     NotLeaderError,
     NotMemberError,
     OffsetOutOfRangeError,
@@ -57,6 +58,8 @@ def error_from(reply: ErrorReply) -> QuorumLogError:
             return NotMemberError(reply.message)
         case ErrorCode.REFUSED:
             return refusal(reply.message)
+        case ErrorCode.INVALID_RECORD:
+            return InvalidRecordError(reply.message)
         case _:
             return QuorumLogError(f"{reply.code.name.lower()}: {reply.message}")
 

@@ -28,6 +28,7 @@ class TopicCalls:
         retention_bytes: int | None = None,
         retention_ms: int | None = None,
         timestamps: str = "create",
+        config: Mapping[str, object] | None = None,
     ) -> None:
         await self._topic_call(
             "create_topic",
@@ -37,6 +38,7 @@ class TopicCalls:
             retention_bytes=retention_bytes,
             retention_ms=retention_ms,
             timestamp_type=timestamps,
+            **({} if config is None else {"config": dict(config)}),
         )
         self._partition_counts[name] = partitions
 

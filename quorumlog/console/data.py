@@ -152,7 +152,7 @@ class ConsoleData:
             if len(matched) > room:  # a search read past its page: go on after the last shown
                 position = matched[room].offset
             found += matched[:room]
-            size += sum(len(r.value) for r in matched[:room])
+            size += sum(len(r.value or b"") for r in matched[:room])
         return found, position, scanned
 
     async def key_partition(self, name: str, key: str) -> int:

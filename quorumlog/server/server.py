@@ -20,6 +20,7 @@ import structlog
 import trio
 
 from quorumlog.actors.node.node import Node
+from quorumlog.actors.services.cleaner import in_cleaner_thread
 from quorumlog.actors.services.cluster_guard import ForeignClusterError
 from quorumlog.actors.services.storage import BootstrapError, WrongNodeError, open_storage
 from quorumlog.actors.services.worker import WorkerThread
@@ -279,6 +280,7 @@ async def _run(
         run_sync=worker,
         fsync_threads=FSYNC_THREADS,
         wall_clock_ms=_wall_clock_ms(),
+        cleaner_sync=in_cleaner_thread,
     )
 
     tls = listeners.tls

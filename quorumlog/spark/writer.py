@@ -204,7 +204,7 @@ def _appends(rows: Iterable, partitioner: Partitioner) -> Iterator[tuple[int, li
         fields = row.asDict()
         record = _record(fields)
         partition = partitioner(fields, record)
-        size = len(record.value) + len(record.key or b"") + RECORD_OVERHEAD_BYTES
+        size = len(record.value or b"") + len(record.key or b"") + RECORD_OVERHEAD_BYTES
         if partition in chunks and (
             sizes[partition] + size > BATCH_BYTES_MAX
             or len(chunks[partition]) >= WRITE_RECORDS_PER_APPEND

@@ -21,9 +21,9 @@ def _batches(count: int, per_batch: int) -> bytes:
 
 def test_a_read_stops_decoding_once_it_has_what_was_asked(monkeypatch):
     decoded = []
-    real = protocol.batch_records
+    real = protocol.offset_records
     monkeypatch.setattr(
-        protocol, "batch_records", lambda b, h: decoded.append(h.base_offset) or real(b, h)
+        protocol, "offset_records", lambda b, h: decoded.append(h.base_offset) or real(b, h)
     )
     reply = ReadReply(_batches(100, 10), 999, 0)
     records, _ = protocol.records_from(reply, 25, 20)

@@ -52,7 +52,7 @@ def test_new_commands_survive_their_wire_form_and_old_ones_keep_theirs():
     ],
 )
 def test_bad_settings_are_refused_when_read_not_when_applied(settings):
-    with pytest.raises(CommandError, match="AlterTopicConfig"):
+    with pytest.raises(CommandError, match="bad topic settings"):
         from_wire({"type": "AlterTopicConfig", "name": "t", "settings": settings})
 
 

@@ -323,9 +323,11 @@ def test_a_kafka_batch_stored_in_a_quorumlog_batch_reads_as_native_records():
     stored = build_batch(kafka, record_count=len(RECORDS), compression=Compression.KAFKA)
     header = parse_batch(stored)
     assert header.compression is Compression.KAFKA
-    # A null value or header value, which native records do not have, reads as b"".
+    # A null value stays None (a tombstone); a null header value, which native headers do
+    # not have, reads as b"".
+    assert any(value is None for _, value, _, _ in RECORDS)
     assert batch_records(stored, header) == [
-        RawRecord(key, value or b"", ts, [(name, hv or b"") for name, hv in headers or []] or None)
+        RawRecord(key, value, ts, [(name, hv or b"") for name, hv in headers or []] or None)
         for key, value, ts, headers in RECORDS
     ]
 

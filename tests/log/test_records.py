@@ -1,4 +1,4 @@
-"""The record codec's choice of compression: zstd where it pays, raw where it cannot."""
+"""The record codec: zstd where it pays, raw where it cannot; no value is not an empty one."""
 
 from __future__ import annotations
 
@@ -92,3 +92,15 @@ def test_a_str_stored_by_an_older_client_reads_as_its_bytes():
         RawRecord(b"k", b"v", 2, [("h", b"x")]),
         RawRecord(b"k", b"ok", 3, None),
     ]
+
+
+def test_no_value_is_not_an_empty_value():
+    """A tombstone (a key and no value: Kafka's null) reads back as None, an empty value
+    as b"", with or without other fields that push the decoder off its fast path."""
+    records = [
+        RawRecord(b"gone", None, 1),
+        RawRecord(b"empty", b"", 2),
+        RawRecord(b"gone", None, 3, [("h", b"v")]),
+        RawRecord(None, b"x" * 300, 4),  # enough for zstd: a compressed payload too
+    ]
+    assert _round_trip(records) == records

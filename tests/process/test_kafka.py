@@ -211,6 +211,8 @@ def test_kafka_producer_writes_what_native_readers_read_back(cluster, admin):
         futures = []
         for i in range(60):
             key, value = b"customer-%d" % (i % 7), b"order %d " % i + os.urandom(i)
+            if i % 10 == 9:
+                value = None  # a tombstone: Kafka's null value reads back as None
             headers = [("trace", b"t-%d" % i), ("empty", b"")] if i % 3 else []
             ts = BASE_TS + i
             sent.append((key, value, headers, ts))
@@ -244,7 +246,7 @@ def test_native_records_read_back_through_confluent_kafka_and_aiokafka(cluster):
         for partition in range(2):
             records = [
                 Record(
-                    b"value %d/%d" % (partition, i),
+                    None if i % 4 == 3 else b"value %d/%d" % (partition, i),  # tombstones: null
                     key=None if i % 4 == 0 else b"key-%d" % i,
                     timestamp_ms=BASE_TS + 1000 * partition + i,
                     headers=[("n", b"%d" % i), ("bin", b"\x00\xff")] if i % 2 else None,
