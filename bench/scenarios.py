@@ -31,6 +31,7 @@ SCENARIOS = {
     "rebalance": "quorumlog.bench.rebalance",
     "console": "quorumlog.bench.console",
     "soak": "quorumlog.bench.soak",
+    "compaction": "quorumlog.bench.compaction",
 }
 
 

@@ -16,17 +16,19 @@ from quorumlog.bench.simulation import run_seed
 
 # (cluster size, with membership changes, with three topics of four partitions, the
 # followers' `[raft] follower_flush`, with an operator changing the topics meanwhile:
-# bench/sim_topics.py)
+# bench/sim_topics.py, with a compacted topic: bench/sim_compaction.py)
 KINDS = (
-    (3, False, False, "quorum", False),
-    (5, False, False, "quorum", False),
-    (3, True, False, "quorum", False),
-    (5, True, False, "quorum", False),
-    (3, False, True, "quorum", False),
-    (5, True, True, "quorum", False),
-    (3, False, False, "lazy", False),
-    (5, False, True, "quorum", True),
-    (5, True, True, "quorum", True),
+    (3, False, False, "quorum", False, False),
+    (5, False, False, "quorum", False, False),
+    (3, True, False, "quorum", False, False),
+    (5, True, False, "quorum", False, False),
+    (3, False, True, "quorum", False, False),
+    (5, True, True, "quorum", False, False),
+    (3, False, False, "lazy", False, False),
+    (5, False, True, "quorum", True, False),
+    (5, True, True, "quorum", True, False),
+    (3, False, False, "quorum", False, True),
+    (5, True, False, "lazy", False, True),
 )
 
 
@@ -40,7 +42,7 @@ def run(
     """`topic_changes_only`: the kinds with topic changes alone (no election rows)."""
     per_kind = seeds or (25 if quick else 250)
     rows = []
-    for size, membership, topics, follower_flush, topic_changes in KINDS:
+    for size, membership, topics, follower_flush, topic_changes, compact in KINDS:
         if topic_changes_only and not topic_changes:
             continue
         failed: list[str] = []
@@ -53,6 +55,7 @@ def run(
                     "topics": topics,
                     "follower_flush": follower_flush,
                     "topic_changes": topic_changes,
+                    "compact": compact,
                 }
                 if run_seed(seed, **kind) != run_seed(seed, **kind):
                     failed.append(f"seed {seed}: did not replay")
@@ -66,14 +69,16 @@ def run(
                 "figure": f"{size} nodes{' + membership changes' if membership else ''}"
                 f"{' + 3 topics x 4 partitions' if topics else ''}"
                 f"{f', follower_flush={follower_flush}' if follower_flush != 'quorum' else ''}"
-                f"{' + topic changes' if topic_changes else ''}",
+                f"{' + topic changes' if topic_changes else ''}"
+                f"{' + a compacted topic' if compact else ''}",
                 "seeds": per_kind,
                 "failed": len(failed),
                 "seeds_s": per_kind / elapsed,
                 "replay": (
                     f"python -c 'from quorumlog.bench.simulation import run_seed; "
                     f"run_seed(SEED, size={size}, membership={membership}, topics={topics}, "
-                    f"follower_flush={follower_flush!r}, topic_changes={topic_changes})'"
+                    f"follower_flush={follower_flush!r}, topic_changes={topic_changes}, "
+                    f"compact={compact})'"
                 ),
             }
         )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from quorumlog.bench.sim_cluster import Cluster, Outcome, Route
+from quorumlog.bench.sim_compaction import check_compacted_group
 from quorumlog.controller.state import CONTROLLER_GROUP, DEFAULT_GROUP, ClusterState
 from quorumlog.log.batch import LOG_APPEND_TIME, BatchType, split_batches
 from quorumlog.log.records import offset_records
@@ -82,7 +83,10 @@ def check_cluster(cluster: Cluster, converged: bool, placed: bool, tables_curren
         outcomes = [o for o in cluster.outcomes if o.route == route]
         trimmed = starts.get(route, 0)
         dropped = max(trimmed, cluster.retained_from.get(route, 0))
-        _check_group(cluster, gid, outcomes, trimmed, dropped, problems)
+        if any(r.log.config.compacts for r in cluster.replicas(gid).values()):
+            check_compacted_group(cluster, gid, outcomes, problems)
+        else:
+            _check_group(cluster, gid, outcomes, trimmed, dropped, problems)
     if problems:
         raise Violation(f"seed {cluster.seed}: " + "; ".join(problems[:10]))
 

@@ -61,6 +61,7 @@ class Outcome:
     acks: Acks
     route: Route
     offset: int | None  # the offset the cluster acknowledged, None if not acknowledged
+    key: bytes | None = None
 
 
 class Cluster:
@@ -93,6 +94,8 @@ class Cluster:
         # (group, configuration, the one that replaced it) as seen in some log
         self.successions: set[tuple[int, Configuration, Configuration]] = set()
         self.leader_hints: dict[Route, int] = {}
+        # Clients' records take keys from this many (a compacted topic needs them); 0: none.
+        self.keys = 0
         # Where retention started some replica's log (the topic changes set it): committed
         # entries before it may be gone from every replica. Retention drops a sealed segment
         # of control entries alone whatever its age: they carry no timestamp.
@@ -246,10 +249,11 @@ class Cluster:
         producer: tuple[int, int],
         route: Route,
         timeout_s: float,
+        key: bytes | None = None,
     ) -> int | None:
         """One idempotent append, retried (same producer sequence) until the deadline."""
         producer_id, seq = producer
-        batch = make_data_batch([(None, value, 0, None)], producer_id=producer_id, producer_seq=seq)
+        batch = make_data_batch([(key, value, 0, None)], producer_id=producer_id, producer_seq=seq)
         request = AppendRequest(batch, acks, producer_id, seq, *route)
         with trio.move_on_after(timeout_s):
             while True:
@@ -305,8 +309,9 @@ class Cluster:
             acks = rng.choice(ACKS)
             value = b"c%d-%d" % (client_id, k)
             route = rng.choice(self.routes)
-            offset = await self.append(value, acks, (client_id, k), route, timeout_s=1.0)
-            self.outcomes.append(Outcome(value, acks, route, offset))
+            key = b"k%d" % rng.randrange(self.keys) if self.keys else None
+            offset = await self.append(value, acks, (client_id, k), route, 1.0, key)
+            self.outcomes.append(Outcome(value, acks, route, offset, key))
             self.trace.append(f"ack {value!r} {acks.name} {offset}")
             await trio.sleep(rng.uniform(0, 0.03))
 

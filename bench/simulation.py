@@ -32,6 +32,7 @@ from quorumlog.bench.sim_checks import (
     stale_leader_tables,
 )
 from quorumlog.bench.sim_cluster import LOG_CONFIG, SETTINGS, Cluster, until
+from quorumlog.bench.sim_compaction import KEYS, clean_everywhere, create_compacted_topic
 from quorumlog.bench.sim_faults import chaos, lost_leader_tables, membership_chaos
 from quorumlog.bench.sim_topics import SMALL_SEGMENTS, TOPIC_CONFIG, TopicChaos
 
@@ -74,16 +75,21 @@ async def _scenario(
     topics: bool,
     follower_flush: str,
     topic_changes: bool,
+    compact: bool,
 ) -> str:
     settings = replace(SETTINGS, follower_flush=follower_flush)
-    log_config = SMALL_SEGMENTS if topic_changes else LOG_CONFIG
+    log_config = SMALL_SEGMENTS if topic_changes or compact else LOG_CONFIG
     cluster = Cluster(seed, size, settings, log_config)
+    if compact:
+        cluster.keys = KEYS
     changes = TopicChaos(cluster) if topic_changes else None
     with commits_checked(cluster), trio.CancelScope() as scope:
         watchdog = StandStill(scope)
         trio.lowlevel.add_instrument(watchdog)
         try:
-            return await _run(cluster, membership, topics, changes, clients, appends, chaos_s)
+            return await _run(
+                cluster, membership, topics, changes, clients, appends, chaos_s, compact
+            )
         finally:
             trio.lowlevel.remove_instrument(watchdog)
     raise Violation(
@@ -100,12 +106,15 @@ async def _run(
     clients: int,
     appends: int,
     chaos_s: float,
+    compact: bool,
 ) -> str:
     async with trio.open_nursery() as nursery:
         for i in cluster.nodes:
             await cluster.start(nursery, i)
         nursery.start_soon(cluster.observe)
-        if topics or changes:
+        if compact:
+            await create_compacted_topic(cluster)
+        elif topics or changes:
             await cluster.create_topics(TOPIC_CONFIG if changes else None)
         async with trio.open_nursery() as work:
             work.start_soon(chaos, cluster, nursery, chaos_s)
@@ -125,6 +134,8 @@ async def _run(
         tables = not placed or await wait_tables_current(cluster, TABLE_REPAIR_BOUND_S)
         if changes and converged:
             cluster.failures += changes.problems(await changes.wait_configured())
+        if compact and converged:
+            await clean_everywhere(cluster)
         check_cluster(cluster, converged, placed, tables)
         digest = trace_hash(cluster)
         nursery.cancel_scope.cancel()
@@ -156,11 +167,13 @@ def run_seed(
     topics: bool = False,
     follower_flush: str = "quorum",
     topic_changes: bool = False,
+    compact: bool = False,
 ) -> str:
     """Run one seed; returns its trace hash. Raises Violation with the seed in the message.
     `follower_flush` is the `[raft]` setting of every node (raft/settings.py);
     `topic_changes` adds an operator who changes the topics as the faults go on
-    (bench/sim_topics.py; the topics are created for it)."""
+    (bench/sim_topics.py; the topics are created for it); `compact` makes the topics
+    compacted ones, written with keys (bench/sim_compaction.py)."""
     return run_deterministic(
         seed,
         _scenario,
@@ -173,4 +186,5 @@ def run_seed(
         topics,
         follower_flush,
         topic_changes,
+        compact,
     )

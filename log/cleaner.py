@@ -11,11 +11,12 @@ A pass over one log, as Kafka's cleaner makes it:
    goes on from there.
 3. Every segment from the log's start to that end is rewritten: a record whose key the map
    holds at a later offset goes; a tombstone (a key and no value) goes once it is older
-   than delete.retention.ms; Raft's control batches and records without a key stay. The
-   records kept of consecutive batches of one term become one COMPACTED batch spanning
-   their offsets (log/batch.py); a batch that loses nothing is copied as it is. A batch
-   never spans two terms: every offset's term stays what it was, which Raft's log matching
-   goes by.
+   than delete.retention.ms; Raft's control batches and records without a key stay. A
+   batch that lost records becomes a COMPACTED batch (log/batch.py) spanning the same
+   offsets in the same term, empty if it kept none; one that lost nothing is copied as it
+   is. Batches are never merged: a follower's log ends where one of its leader's batches
+   ends (Raft appends whole batches), and a leader whose batch began before that end
+   could not continue it (simulation seed 20003 of the compact kind).
 4. Each new segment is written in a side folder and fsynced; the log's owner then renames it
    over the old one (`Log.adopt_cleaned`) and its next flush syncs the folder. A crash leaves
    the old file or the new, both whole: a rewrite only keeps a segment that shrank, so the
@@ -43,8 +44,6 @@ CLEANING_DIR = "cleaning"
 # A key map entry: a dict slot, a key of at most 16 bytes (or its digest) and an int.
 KEY_ENTRY_BYTES = 100
 _DIGEST_FROM = 16  # shorter keys are their own entry; a digest is 16 bytes, never shorter
-# Records of consecutive batches kept together up to this size, then a new batch.
-MERGED_BATCH_BYTES = 1024 * 1024
 
 
 def key_id(key: bytes) -> bytes:
@@ -201,22 +200,19 @@ class CleanerPass:
             self.fs.open(path, create=True),
             self.config.index_interval_bytes,
         )
-        merged = _Merged(new)
         for header, batch in _batches(segment):
             self.throttle(header.total_bytes)
             result.bytes_read += header.total_bytes
-            if header.batch_type is not BatchType.DATA:
-                merged.flush()
-                merged.write(header, batch)
-                continue
-            records = offset_records(batch, header)
-            kept = [(at, r) for at, r in records if self._keeps(at, r, keys, result)]
-            result.records_removed += len(records) - len(kept)
-            if len(kept) == len(records) and not merged.open:
-                merged.write(header, batch)  # untouched: copied as it is
-            else:
-                merged.add(header, kept)
-        merged.flush()
+            if header.batch_type is BatchType.DATA:
+                records = offset_records(batch, header)
+                kept = [(at, r) for at, r in records if self._keeps(at, r, keys, result)]
+                if len(kept) < len(records):
+                    result.records_removed += len(records) - len(kept)
+                    span = header.record_count
+                    batch = make_compacted_batch(kept, header.base_offset, span, header.term)
+                    header = parse_header(batch)
+            new.file.append(batch)
+            new.note_batch(header, new.size_bytes, batch)
         result.bytes_written += new.size_bytes
         return new
 
@@ -234,40 +230,6 @@ class CleanerPass:
             if result.tombstones_due_ms is None or due_ms < result.tombstones_due_ms:
                 result.tombstones_due_ms = due_ms
         return True
-
-
-class _Merged:
-    """The records kept of consecutive batches of one term, written as one batch."""
-
-    def __init__(self, segment: Segment):
-        self.segment = segment
-        self.pending: list[tuple[int, RawRecord]] = []
-        self.base = self.next = self.term = -1
-        self.bytes = 0
-
-    @property
-    def open(self) -> bool:
-        return self.next != -1
-
-    def add(self, header: BatchHeader, kept: list[tuple[int, RawRecord]]) -> None:
-        if self.open and (header.term != self.term or self.bytes >= MERGED_BATCH_BYTES):
-            self.flush()
-        if not self.open:
-            self.base, self.term = header.base_offset, header.term
-        self.pending += kept
-        self.bytes += sum(len(r.value or b"") + len(r.key or b"") for _, r in kept)
-        self.next = header.last_offset + 1
-
-    def flush(self) -> None:
-        if not self.open:
-            return
-        batch = make_compacted_batch(self.pending, self.base, self.next - self.base, self.term)
-        self.write(parse_header(batch), batch)
-        self.pending, self.base, self.next, self.term, self.bytes = [], -1, -1, -1, 0
-
-    def write(self, header: BatchHeader, batch: bytes | memoryview) -> None:
-        self.segment.file.append(batch)
-        self.segment.note_batch(header, self.segment.size_bytes, batch)
 
 
 def _batches(segment: Segment) -> Iterator[tuple[BatchHeader, memoryview]]:

@@ -490,6 +490,7 @@ class Log:
                 self._remove_segment(segment)
             return
         self._segments[:0] = segments
+        self.cleaned_to = 0  # what was copied in is not cleaned here
         self._offsets.prepend(copy.start, [c for s in segments for c in s.controls])
         self._unindexed.extend(segments)  # their index files are written by the next flush
         logger.info("log_backfilled", directory=self._dir, log_start_offset=copy.start)
@@ -627,6 +628,7 @@ class Log:
         old = self._segments.pop()
         self._remove_segment(old)
         self._segments.append(self._create_segment(next_offset))
+        self.cleaned_to = 0
         self._offsets.reset(next_offset, records_before)
         self._truncations += 1
         self._flushed_offset = min(self._flushed_offset, next_offset - 1)

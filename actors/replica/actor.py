@@ -54,6 +54,7 @@ from quorumlog.actors.services.metadata_writer import MetadataWriter
 from quorumlog.actors.services.stats import NodeStats
 from quorumlog.actors.services.storage import GroupStorage
 from quorumlog.controller.state import CONTROLLER_GROUP
+from quorumlog.log.cleaner import CleanerPass, PassResult
 from quorumlog.log.config import LogConfig
 from quorumlog.membership.config import Configuration
 from quorumlog.raft.conditions import NodeConditions
@@ -194,6 +195,16 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         drops the segments wholly before it): reads see max(it, the log's start). The
         core keeps it: a member need not hold what precedes it."""
         return self.core.log_floor
+
+    async def plan_clean(self, now_ms: int) -> CleanerPass | None:
+        """The node's cleaner asks for the next pass over this compacted log, if one is
+        due (planned in the replica's task: it reads what is committed here)."""
+        return await self.in_task(lambda core: self.log.plan_clean(core.commit_offset, now_ms))
+
+    async def adopt_cleaned(self, result: PassResult, now_ms: int) -> None:
+        """A pass that ran: its segments take their places in the log (in the replica's
+        task, between rounds, as retention's changes are made)."""
+        await self.in_task(lambda core: self.log.adopt_cleaned(result, now_ms))
 
     def wall_clock_ms(self) -> int:
         """The node's wall clock (a simulation's is simulated)."""

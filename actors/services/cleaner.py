@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -19,9 +19,7 @@ import trio
 from quorumlog.log.batch import BatchError
 from quorumlog.log.cleaner import CleanerPass, PassResult
 from quorumlog.log.files import StorageError
-
-if TYPE_CHECKING:
-    from quorumlog.actors.replica.actor import ReplicaActor
+from quorumlog.log.wal import Log
 
 logger = structlog.get_logger("quorumlog.cleaner")
 
@@ -62,10 +60,22 @@ async def in_cleaner_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
 
 
+class CompactedReplica(Protocol):
+    """What the cleaner needs of a replica (actors/replica/actor.py): its log, to see
+    whether it compacts and how dirty it is, and the two requests of a pass."""
+
+    group_id: int
+    log: Log
+
+    async def plan_clean(self, now_ms: int) -> CleanerPass | None: ...
+
+    async def adopt_cleaned(self, result: PassResult, now_ms: int) -> None: ...
+
+
 class LogCleaner:
     def __init__(
         self,
-        replicas: Callable[[], Iterable[ReplicaActor]],
+        replicas: Callable[[], Iterable[CompactedReplica]],
         run_sync: RunSync,
         wall_clock_ms: Callable[[], int],
         throttled: bool = True,
@@ -89,11 +99,9 @@ class LogCleaner:
         for group in compacting:
             await self.clean(group)
 
-    async def clean(self, group: ReplicaActor) -> PassResult | None:
+    async def clean(self, group: CompactedReplica) -> PassResult | None:
         now_ms = self._wall_clock_ms()
-        planned: CleanerPass | None = await group.in_task(
-            lambda core: group.log.plan_clean(core.commit_offset, now_ms)
-        )
+        planned = await group.plan_clean(now_ms)
         if planned is None:
             return None
         if self._throttled:
@@ -105,18 +113,19 @@ class LogCleaner:
             # log's readers will report: the next pass starts over.
             logger.warning("clean_pass_failed", group=group.group_id, error=str(exc))
             return None
-        await group.in_task(lambda core: group.log.adopt_cleaned(result, now_ms))
+        await group.adopt_cleaned(result, now_ms)
         stats = self.stats
         stats.passes += 1
         stats.bytes_read += result.bytes_read
         stats.bytes_written += result.bytes_written
         stats.bytes_reclaimed += result.bytes_reclaimed
         stats.records_removed += result.records_removed
-        logger.info(
-            "log_cleaned",
-            group=group.group_id,
-            end=result.end,
-            reclaimed=result.bytes_reclaimed,
-            removed=result.records_removed,
-        )
+        if result.records_removed:
+            logger.info(
+                "log_cleaned",
+                group=group.group_id,
+                end=result.end,
+                reclaimed=result.bytes_reclaimed,
+                removed=result.records_removed,
+            )
         return result

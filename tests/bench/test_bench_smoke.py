@@ -522,3 +522,16 @@ def test_soak_smallest(tmp_path):
         assert all(len(series) >= 6 for series in row["samples"].values())
     assert rows["soak with topic churn"]["churn_rounds"] >= 1
     _no_serve_left()
+
+
+def test_compaction_smallest(tmp_path):
+    from quorumlog.bench import compaction
+
+    rows = _by_figure(_written(tmp_path, "compaction", compaction.run(tiny=True)))
+    for keys in compaction.TINY.keys:
+        row = rows[f"a pass over {compaction.TINY.log_mib} MiB, {keys:,} keys"]
+        _positive(row, "s", "mb_s", "copy_mb_s", "ratio_to_copy", "records_removed")
+        assert row["bytes_after"] < row["bytes_before"]
+    (live,) = [row for figure, row in rows.items() if figure.startswith("append latency")]
+    _positive(live, "plain_p99_ms", "compacted_p99_ms", "p99_ratio", "samples")
+    _no_serve_left()

@@ -41,6 +41,16 @@ def records_of(log: Log) -> dict[int, RawRecord]:
     return out
 
 
+def batch_bases(log: Log) -> list[int]:
+    out = []
+    offset = log.log_start_offset
+    while offset <= log.dirty_offset:
+        chunk = log.read(offset, 1 << 20)
+        out += [header.base_offset for header, _ in split_batches(chunk.data)]
+        offset = chunk.last_offset + 1
+    return out
+
+
 def write(log: Log, rng: random.Random, batches: int, keys: int, term: int = 1) -> None:
     for _ in range(batches):
         records = []
@@ -90,6 +100,7 @@ async def test_a_pass_leaves_what_the_model_leaves_and_moves_no_offset(seed):
     fs = MemoryFileSystem()
     log = await filled(fs, seed, terms=3)
     before = records_of(log)
+    bases = batch_bases(log)
     terms = {at: log.term_at(at) for at in before}
     records_before = {at: log.records_before(at) for at in before}
     size = log.size_bytes
@@ -100,6 +111,7 @@ async def test_a_pass_leaves_what_the_model_leaves_and_moves_no_offset(seed):
     assert {at: log.term_at(at) for at in after} == {at: terms[at] for at in after}
     assert {at: log.records_before(at) for at in after} == {at: records_before[at] for at in after}
     assert log.size_bytes < size
+    assert batch_bases(log) == bases, "batches keep their bounds: followers end at them"
     reopened = open_log(fs, DIR, COMPACT)
     assert records_of(reopened) == after, "the cleaned log opens as it was left"
 

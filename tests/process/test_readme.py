@@ -21,7 +21,13 @@ from tests.process.kafka_support import kafka_cluster
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 # The pages whose Python blocks run, in this order, after the README's: each page's blocks
 # may rely on what the README's and the earlier pages' blocks left.
-DOC_ORDER = ("docs/python.md", "docs/spark.md", "docs/groups.md", "docs/kafka.md")
+DOC_ORDER = (
+    "docs/python.md",
+    "docs/spark.md",
+    "docs/groups.md",
+    "docs/kafka.md",
+    "docs/compaction.md",
+)
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 TOUR_BLOCK = re.compile(r"^## A quick tour\n.*?^```\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # Tour lines a test cannot run as written: one that waits for ever, and the demo's own

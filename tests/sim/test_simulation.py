@@ -1,7 +1,7 @@
 """Seeded simulations of whole clusters; a seed run twice must replay exactly.
 
 Replay a failing seed with:
-  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T, follower_flush=F, topic_changes=C)"
+  .venv/bin/python -c "from quorumlog.bench.simulation import run_seed; run_seed(SEED, size=N, membership=M, topics=T, follower_flush=F, topic_changes=C, compact=K)"
 More seeds: quorumlog bench sim --seeds N
 """
 
@@ -41,6 +41,9 @@ FOLLOWER_FLUSH_SEEDS_3 = range(6000, 6012)
 # trims their partitions while the faults go on (bench/sim_topics.py); one seed in three
 # with membership changes too.
 TOPIC_CHANGE_SEEDS_5 = range(7000, 7007)
+# A compacted topic written with keys, every node's cleaner running as the faults go on
+# (bench/sim_compaction.py: I10).
+COMPACT_SEEDS_3 = range(8000, 8008)
 
 
 # Every seed's invariants are checked; one in REPLAY_EVERY also runs twice to show that
@@ -89,6 +92,11 @@ def test_five_nodes_many_groups(seed):
 @pytest.mark.parametrize("seed", FOLLOWER_FLUSH_SEEDS_3)
 def test_three_nodes_other_follower_flush(seed):
     check_seed(seed, 3, follower_flush=("lazy", "always")[seed % 2])
+
+
+@pytest.mark.parametrize("seed", COMPACT_SEEDS_3)
+def test_three_nodes_compacting(seed):
+    check_seed(seed, 3, compact=True)
 
 
 @pytest.mark.parametrize("seed", TOPIC_CHANGE_SEEDS_5)
