@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from quorumlog.log.batch import HEADER_BYTES, BatchHeader, BatchType, parse_batch, parse_header
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import FileSystem
-from quorumlog.log.records import RawRecord, make_compacted_batch, offset_records
+from quorumlog.log.records import KeyedEntry, keyed_entries, make_compacted_batch, offset_records
 from quorumlog.log.segment import SCAN_CHUNK_BYTES, Segment, segment_file_name
 
 CLEANING_DIR = "cleaning"
@@ -46,8 +46,9 @@ KEY_ENTRY_BYTES = 100
 _DIGEST_FROM = 16  # shorter keys are their own entry; a digest is 16 bytes, never shorter
 
 
-def key_id(key: bytes) -> bytes:
-    return key if len(key) < _DIGEST_FROM else hashlib.blake2b(key, digest_size=16).digest()
+def _digest(key: bytes) -> bytes:
+    """A long key's entry in the key map (a short key is its own: inlined where it counts)."""
+    return hashlib.blake2b(key, digest_size=16).digest()
 
 
 def drop_unfinished(fs: FileSystem, log_dir: str) -> None:
@@ -180,9 +181,9 @@ class CleanerPass:
             for header, batch in _batches(segment):
                 self.throttle(header.total_bytes)
                 if header.batch_type is BatchType.DATA:
-                    for offset, record in offset_records(batch, header):
-                        if record.key is not None:
-                            found[key_id(record.key)] = offset
+                    for offset, key, _, _ in keyed_entries(batch, header):
+                        if key is not None:
+                            found[key if len(key) < _DIGEST_FROM else _digest(key)] = offset
             if keys and len(keys.keys() | found.keys()) > keys_max:
                 return keys, segment.base_offset, read
             keys.update(found)
@@ -204,10 +205,11 @@ class CleanerPass:
             self.throttle(header.total_bytes)
             result.bytes_read += header.total_bytes
             if header.batch_type is BatchType.DATA:
-                records = offset_records(batch, header)
-                kept = [(at, r) for at, r in records if self._keeps(at, r, keys, result)]
-                if len(kept) < len(records):
-                    result.records_removed += len(records) - len(kept)
+                entries = keyed_entries(batch, header)
+                gone = {e[0] for e in entries if not self._keeps(e, keys, result)}
+                if gone:  # only now are its records decoded
+                    result.records_removed += len(gone)
+                    kept = [(at, r) for at, r in offset_records(batch, header) if at not in gone]
                     span = header.record_count
                     batch = make_compacted_batch(kept, header.base_offset, span, header.term)
                     header = parse_header(batch)
@@ -216,15 +218,14 @@ class CleanerPass:
         result.bytes_written += new.size_bytes
         return new
 
-    def _keeps(
-        self, offset: int, record: RawRecord, keys: dict[bytes, int], result: PassResult
-    ) -> bool:
-        if record.key is None:
+    def _keeps(self, entry: KeyedEntry, keys: dict[bytes, int], result: PassResult) -> bool:
+        offset, key, tombstone, timestamp_ms = entry
+        if key is None:
             return True  # written before the topic compacted: nothing says what replaced it
-        if keys.get(key_id(record.key), offset) > offset:
+        if keys.get(key if len(key) < _DIGEST_FROM else _digest(key), offset) > offset:
             return False  # a later record of its key is in the log
-        if record.value is None:  # the latest of its key, a tombstone: kept for a while
-            due_ms = record.timestamp_ms + self.config.delete_retention_ms
+        if tombstone:  # the latest of its key, a tombstone: kept for a while
+            due_ms = timestamp_ms + self.config.delete_retention_ms
             if due_ms <= self.now_ms:
                 return False
             if result.tombstones_due_ms is None or due_ms < result.tombstones_due_ms:

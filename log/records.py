@@ -111,7 +111,12 @@ def decode_records(payload: bytes | memoryview, compression: Compression) -> lis
     if compression == Compression.KAFKA:
         return _kafka_records(payload)
     try:
-        return [_record(k, v, ts, h) for k, v, ts, h in _unpacked(payload, compression)]
+        return [
+            RawRecord(k, v, ts, h)
+            if h is None and (type(v) is bytes or v is None) and (k is None or type(k) is bytes)
+            else _mended(k, v, ts, h)
+            for k, v, ts, h in _unpacked(payload, compression)
+        ]
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable record payload: {exc}") from None
 
@@ -120,17 +125,6 @@ def _unpacked(payload: bytes | memoryview, compression: Compression) -> list:
     if compression == Compression.ZSTD:
         payload = _decompressor().decompress(payload, max_output_size=DECOMPRESSED_BYTES_MAX)
     return msgpack.unpackb(payload, raw=False, use_list=True)
-
-
-def _record(key, value, timestamp_ms: int, headers) -> RawRecord:
-    """A decoded record: as it is when its fields are bytes (nearly always), else mended."""
-    if (
-        headers is None
-        and (type(value) is bytes or value is None)
-        and (key is None or type(key) is bytes)
-    ):
-        return RawRecord(key, value, timestamp_ms, None)
-    return _mended(key, value, timestamp_ms, headers)
 
 
 def _mended(key, value, timestamp_ms: int, headers) -> RawRecord:
@@ -242,7 +236,15 @@ def offset_records(batch: bytes | memoryview, header: BatchHeader) -> list[tuple
                     f"{delta} after {previous}"
                 )
             previous = delta
-            out.append((header.base_offset + delta, _record(key, value, ts, headers)))
+            if (
+                headers is None
+                and (type(value) is bytes or value is None)
+                and (key is None or type(key) is bytes)
+            ):
+                record = RawRecord(key, value, ts, None)
+            else:
+                record = _mended(key, value, ts, headers)
+            out.append((header.base_offset + delta, record))
         return out
     except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
         raise BatchError(f"undecodable compacted payload: {exc}") from None
@@ -275,3 +277,31 @@ def keyless_record(batch: bytes | memoryview, header: BatchHeader) -> int | None
         if record.key is None:
             return i
     return None
+
+
+# What the cleaner decides by, of a record: (offset, key, whether it is a tombstone, its
+# timestamp). A plain tuple: the cleaner makes one for every record it reads, twice.
+KeyedEntry = tuple[int, bytes | None, bool, int]
+
+
+def keyed_entries(batch: bytes | memoryview, header: BatchHeader) -> list[KeyedEntry]:
+    """The cleaner's view of a data batch's records, without making records of them."""
+    if header.compression == Compression.KAFKA or header.flags & LOG_APPEND_TIME:
+        return [
+            (at, r.key, r.value is None, r.timestamp_ms) for at, r in offset_records(batch, header)
+        ]
+    payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
+    base = header.base_offset
+    try:
+        items = _unpacked(payload, header.compression)
+        if header.flags & COMPACTED:
+            return [
+                (base + d, k if k is None or type(k) is bytes else _as_bytes(k), v is None, ts)
+                for k, v, ts, _, d in items
+            ]
+        return [
+            (base + n, k if k is None or type(k) is bytes else _as_bytes(k), v is None, ts)
+            for n, (k, v, ts, _) in enumerate(items)
+        ]
+    except (ValueError, TypeError, zstandard.ZstdError, msgpack.UnpackException) as exc:
+        raise BatchError(f"undecodable record payload: {exc}") from None
