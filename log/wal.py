@@ -501,6 +501,14 @@ class Log:
         """The share of its closed segments written since the cleaner's last pass."""
         return dirty_ratio(self._segments, self.cleaned_to, self._segments[-1].base_offset)
 
+    def dirty_since_ms(self) -> int | None:
+        """The newest timestamp of the oldest closed segment no pass has cleaned (None: all
+        closed ones are clean): how far behind the cleaner is."""
+        for segment in self._segments[:-1]:
+            if segment.base_offset >= self.cleaned_to and segment.max_timestamp_ms >= 0:
+                return segment.max_timestamp_ms
+        return None
+
     def plan_clean(self, commit_offset: int, now_ms: int) -> CleanerPass | None:
         """The next pass of the cleaner over this log, if one is due; it cleans no further
         than what is committed and durable here, nor into the active segment."""

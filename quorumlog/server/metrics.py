@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from quorumlog.actors.coordinator.coordinator import Coordinator
 from quorumlog.actors.replica.actor import ReplicaActor
+from quorumlog.actors.services.cleaner import LogCleaner
 from quorumlog.actors.services.disk_health import DiskHealth
 from quorumlog.actors.services.stats import Histogram, NodeStats
 
@@ -34,6 +35,8 @@ class MeasuredNode(Protocol):
     coordinator: Coordinator  # the lag of the consumer groups it coordinates
     default_group: ReplicaActor
     partitions: Mapping[tuple[str, int], ReplicaActor]
+    cleaner: LogCleaner  # what it did to the compacted logs here
+    wall_clock_ms: Callable[[], int]
 
 
 class NodeCollector:
@@ -144,11 +147,44 @@ def snapshot(node: MeasuredNode) -> list:
         ),
     ):
         out.append(GaugeMetricFamily(f"quorumlog_{name}", doc, value=value))
+    out += _cleaner_metrics(node)
     out.append(
         CounterMetricFamily(
             "quorumlog_heartbeat_messages",
             "Heartbeat batches sent (one per peer per interval, every group in it)",
             value=stats.heartbeats_sent,
+        )
+    )
+    return out
+
+
+def _cleaner_metrics(node: MeasuredNode) -> list:
+    """The cleaner's work since the node started, and how far behind it is: the age of the
+    newest record of the oldest closed segment it has not cleaned, over the compacted logs
+    here (0 when none waits)."""
+    stats = node.cleaner.stats
+    out = [
+        CounterMetricFamily(f"quorumlog_cleaner_{name}", doc, value=value)
+        for name, doc, value in (
+            ("passes", "Passes of the log cleaner", stats.passes),
+            ("read_bytes", "Bytes of segments the cleaner read", stats.bytes_read),
+            ("written_bytes", "Bytes of segments the cleaner wrote", stats.bytes_written),
+            ("reclaimed_bytes", "Bytes the cleaner's passes freed", stats.bytes_reclaimed),
+            ("removed_records", "Records the cleaner removed", stats.records_removed),
+        )
+    ]
+    now_ms = node.wall_clock_ms()
+    waiting = [
+        since
+        for g in node.partitions.values()
+        if g.log.config.compacts and (since := g.log.dirty_since_ms()) is not None
+    ]
+    behind_s = max((now_ms - since for since in waiting), default=0) / 1000
+    out.append(
+        GaugeMetricFamily(
+            "quorumlog_cleaner_behind_seconds",
+            "Age of the oldest closed segment's records a compacted log has not had cleaned",
+            value=max(behind_s, 0.0),
         )
     )
     return out

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
@@ -19,7 +21,11 @@ from tests.process.test_topics import wait_until
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One cluster for the module, with Kafka listeners: each test has topics of its own."""
-    c = ProcessCluster(str(tmp_path_factory.mktemp("compaction")), kafka_ports=free_ports(3))
+    c = ProcessCluster(
+        str(tmp_path_factory.mktemp("compaction")),
+        kafka_ports=free_ports(3),
+        http_ports=free_ports(3),
+    )
     c.start_all()
     try:
         c.wait_for_leader()
@@ -98,6 +104,11 @@ def test_a_compacted_topic_keeps_each_keys_latest_record_at_its_offset(cluster):
         assert row["cleaner"]["bytes_reclaimed"] > 0 and row["cleaner"]["last_clean_ms"]
         text = out("topic", "-b", cluster.brokers, "describe", "users", "--header")
         assert "DIRTY" in text and "RECLAIMED_BYTES" in text and "cleanup.policy=compact" in text
+        leader_port = cluster.http_ports[row["leader_id"] - 1]
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{leader_port}/metrics").read()
+        reclaimed = re.search(rb"^quorumlog_cleaner_reclaimed_bytes_total (\S+)$", metrics, re.M)
+        assert reclaimed and float(reclaimed.group(1)) > 0, metrics[-2000:]
+        assert re.search(rb"^quorumlog_cleaner_behind_seconds ", metrics, re.M)
 
 
 def test_a_record_without_a_key_is_refused_by_a_compacted_topic(cluster):
