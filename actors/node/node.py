@@ -169,11 +169,10 @@ class Node:
     def _clean_if_compacting(self) -> None:
         """Start the cleaner once a replica here compacts (not before: a node without
         compacted topics runs no task for it)."""
-        if self._nursery is None or self.cleaner.running:
-            return
-        if any(g.log.config.compacts for g in self.partitions.values()):
-            self.cleaner.running = True
-            self._nursery.start_soon(self.cleaner.run)
+        if self._nursery is not None and any(
+            g.log.config.compacts for g in self.partitions.values()
+        ):
+            self.cleaner.start(self._nursery)
 
     def _group(self, storage: GroupStorage) -> ReplicaActor:
         return ReplicaActor(

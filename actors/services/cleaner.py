@@ -85,9 +85,16 @@ class LogCleaner:
         self._wall_clock_ms = wall_clock_ms
         self._throttled = throttled  # a simulation's passes run inline, unthrottled
         self.stats = CleanerStats()
-        self.running = False  # started by the node once one of its replicas compacts
+        self._started = False
 
-    async def run(self) -> None:
+    def start(self, nursery: trio.Nursery) -> None:
+        """Run in `nursery` from now on (the node starts it once one of its replicas
+        compacts); a second start does nothing."""
+        if not self._started:
+            self._started = True
+            nursery.start_soon(self._run)
+
+    async def _run(self) -> None:
         while True:
             await trio.sleep(CLEAN_CHECK_S)
             await self.clean_all()

@@ -81,8 +81,8 @@ class ConsoleData:
 
     async def messages(self, name: str, partition_text: str, query: dict[str, str]) -> dict:
         """A page of a partition's records: from `offset`, from the first at or after
-        `time`, or the `last` N (the default: the last 50); with `key`, only the records
-        of that key, searched forward from there."""
+        `time`, the `last` N (the default: the last 50), or the page `before` an offset;
+        with `key`, only the records of that key, searched forward from there."""
         count = await self._partition_count(name)
         partition = _int(partition_text, "partition", 0, OFFSET_MAX)
         if partition >= count:
@@ -124,8 +124,40 @@ class ConsoleData:
             return end + 1 if found is None else found
         if query.get("key"):
             return start  # a search starts at the beginning unless told where
+        if query.get("before"):  # the page before one shown (its "Older" link)
+            before = _int(query["before"], "before", 0, OFFSET_MAX)
+            return await self._back_from(name, partition, min(before, end + 1), limit, start)
         last = _int(query.get("last") or limit, "last", 1, PAGE_RECORDS_MAX)
-        return max(end - last + 1, start)
+        return await self._back_from(name, partition, end + 1, last, start)
+
+    async def _back_from(
+        self, name: str, partition: int, before: int, count: int, start: int
+    ) -> int:
+        """Where the last `count` records below offset `before` start: `before - count`,
+        unless the offsets have holes (a compacted topic's), which a window doubling on
+        each try widens over."""
+        width = count
+        while True:
+            position = max(before - width, start)
+            offsets = await self._offsets_between(name, partition, position, before)
+            if len(offsets) >= count:
+                return offsets[-count]
+            if position == start:
+                return start
+            width *= 2
+
+    async def _offsets_between(self, name: str, partition: int, low: int, high: int) -> list[int]:
+        """The offsets of the records in [low, high)."""
+        out: list[int] = []
+        while low < high:
+            records, after = await self.client.read_on(
+                low, min(high - low, 1000), name, partition, READ_BYTES
+            )
+            out += [r.offset for r in records if r.offset < high]
+            if after == low:
+                break  # the end
+            low = after
+        return out
 
     async def _read(
         self, name: str, partition: int, position: int, limit: int, key: bytes | None

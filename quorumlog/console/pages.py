@@ -245,7 +245,7 @@ def messages_page(node_id: int, page: dict) -> str:
     start, end = page["log_start_offset"], page["commit_offset"]
     shown_from = records[0]["offset"] if records else page["from_offset"]
     nav = [
-        _link(messages_url(name, partition, offset=max(start, shown_from - limit)), "← Older")
+        _link(messages_url(name, partition, before=shown_from), "← Older")
         if page["from_offset"] > start
         else "",
         _link(messages_url(name, partition, last=limit), "Latest"),

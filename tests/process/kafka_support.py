@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
+
+from quorumlog.bench import kafka_java
 from quorumlog.cli.localcluster import ProcessCluster, free_ports
 from tests.process.test_topics import wait_until
 
@@ -47,3 +53,19 @@ def assert_no_kafka_bugs(cluster: ProcessCluster) -> None:
             text = log.read()
         assert "kafka_connection_failed" not in text, f"node {node_id}"
         assert "kafka_handler_failed" not in text, f"node {node_id}"
+
+
+def compile_java(source: Path, out: Path, program: str) -> Path:
+    """`source` compiled against Kafka's jars into `out`, for a test of `program` (Kafka
+    Streams, Connect): skips the test, saying why, without a JDK or the jars."""
+    why = kafka_java.why_unavailable()
+    if why is None and shutil.which("javac") is None:
+        why = "javac is not installed (a JDK's, 17 or later)"
+    if why is not None:
+        pytest.skip(f"{program} is not available: {why}")
+    lib = f"{kafka_java.lib_dir()}/*"
+    done = subprocess.run(
+        ["javac", "-cp", lib, "-d", str(out), str(source)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return out

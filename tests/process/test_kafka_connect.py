@@ -8,7 +8,6 @@ skipped, saying why, without them."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import time
@@ -20,7 +19,7 @@ import pytest
 
 from quorumlog.bench import kafka_java
 from quorumlog.cli.localcluster import free_ports
-from tests.process.kafka_support import kafka_cluster
+from tests.process.kafka_support import compile_java, kafka_cluster
 from tests.process.test_topics import wait_until
 
 WORKER = "org.apache.kafka.connect.cli.ConnectDistributed"
@@ -31,18 +30,7 @@ SHIM = Path(__file__).parent / "java" / "shim" / "org/apache/kafka/common/utils/
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory) -> Path:
     """connect-file 4.3.1's one call into a class 4.4 moved (see the shim's source)."""
-    why = kafka_java.why_unavailable()
-    if why is None and shutil.which("javac") is None:
-        why = "javac is not installed (a JDK's, 17 or later)"
-    if why is not None:
-        pytest.skip(f"Kafka Connect is not available: {why}")
-    out = tmp_path_factory.mktemp("shim")
-    lib = f"{kafka_java.lib_dir()}/*"
-    done = subprocess.run(
-        ["javac", "-cp", lib, "-d", str(out), str(SHIM)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+    return compile_java(SHIM, tmp_path_factory.mktemp("shim"), "Kafka Connect")
 
 
 @pytest.fixture(scope="module")

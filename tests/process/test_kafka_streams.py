@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from quorumlog.bench import kafka_java
-from tests.process.kafka_support import kafka_cluster
+from tests.process.kafka_support import compile_java, kafka_cluster
 from tests.process.test_topics import wait_until
 
 SOURCE = Path(__file__).parent / "java" / "WordCount.java"
@@ -30,18 +30,7 @@ WORDS = ["raft", "log", "quorum", "kafka", "stream", "table"]
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory) -> Path:
-    why = kafka_java.why_unavailable()
-    if why is None and shutil.which("javac") is None:
-        why = "javac is not installed (a JDK's, 17 or later)"
-    if why is not None:
-        pytest.skip(f"Kafka Streams is not available: {why}")
-    out = tmp_path_factory.mktemp("classes")
-    lib = f"{kafka_java.lib_dir()}/*"
-    done = subprocess.run(
-        ["javac", "-cp", lib, "-d", str(out), str(SOURCE)], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+    return compile_java(SOURCE, tmp_path_factory.mktemp("classes"), "Kafka Streams")
 
 
 @pytest.fixture(scope="module")
