@@ -533,5 +533,6 @@ def test_compaction_smallest(tmp_path):
         _positive(row, "s", "mb_s", "copy_mb_s", "ratio_to_copy", "records_removed")
         assert row["bytes_after"] < row["bytes_before"]
     (live,) = [row for figure, row in rows.items() if figure.startswith("append latency")]
-    _positive(live, "plain_p99_ms", "compacted_p99_ms", "p99_ratio", "samples")
+    _positive(live, "plain_p99_ms", "cleaning_p99_ms", "p99_ratio", "samples")
+    _positive(live, "writer_mb_plain", "writer_mb_compacted")
     _no_serve_left()
