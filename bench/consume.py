@@ -52,11 +52,12 @@ class Sizes:
     cli_records: int
     wide_partitions: int
     wide_records: int  # per partition
+    wide_poll_s: float = 10.0  # how long the wide consumer polls
 
 
 FULL = Sizes(100_000, 3, 5, 50_000, 20.0, 1_000_000, wide_partitions=1000, wide_records=2000)
 QUICK = Sizes(50_000, 2, 2, 20_000, 8.0, 1_000_000, wide_partitions=1000, wide_records=1000)
-TINY = Sizes(1_000, 1, 1, 1_000, 1.0, 20_000, wide_partitions=20, wide_records=500)
+TINY = Sizes(1_000, 1, 1, 1_000, 1.0, 20_000, wide_partitions=20, wide_records=500, wide_poll_s=2)
 
 
 async def fill(brokers: str, topic: str, partitions: int, per_partition: int) -> None:
@@ -267,16 +268,19 @@ def _cli_row(cluster: ProcessCluster, records: int, rounds: int) -> dict:
     }
 
 
-def _wide_row(cluster: ProcessCluster, partitions: int, per_partition: int) -> dict:
+def _wide_row(cluster: ProcessCluster, sizes: Sizes) -> dict:
     """One consumer of many partitions polling slowly, in a process of its own: how much
     its memory grew, against its read-ahead bound (quorumlog/client/fetcher.py)."""
-    trio.run(fill, cluster.brokers, "wide", partitions, per_partition)
+    partitions = sizes.wide_partitions
+    trio.run(fill, cluster.brokers, "wide", partitions, sizes.wide_records)
     args = [sys.executable, "-m", "quorumlog.bench.consumer_memory", cluster.brokers, "wide"]
-    out = subprocess.run([*args, str(BUFFER_BYTES), "10"], capture_output=True, check=True)
+    args += [str(BUFFER_BYTES), str(sizes.wide_poll_s)]
+    out = subprocess.run(args, capture_output=True, check=True)
     polled, grown = map(int, out.stdout.split())
     return {
-        "figure": f"one consumer of {partitions:,} partitions, polling slowly for 10 s",
-        "topic_mb": round(partitions * per_partition * RECORD_BYTES / 1e6),
+        "figure": f"one consumer of {partitions:,} partitions, polling slowly "
+        f"for {sizes.wide_poll_s:g} s",
+        "topic_mb": round(partitions * sizes.wide_records * RECORD_BYTES / 1e6),
         "rss_grown_mb": round(grown / 1e6, 1),
         "buffer_bytes_mb": round(BUFFER_BYTES / 1e6, 1),
         "records_polled": polled,
@@ -291,7 +295,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
         rows += _takeover_rows(cluster, sizes.kills)
         rows += queue_rows(cluster, sizes.queue_records, sizes.rounds, sizes.latency_s)
         rows.append(_cli_row(cluster, sizes.cli_records, sizes.rounds))
-        rows.append(_wide_row(cluster, sizes.wide_partitions, sizes.wide_records))
+        rows.append(_wide_row(cluster, sizes))
         rows.append({"figure": "scenario wall time", "s": round(time.monotonic() - started, 1)})
     return rows
 
