@@ -36,6 +36,11 @@ from quorumlog.log.cleaner import (
     is_due,
 )
 from quorumlog.log.cleaner import drop_unfinished as drop_unfinished_pass
+from quorumlog.log.cleaner_checkpoint import (
+    CLEANER_CHECKPOINT_FILE,
+    CleanerCheckpoint,
+    read_checkpoint,
+)
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import File, FileSystem
 from quorumlog.log.flushjob import FlushJob, uncache_ranges
@@ -101,6 +106,7 @@ class Log:
         self.cleaned_to = 0
         self.tombstones_due_ms: int | None = None  # when a tombstone it kept may go
         self.last_clean: CleanSummary | None = None
+        self._checkpoint_due = False  # the next flush writes the cleaner's progress
         self._record_start_path = os.path.join(directory, RECORD_START_FILE)
 
     # Opening
@@ -135,7 +141,14 @@ class Log:
         fs.fsync_dir(directory)
         log._flushed_offset = log.dirty_offset
         log._offsets = log._load_translator()
+        log._load_cleaner_checkpoint()
         return log
+
+    def _load_cleaner_checkpoint(self) -> None:
+        checkpoint = read_checkpoint(self._fs, os.path.join(self._dir, CLEANER_CHECKPOINT_FILE))
+        if checkpoint is not None and checkpoint.holds_for(self.log_start_offset):
+            self.cleaned_to = min(checkpoint.cleaned_to, self.dirty_offset + 1)
+            self.tombstones_due_ms = checkpoint.tombstones_due_ms
 
     def _load_translator(self) -> OffsetTranslator:
         """The control batches of every segment, and the records before the first one's
@@ -203,7 +216,11 @@ class Log:
     def unflushed(self) -> bool:
         """Whether a flush has anything to do (appends, truncations, new files)."""
         return self.dirty_offset > self._flushed_offset or bool(
-            self._unsynced or self._unindexed or self._dir_dirty or self._splice_due
+            self._unsynced
+            or self._unindexed
+            or self._dir_dirty
+            or self._splice_due
+            or self._checkpoint_due
         )
 
     @property
@@ -413,6 +430,9 @@ class Log:
         self._unsynced.clear()
         indexes = [(s.index_path, s.index_file_bytes()) for s in self._unindexed]
         self._unindexed.clear()
+        if self._checkpoint_due:  # after the folder's fsync, as the indexes: see its module
+            indexes.append((os.path.join(self._dir, CLEANER_CHECKPOINT_FILE), self._checkpoint()))
+            self._checkpoint_due = False
         sync_dir = self._dir_dirty or bool(indexes)
         self._dir_dirty = False
         self._flushing = True
@@ -491,11 +511,17 @@ class Log:
             return
         self._segments[:0] = segments
         self.cleaned_to = 0  # what was copied in is not cleaned here
+        self._checkpoint_due = self._config.compacts
         self._offsets.prepend(copy.start, [c for s in segments for c in s.controls])
         self._unindexed.extend(segments)  # their index files are written by the next flush
         logger.info("log_backfilled", directory=self._dir, log_start_offset=copy.start)
 
     # Compaction (log/cleaner.py)
+
+    def _checkpoint(self) -> bytes:
+        return CleanerCheckpoint(
+            self.log_start_offset, self.cleaned_to, self.tombstones_due_ms
+        ).to_bytes()
 
     def dirty_share(self) -> float:
         """The share of its closed segments written since the cleaner's last pass."""
@@ -527,6 +553,7 @@ class Log:
         written, and the folder synced, by the next flush."""
         self.cleaned_to = max(self.cleaned_to, result.end)
         self.tombstones_due_ms = result.tombstones_due_ms
+        self._checkpoint_due = True
         self.last_clean = CleanSummary(now_ms, result.bytes_reclaimed, result.records_removed)
         for cleaned in result.cleaned:
             old, new = cleaned.old, cleaned.new
@@ -637,6 +664,7 @@ class Log:
         self._remove_segment(old)
         self._segments.append(self._create_segment(next_offset))
         self.cleaned_to = 0
+        self._checkpoint_due = self._config.compacts
         self._offsets.reset(next_offset, records_before)
         self._truncations += 1
         self._flushed_offset = min(self._flushed_offset, next_offset - 1)

@@ -381,6 +381,11 @@ class AsyncClient(TopicCalls, ClientBase):
     async def end_offset(
         self, linearizable: bool = False, topic: str = DEFAULT_TOPIC, partition: int = 0
     ) -> int:
+        if not isinstance(linearizable, bool):  # end_offset("events") meant topic="events"
+            raise TypeError(
+                f"end_offset's first argument is linearizable, a bool, not "
+                f"{type(linearizable).__name__}: name the topic, end_offset(topic=...)"
+            )
         return (await self._end_offsets(linearizable, topic, partition)).commit_offset
 
     async def start_offset(self, topic: str = DEFAULT_TOPIC, partition: int = 0) -> int:

@@ -85,3 +85,11 @@ def test_refusals_a_program_acts_on_are_their_own_classes_with_the_same_text():
         assert isinstance(error, quorumlog.RefusedError | QuorumLogError)
         assert str(error) == f"refused: {message}", "the text as before"
     assert issubclass(quorumlog.TopicExistsError, QuorumLogError)
+
+
+def test_a_topic_passed_where_end_offset_takes_linearizable_is_named():
+    """end_offset's first argument is `linearizable` (start_offset's is the topic): a topic
+    there would go to the server as a flag and come back as a protocol error."""
+    refused = pytest.raises(TypeError, match=r"linearizable, a bool, not str.*end_offset\(topic")
+    with Client("127.0.0.1:1", timeout=0.5) as client, refused:
+        client.end_offset("events")

@@ -11,7 +11,9 @@ import pytest
 
 from quorumlog.log.batch import parse_batch, split_batches
 from quorumlog.log.cleaner import CLEANING_DIR, KEY_ENTRY_BYTES
+from quorumlog.log.cleaner_checkpoint import CLEANER_CHECKPOINT_FILE, CleanerCheckpoint
 from quorumlog.log.config import LogConfig
+from quorumlog.log.files import read_whole_file, write_file_atomically
 from quorumlog.log.memdisk import MemoryFileSystem
 from quorumlog.log.records import RawRecord, make_data_batch, offset_records
 from quorumlog.log.wal import Log
@@ -191,6 +193,45 @@ async def test_a_crash_anywhere_in_a_pass_loses_nothing(seed):
     must = expected(before, result.end)
     assert set(must) <= set(after), "no key's latest record is lost"
     assert not fs.exists(f"{DIR}/{CLEANING_DIR}")
+    # The progress the reopened log starts from is a pass whose segments are durable.
+    assert reopened.cleaned_to == (result.end if step == 2 else 0)
+    keys = [r.key for at, r in after.items() if at < reopened.cleaned_to]
+    assert len(keys) == len(set(keys)), "below its progress, one record per key"
+
+
+async def test_the_cleaners_progress_survives_a_restart():
+    """Kafka's cleaner-offset-checkpoint: a restart does not make the whole log dirty."""
+    fs = MemoryFileSystem()
+    log = await filled(fs, 12)
+    end = await clean(log)
+    due = log.tombstones_due_ms
+    log.close()
+    reopened = open_log(fs, DIR, COMPACT)
+    assert (reopened.cleaned_to, reopened.tombstones_due_ms) == (end, due)
+    assert reopened.dirty_share() == 0.0
+    assert reopened.plan_clean(reopened.dirty_offset, NOW_MS) is None, "nothing to clean"
+
+
+async def test_a_damaged_or_outdated_checkpoint_makes_the_log_dirty_again():
+    fs = MemoryFileSystem()
+    log = await filled(fs, 13)
+    end = await clean(log)
+    start = log.log_start_offset
+    log.close()
+    path = f"{DIR}/{CLEANER_CHECKPOINT_FILE}"
+    good = read_whole_file(fs, path)
+    for data in (
+        good[:-1] + bytes([good[-1] ^ 1]),  # a flipped bit
+        good[:3],  # cut short
+        CleanerCheckpoint(start + 1, end, None).to_bytes(),  # the log's start moved back
+    ):
+        write_file_atomically(fs, path, data)
+        reopened = open_log(fs, DIR, COMPACT)
+        assert reopened.cleaned_to == 0, data
+        reopened.close()
+    write_file_atomically(fs, path, CleanerCheckpoint(start, end + 10**6, None).to_bytes())
+    reopened = open_log(fs, DIR, COMPACT)
+    assert reopened.cleaned_to == reopened.dirty_offset + 1, "never past the log's end"
 
 
 async def test_a_segment_is_closed_after_segment_ms_even_if_not_full():
