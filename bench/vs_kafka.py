@@ -42,6 +42,12 @@ FULL_ROUNDS = 3  # each figure is the median of this many rounds (one with --qui
 # brokers' JIT compiles the produce path (a first full run without it rose round after
 # round on Kafka, x3.6-x7.5 from the first to the third).
 WARM_UP_S = {"full": 2.0, "quick": 0.5, "tiny": 0.2}
+# --tiny measures nothing (the suite's smoke test): brokers that start sooner, with the
+# JVM's quick compiler only and 3 partitions of consumer offsets, not 50.
+SMOKE_BROKERS = {
+    "extra": {"offsets.topic.num.partitions": "3"},
+    "jvm": (*kafka_java.BROKER_JVM, "-XX:TieredStopAtLevel=1"),
+}
 TOPIC = "bench"
 KAFKA = "Kafka 4.4"
 KAFKA_FSYNC = "Kafka 4.4 flush.messages=1"
@@ -71,7 +77,7 @@ def run(quick: bool = False, tiny: bool = False) -> list[dict]:
     root = tempfile.mkdtemp(prefix="quorumlog-bench-vs-kafka-")
     try:
         with (
-            kafka_java.KafkaBrokers(root) as brokers,
+            kafka_java.KafkaBrokers(root, **(SMOKE_BROKERS if size == "tiny" else {})) as brokers,
             running_cluster("vs-kafka", kafka=True) as cluster,
         ):
             kafka_meter = CpuMeter(tuple(proc.pid for proc in brokers.procs.values()))
