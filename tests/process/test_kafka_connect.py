@@ -56,12 +56,16 @@ class Worker:
                     "config.storage.replication.factor=3",
                     "status.storage.replication.factor=3",
                     "offset.flush.interval.ms=500",
+                    # Plugins from their ServiceLoader manifests, without scanning every
+                    # class of Kafka's jars by reflection (what `hybrid_warn` does first).
+                    "plugin.discovery=service_load",
                     f"listeners=http://127.0.0.1:{self.port}",
                     "",
                 ]
             )
         )
-        command = kafka_java.java_command(WORKER, [str(settings)], jvm=("-Xmx512m",))
+        jvm = ("-Xmx512m", *kafka_java.TOOL_JVM[1:])  # a tool's quick compiler and GC
+        command = kafka_java.java_command(WORKER, [str(settings)], jvm=jvm)
         at = command.index("-cp")
         command[at + 1] = f"{shim}:{command[at + 1]}"
         self.log = folder / "worker.log"
