@@ -25,7 +25,9 @@ Layout (little-endian):
                            TYPES_CHECKED: the maker checked every field is bytes;
                            SNAPSHOT: a state machine's whole state (a compaction point);
                            MAX_TIMESTAMP: `timestamp_ms` is the records' largest timestamp;
-                           COMPACTED: the cleaner kept some of the records it spans
+                           COMPACTED: the cleaner kept some of the records it spans;
+                           TRANSACTIONAL: a transaction's batch; TXN_MARKER: a
+                           transaction's commit or abort marker (log/transactions.py)
     52  4    payload_bytes  length of the payload
     56  4    payload_crc    CRC32C of the payload
     60  ..   payload
@@ -74,6 +76,14 @@ MAX_TIMESTAMP = 0x8
 # records it kept, each with its offset (`records.offset_records`). Only the cleaner makes
 # such a batch; an append carrying the flag is refused.
 COMPACTED = 0x10
+# flags: a transactional producer's batch (log/transactions.py): its producer id is the
+# transactional id's number and epoch, and read_committed readers see its records once a
+# commit marker of its producer follows it, never when an abort marker does.
+TRANSACTIONAL = 0x20
+# flags: a transaction's commit or abort marker in this partition, written by its leader
+# on the coordinator's word. It takes one record offset, as Kafka's markers do, and holds
+# no record a reader sees (a Kafka reader gets a control batch in its place).
+TXN_MARKER = 0x40
 
 PAYLOAD_BYTES_MAX = 64 * 1024 * 1024
 RECORD_COUNT_MAX = 1 << 24

@@ -31,14 +31,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from quorumlog.log.batch import HEADER_BYTES, BatchHeader, BatchType, parse_batch, parse_header
+from quorumlog.log.batch import (
+    TRANSACTIONAL,
+    BatchType,
+    parse_header,
+)
 from quorumlog.log.config import LogConfig
 from quorumlog.log.files import FileSystem
 from quorumlog.log.records import KeyedEntry, keyed_entries, make_compacted_batch, offset_records
-from quorumlog.log.segment import SCAN_CHUNK_BYTES, Segment, segment_file_name
+from quorumlog.log.segment import Segment, segment_file_name
 
 CLEANING_DIR = "cleaning"
 # A key map entry: a dict slot, a key of at most 16 bytes (or its digest) and an int.
@@ -178,7 +182,7 @@ class CleanerPass:
             if segment.base_offset >= self.end:
                 break
             found: dict[bytes, int] = {}
-            for header, batch in _batches(segment):
+            for header, batch in segment.batches():
                 self.throttle(header.total_bytes)
                 if header.batch_type is BatchType.DATA:
                     for offset, key, _, _ in keyed_entries(batch, header):
@@ -200,8 +204,9 @@ class CleanerPass:
             segment.base_offset,
             self.fs.open(path, create=True),
             self.config.index_interval_bytes,
+            open_txns=segment.txns.open_at_start,
         )
-        for header, batch in _batches(segment):
+        for header, batch in segment.batches():
             self.throttle(header.total_bytes)
             result.bytes_read += header.total_bytes
             if header.batch_type is BatchType.DATA:
@@ -211,7 +216,14 @@ class CleanerPass:
                     result.records_removed += len(gone)
                     kept = [(at, r) for at, r in offset_records(batch, header) if at not in gone]
                     span = header.record_count
-                    batch = make_compacted_batch(kept, header.base_offset, span, header.term)
+                    transactional = header.flags & TRANSACTIONAL
+                    batch = make_compacted_batch(
+                        kept,
+                        header.base_offset,
+                        span,
+                        header.term,
+                        header.producer_id if transactional else -1,
+                    )
                     header = parse_header(batch)
             new.file.append(batch)
             new.note_batch(header, new.size_bytes, batch)
@@ -231,23 +243,3 @@ class CleanerPass:
             if result.tombstones_due_ms is None or due_ms < result.tombstones_due_ms:
                 result.tombstones_due_ms = due_ms
         return True
-
-
-def _batches(segment: Segment) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every batch of a closed segment, checked, read from its file in large chunks."""
-    position, end = 0, segment.size_bytes
-    while position < end:
-        view = memoryview(segment.file.read_at(position, min(SCAN_CHUNK_BYTES, end - position)))
-        at = 0
-        while at < len(view):
-            header = parse_header(view, at) if len(view) - at >= HEADER_BYTES else None
-            if header is None or at + header.total_bytes > len(view):
-                if at == 0:  # a batch larger than a chunk: read exactly it
-                    header = parse_header(segment.file.read_at(position, HEADER_BYTES))
-                    view = memoryview(segment.file.read_at(position, header.total_bytes))
-                    continue
-                break
-            parse_batch(view, at)
-            yield header, view[at : at + header.total_bytes]
-            at += header.total_bytes
-        position += at

@@ -298,10 +298,12 @@ def encode_batch(
     records: list[tuple[bytes | None, bytes | None, int, list | None]],
     deltas: list[int] | None = None,
     span: int | None = None,
+    transaction: tuple[int, int] | None = None,
 ) -> bytes:
     """An uncompressed batch of `(key, value, timestamp_ms, headers)` records at consecutive
     offsets from `base_offset`, or at `deltas` from it in a batch spanning `span` offsets
-    (a compacted one, perhaps empty: Kafka's clients step over its holes)."""
+    (a compacted one, perhaps empty: Kafka's clients step over its holes); `transaction`:
+    the transactional producer's (id, epoch) that wrote it."""
     base_ts = records[0][2] if records else NO_TIMESTAMP
     parts = []
     offsets = range(len(records)) if deltas is None else deltas
@@ -316,7 +318,55 @@ def encode_batch(
         parts.append(encoded)
     max_ts = max((r[2] for r in records), default=NO_TIMESTAMP)
     last_delta = len(records) - 1 if span is None else span - 1
-    return _seal(base_offset, leader_epoch, 0, last_delta, base_ts, max_ts, len(records), parts)
+    attributes = 0 if transaction is None else TRANSACTIONAL
+    return _seal(
+        base_offset,
+        leader_epoch,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        len(records),
+        parts,
+        transaction or (-1, -1),
+    )
+
+
+CONTROL_ABORT, CONTROL_COMMIT = 0, 1  # a control record's type, in its key
+
+
+def control_batch(
+    base_offset: int,
+    leader_epoch: int,
+    transaction: tuple[int, int],
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+) -> bytes:
+    """A transaction's marker as Kafka writes it: a control batch of the producer's (id,
+    epoch) holding one record, whose key is (version 0, commit or abort) and value (version
+    0, the coordinator's epoch)."""
+    key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    body = b"".join([b"\x00", _zigzag(0), _zigzag(0), _field(key), _field(value), _zigzag(0)])
+    return _seal(
+        base_offset,
+        leader_epoch,
+        TRANSACTIONAL | CONTROL,
+        0,
+        timestamp_ms,
+        timestamp_ms,
+        1,
+        [_zigzag(len(body)), body],
+        transaction,
+    )
+
+
+def control_type(record: KafkaRecord) -> int:
+    """A control record's type (CONTROL_ABORT, CONTROL_COMMIT, ...), from its key."""
+    if record.key is None or len(record.key) < 4:
+        raise BatchError("a control record's key is (version, type)")
+    return struct.unpack_from(">hh", record.key)[1]
 
 
 def _seal(
@@ -328,6 +378,7 @@ def _seal(
     max_ts: int,
     count: int,
     parts: list[bytes],
+    transaction: tuple[int, int] = (-1, -1),
 ) -> bytes:
     records = b"".join(parts)
     header = bytearray(
@@ -341,8 +392,8 @@ def _seal(
             last_offset_delta,
             base_ts,
             max_ts,
-            -1,
-            -1,
+            transaction[0],
+            transaction[1],
             -1,
             count,
         )

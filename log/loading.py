@@ -62,7 +62,9 @@ def load_segments(
                 " (a segment is missing or damaged)",
                 offset=previous.last_offset + 1,
             )
-        segment = Segment(fs, path, base, fs.open(path), config.index_interval_bytes)
+        # A segment scanned continues the transactions the one before it left open.
+        open_txns = previous.txns.open if previous is not None else None
+        segment = Segment(fs, path, base, fs.open(path), config.index_interval_bytes, open_txns)
         segments.append(segment)
         newest = i == len(bases) - 1
         if not newest and not config.verify_on_open and _load_index(fs, segment):

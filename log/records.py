@@ -23,6 +23,8 @@ from quorumlog.log.batch import (
     HEADER_BYTES,
     LOG_APPEND_TIME,
     MAX_TIMESTAMP,
+    TRANSACTIONAL,
+    TXN_MARKER,
     TYPES_CHECKED,
     BatchError,
     BatchHeader,
@@ -205,8 +207,9 @@ def field_type_problem(batch: bytes | memoryview, header: BatchHeader) -> str | 
 
 def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRecord]:
     """The records of a data batch whose header has been parsed, without their offsets
-    (`offset_records` gives them: in a COMPACTED batch they are not one after another)."""
-    if header.flags & COMPACTED:
+    (`offset_records` gives them: in a COMPACTED batch they are not one after another).
+    A transaction's marker holds none."""
+    if header.flags & (COMPACTED | TXN_MARKER):
         return [record for _, record in offset_records(batch, header)]
     payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
     records = decode_records(payload, header.compression)
@@ -222,6 +225,8 @@ def batch_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRec
 def offset_records(batch: bytes | memoryview, header: BatchHeader) -> list[tuple[int, RawRecord]]:
     """The records of a data batch with their offsets: one after another from its base
     offset, or, in a batch the cleaner rewrote (COMPACTED), each at the offset it kept."""
+    if header.flags & TXN_MARKER:
+        return []
     if not header.flags & COMPACTED:
         return list(zip(itertools.count(header.base_offset), batch_records(batch, header)))
     payload = memoryview(batch)[HEADER_BYTES : HEADER_BYTES + header.payload_bytes]
@@ -251,11 +256,17 @@ def offset_records(batch: bytes | memoryview, header: BatchHeader) -> list[tuple
 
 
 def make_compacted_batch(
-    kept: Sequence[tuple[int, RawRecord]], base_offset: int, span: int, term: int
+    kept: Sequence[tuple[int, RawRecord]],
+    base_offset: int,
+    span: int,
+    term: int,
+    transactional_producer: int = -1,
 ) -> bytes:
     """What the cleaner writes for `span` offsets from `base_offset` (all in `term`, as the
     batches it replaces were): the records `kept` at their offsets, none when none is, each
-    record's own timestamp (a leader's stamp resolved) and their largest in the header."""
+    record's own timestamp (a leader's stamp resolved) and their largest in the header. A
+    transaction's batch stays one (`transactional_producer`: its producer id), so that its
+    records stay hidden or shown with their transaction's."""
     payload, compression = encode_records(
         [(r.key, r.value, r.timestamp_ms, r.headers, offset - base_offset) for offset, r in kept]
     )
@@ -265,8 +276,12 @@ def make_compacted_batch(
         compression=compression,
         base_offset=base_offset,
         term=term,
+        producer_id=transactional_producer,
         timestamp_ms=max((r.timestamp_ms for _, r in kept), default=0),
-        flags=TYPES_CHECKED | MAX_TIMESTAMP | COMPACTED,
+        flags=TYPES_CHECKED
+        | MAX_TIMESTAMP
+        | COMPACTED
+        | (TRANSACTIONAL if transactional_producer >= 0 else 0),
     )
 
 
@@ -286,6 +301,8 @@ KeyedEntry = tuple[int, bytes | None, bool, int]
 
 def keyed_entries(batch: bytes | memoryview, header: BatchHeader) -> list[KeyedEntry]:
     """The cleaner's view of a data batch's records, without making records of them."""
+    if header.flags & TXN_MARKER:
+        return []
     if header.compression == Compression.KAFKA or header.flags & LOG_APPEND_TIME:
         return [
             (at, r.key, r.value is None, r.timestamp_ms) for at, r in offset_records(batch, header)

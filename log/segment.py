@@ -3,8 +3,9 @@
 A segment holds whole batches at consecutive offsets from `base_offset`, in a file named by
 that offset. In memory it keeps a sparse index (the position of one batch every
 `index_interval_bytes`), beside each entry one of the time index (log/timeindex.py), and
-the first offset of every term inside it and where its control batches are (Raft's own:
-log/offsets.py), all small. Once sealed and fsynced, they are
+the first offset of every term inside it, where its control batches are (Raft's own:
+log/offsets.py) and its transactions (log/transactions.py), all small. Once sealed and
+fsynced, they are
 written next to it in an index file, so that a later open can skip scanning it; a missing
 or damaged index file is rebuilt by a scan (it is derived: it never stops a log opening).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -21,6 +23,8 @@ from crc32c import crc32c
 from quorumlog.log.batch import (
     HEADER_BYTES,
     MAGIC,
+    TRANSACTIONAL,
+    TXN_MARKER,
     BatchError,
     BatchHeader,
     BatchType,
@@ -35,6 +39,7 @@ from quorumlog.log.timeindex import (
     batch_max_timestamp,
     first_at_or_after,
 )
+from quorumlog.log.transactions import AbortedTxn, SegmentTxns
 
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -43,9 +48,12 @@ READ_ENDS_MAX = 64
 TIME_SCAN_BYTES = 64 * 1024  # a time lookup reads about an index interval, in reads this big
 
 # QLI2 added the time index, QLI3 the control batches: an index file of before is rebuilt
-# by the scan on open.
-_INDEX_MAGIC = b"QLI3"
+# by the scan on open. QLI4 added the transactions: a QLI3 file is read as holding none
+# (the releases that wrote one refused transactional batches).
+_INDEX_MAGIC = b"QLI4"
+_INDEX_MAGIC_V3 = b"QLI3"
 _INDEX_HEAD = struct.Struct("<4sIIIIqqq")
+_TXNS_BYTES = struct.Struct("<I")
 _CRC = struct.Struct("<I")
 
 
@@ -73,7 +81,13 @@ class Segment:
     """The in-memory view of one segment file. Owned by the log; not thread-safe."""
 
     def __init__(
-        self, fs: FileSystem, path: str, base_offset: int, file: File, index_interval_bytes: int
+        self,
+        fs: FileSystem,
+        path: str,
+        base_offset: int,
+        file: File,
+        index_interval_bytes: int,
+        open_txns: dict[int, int] | None = None,
     ):
         self.fs = fs
         self.moved_to(path)
@@ -99,6 +113,9 @@ class Segment:
         self.term_starts: list[tuple[int, int]] = []
         # (offset, width) of every batch that is not data (record offsets skip them).
         self.controls: list[tuple[int, int]] = []
+        # The transactions open where it starts (`open_txns`: what the segment before it
+        # left open) and ends, and those aborted in it.
+        self.txns = SegmentTxns(open_txns)
         # Where recent reads ended (offset -> position of the batch starting there), so that
         # sequential readers skip the index walk. Bounded; cleared by truncation.
         self._read_ends: dict[int, int] = {}
@@ -117,8 +134,11 @@ class Segment:
     def last_term(self) -> int | None:
         return self.term_starts[-1][0] if self.term_starts else None
 
-    def note_batch(self, header: BatchHeader, position: int, batch: bytes | memoryview) -> None:
-        """Account for `batch`, written (or found) at `position`."""
+    def note_batch(
+        self, header: BatchHeader, position: int, batch: bytes | memoryview
+    ) -> AbortedTxn | None:
+        """Account for `batch`, written (or found) at `position`; returns the transaction it
+        ends if it is a marker (log/transactions.py)."""
         batch_ms = batch_max_timestamp(header, batch)
         self.max_timestamp_ms = max(self.max_timestamp_ms, batch_ms)
         if self.first_data_ms is None and header.batch_type is BatchType.DATA:
@@ -136,6 +156,9 @@ class Segment:
             self.controls.append((header.base_offset, header.record_count))
         self.last_offset = header.last_offset
         self.size_bytes = position + header.total_bytes
+        if header.flags & (TRANSACTIONAL | TXN_MARKER):
+            return self.txns.note(header, batch)
+        return None
 
     # Scanning
 
@@ -320,6 +343,30 @@ class Segment:
         self.time_index.truncate(offset)
         self.term_starts = [ts for ts in self.term_starts if ts[1] < offset]
         self.controls = [c for c in self.controls if c[0] < offset]
+        if self.txns.involved:  # counted again over what is left
+            self.txns.restart()
+            for header, batch in self.batches():
+                if header.flags & (TRANSACTIONAL | TXN_MARKER):
+                    self.txns.note(header, batch)
+
+    def batches(self) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Every batch of the segment, checked, read from its file in large chunks."""
+        position, end = 0, self.size_bytes
+        while position < end:
+            view = memoryview(self.file.read_at(position, min(SCAN_CHUNK_BYTES, end - position)))
+            at = 0
+            while at < len(view):
+                header = parse_header(view, at) if len(view) - at >= HEADER_BYTES else None
+                if header is None or at + header.total_bytes > len(view):
+                    if at == 0:  # a batch larger than a chunk: read exactly it
+                        header = parse_header(self.file.read_at(position, HEADER_BYTES))
+                        view = memoryview(self.file.read_at(position, header.total_bytes))
+                        continue
+                    break
+                parse_batch(view, at)
+                yield header, view[at : at + header.total_bytes]
+                at += header.total_bytes
+            position += at
 
     # The index file
 
@@ -341,6 +388,8 @@ class Segment:
         body += array("q", [v for ts in self.term_starts for v in ts]).tobytes()
         body += self.time_index.to_bytes()
         body += array("q", [v for c in self.controls for v in c]).tobytes()
+        txns = self.txns.to_bytes()
+        body += _TXNS_BYTES.pack(len(txns)) + txns
         body += _CRC.pack(crc32c(body))
         return bytes(body)
 
@@ -353,10 +402,18 @@ class Segment:
         magic, n_index, n_terms, n_times, n_controls, size_bytes, last_offset, max_ts = (
             _INDEX_HEAD.unpack_from(data)
         )
-        expected_len = (
-            _INDEX_HEAD.size + 16 * (n_index + n_terms + n_times + n_controls) + _CRC.size
-        )
-        if magic != _INDEX_MAGIC or len(data) != expected_len or size_bytes != self.file.size():
+        fixed_len = _INDEX_HEAD.size + 16 * (n_index + n_terms + n_times + n_controls)
+        txns = SegmentTxns()
+        if magic == _INDEX_MAGIC and len(data) >= fixed_len + _TXNS_BYTES.size + _CRC.size:
+            (txns_len,) = _TXNS_BYTES.unpack_from(data, fixed_len)
+            expected_len = fixed_len + _TXNS_BYTES.size + txns_len + _CRC.size
+            at = fixed_len + _TXNS_BYTES.size
+            txns = SegmentTxns.from_bytes(data[at : at + txns_len])
+        elif magic == _INDEX_MAGIC_V3:
+            expected_len = fixed_len + _CRC.size
+        else:
+            return False
+        if txns is None or len(data) != expected_len or size_bytes != self.file.size():
             return False
         if n_index == 0 or n_terms == 0 or last_offset < self.base_offset:
             return False
@@ -378,6 +435,7 @@ class Segment:
             return False
         self.index_offsets, self.index_positions, self.term_starts = offsets, positions, terms
         self.controls = controls
+        self.txns = txns
         self.time_index = times
         self.size_bytes, self.last_offset, self.max_timestamp_ms = size_bytes, last_offset, max_ts
         return True

@@ -60,6 +60,7 @@ from quorumlog.log.tailcache import (
     read_upto,
 )
 from quorumlog.log.timeindex import TimedOffset
+from quorumlog.log.transactions import AbortedTxn
 
 logger = structlog.get_logger("quorumlog.log")
 
@@ -252,6 +253,28 @@ class Log:
         """What `records_before` and `position_of` go by, in msgpack's types."""
         return self._offsets.to_wire()
 
+    # Transactions (log/transactions.py)
+
+    def open_transactions(self) -> dict[int, int]:
+        """The transactions open at the log's end: producer -> position of its first batch."""
+        return self._segments[-1].txns.open
+
+    def aborted_between(self, first: int, last: int) -> list[AbortedTxn]:
+        """The aborted transactions with batches between positions `first` and `last` (what
+        a read_committed reader of them drops), in the order of their markers. A marker
+        past `last` ends a transaction begun by then only if that transaction was open
+        where the marker's segment starts: the walk stops at a segment with none."""
+        out = []
+        for segment in self._segments:
+            if segment.last_offset < first:
+                continue
+            if segment.base_offset > last and all(
+                began > last for began in segment.txns.open_at_start.values()
+            ):
+                break
+            out += [a for a in segment.txns.aborted if a.marker >= first and a.first <= last]
+        return out
+
     def term_at(self, offset: int) -> int:
         """Term of the batch holding `offset`."""
         return self._segment_holding(offset).term_at(offset)
@@ -389,12 +412,13 @@ class Log:
             self._unsynced.add(segment)
 
     def _roll(self, base_offset: int) -> Segment:
-        self._unindexed.append(self._segments[-1])
-        segment = self._create_segment(base_offset)
+        sealed = self._segments[-1]
+        self._unindexed.append(sealed)
+        segment = self._create_segment(base_offset, sealed.txns.open)
         self._segments.append(segment)
         return segment
 
-    def _create_segment(self, base_offset: int) -> Segment:
+    def _create_segment(self, base_offset: int, open_txns: dict[int, int] | None = None) -> Segment:
         # Created empty under its final name: it holds nothing durable until the next flush
         # fsyncs it and the directory, so a crash before that loses only unflushed data.
         path = os.path.join(self._dir, segment_file_name(base_offset))
@@ -404,6 +428,7 @@ class Log:
             base_offset,
             self._fs.open(path, create=True),
             self._config.index_interval_bytes,
+            open_txns,
         )
         self._dir_dirty = True
         self._unsynced.add(segment)
@@ -626,6 +651,10 @@ class Log:
         config = self._config
         if not config.deletes:
             return self.log_start_offset
+        open_txns = self.open_transactions()
+        if open_txns:  # a transaction's records stay until it ends
+            oldest = min(open_txns.values())
+            keep_from_offset = oldest if keep_from_offset is None else min(oldest, keep_from_offset)
         drop, size = 0, self.size_bytes
         while drop < len(self._segments) - 1:
             oldest = self._segments[drop]

@@ -18,8 +18,9 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.actors.replica.read_index import offset_for_time, read_committed
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import COMPACTED, Compression, split_batches
+from quorumlog.log.batch import COMPACTED, TRANSACTIONAL, TXN_MARKER, Compression, split_batches
 from quorumlog.log.records import batch_records, offset_records
+from quorumlog.log.transactions import marker_of, number_and_epoch
 from quorumlog.transport.messages import ErrorReply, OffsetForTimeReply
 
 if TYPE_CHECKING:
@@ -182,18 +183,41 @@ def as_kafka(data: bytes) -> bytes:
     """quorumlog's data batches (a read's) as Kafka record batches, offsets unchanged."""
     out = []
     for header, view in split_batches(data):
+        transaction = (
+            number_and_epoch(header.producer_id)
+            if header.flags & (TRANSACTIONAL | TXN_MARKER)
+            else None
+        )
         if header.compression is Compression.KAFKA:
             payload = view[len(view) - header.payload_bytes :]
             out.append(kafka_batch.placed(payload, header.base_offset, NO_EPOCH))
+        elif header.flags & TXN_MARKER:
+            marker = marker_of(view, header)
+            out.append(
+                kafka_batch.control_batch(
+                    header.base_offset,
+                    NO_EPOCH,
+                    transaction,
+                    marker.commit,
+                    marker.coordinator_epoch,
+                    header.timestamp_ms,
+                )
+            )
         elif header.flags & COMPACTED:  # holes where the cleaner removed records
             kept = offset_records(view, header)
             records = [tuple(r) for _, r in kept]
             deltas = [at - header.base_offset for at, _ in kept]
             span = header.record_count
             out.append(
-                kafka_batch.encode_batch(header.base_offset, NO_EPOCH, records, deltas, span)
+                kafka_batch.encode_batch(
+                    header.base_offset, NO_EPOCH, records, deltas, span, transaction
+                )
             )
         else:
             records = [tuple(r) for r in batch_records(view, header)]
-            out.append(kafka_batch.encode_batch(header.base_offset, NO_EPOCH, records))
+            out.append(
+                kafka_batch.encode_batch(
+                    header.base_offset, NO_EPOCH, records, transaction=transaction
+                )
+            )
     return b"".join(out)

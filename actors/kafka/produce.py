@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode as K
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.log import kafka_batch
 from quorumlog.log.batch import MAX_TIMESTAMP, BatchError, Compression, build_batch
+from quorumlog.log.transactions import producer_id
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Message
 
 if TYPE_CHECKING:
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 ACKS = {0: Acks.NONE, 1: Acks.LEADER, -1: Acks.QUORUM}
 PRODUCER_ID_BITS = 46  # Kafka's id, then 16 bits of epoch, make a quorumlog producer id
 WAIT_S_MIN = 1.0
-
-
-def producer_id(kafka_id: int, epoch: int) -> int:
-    return (kafka_id << 16) | (epoch & 0xFFFF)
 
 
 class Produce:
