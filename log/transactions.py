@@ -5,8 +5,9 @@ its transactional id's number and epoch (`id << 16 | epoch`); the transaction en
 partition with a marker the leader writes on its coordinator's word: a data batch of one
 offset flagged TXN_MARKER that holds no record a reader sees (log/batch.py). A marker says
 commit or abort, the coordinator's epoch, and where the transaction's first batch in this
-log is (`first`, -1 when it wrote nothing here), so that each abort is known from its
-marker alone: a segment's aborted transactions need nothing from the segments before it.
+log is (`first`, -1 when it wrote nothing here; the leader takes it from its log's open
+transactions), so that each abort is known from its marker alone: a segment's aborted
+transactions, and what the log's uncommitted tail ends, need nothing from before.
 
 Each segment keeps what a read_committed reader and the last stable offset need
 (Kafka's producer state and `.txnindex` in one): the transactions open where the segment
@@ -111,11 +112,11 @@ class SegmentTxns:
             self.open.setdefault(txn_producer(header.producer_id), header.base_offset)
         elif header.flags & TXN_MARKER:
             producer = txn_producer(header.producer_id)
-            began = self.open.pop(producer, None)
+            self.open.pop(producer, None)
             marker = marker_of(batch, header)
-            first = marker.first if marker.first >= 0 else began
-            if first is None:
+            if marker.first < 0:
                 return None  # it wrote nothing here
+            first = marker.first
             closed = AbortedTxn(producer, first, header.base_offset)
             if not marker.commit:
                 self.aborted.append(closed)

@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from quorumlog.log.backfill import Backfill
-from quorumlog.log.batch import BatchHeader, BatchType, place_batches
+from quorumlog.log.batch import TXN_MARKER, BatchHeader, BatchType, place_batches, split_batches
 from quorumlog.log.cleaner import (
     CleanerPass,
     CleanSummary,
@@ -60,7 +60,7 @@ from quorumlog.log.tailcache import (
     read_upto,
 )
 from quorumlog.log.timeindex import TimedOffset
-from quorumlog.log.transactions import AbortedTxn
+from quorumlog.log.transactions import AbortedTxn, marker_of
 
 logger = structlog.get_logger("quorumlog.log")
 
@@ -258,6 +258,24 @@ class Log:
     def open_transactions(self) -> dict[int, int]:
         """The transactions open at the log's end: producer -> position of its first batch."""
         return self._segments[-1].txns.open
+
+    def first_unstable(self, commit_offset: int) -> int:
+        """The first position a read_committed reader may not read yet (Kafka's last stable
+        offset): the first batch of the earliest transaction still open after
+        `commit_offset` (its marker unwritten or not committed), else `commit_offset + 1`.
+        The markers after `commit_offset` are read from the log's uncommitted tail, which
+        is short, and only where transactions touch it."""
+        stable = commit_offset + 1
+        firsts = list(self.open_transactions().values())
+        tail = [s for s in self._segments if s.last_offset >= stable]
+        offset = stable if any(s.txns.involved for s in tail) else self.dirty_offset + 1
+        while offset <= self.dirty_offset:
+            chunk = self.read(offset, 1 << 20)
+            for header, batch in split_batches(chunk.data):
+                if header.flags & TXN_MARKER and header.base_offset >= stable:
+                    firsts.append(marker_of(batch, header).first)
+            offset = chunk.last_offset + 1
+        return min([stable, *(f for f in firsts if f >= 0)])
 
     def aborted_between(self, first: int, last: int) -> list[AbortedTxn]:
         """The aborted transactions with batches between positions `first` and `last` (what

@@ -3,9 +3,14 @@
 A batch a Kafka producer wrote goes back as it came, with its base offset patched; a batch
 written natively is encoded into Kafka's format. Offsets are record offsets (Raft's own
 batches take none: log/offsets.py), so they have no holes. The high watermark is the offset
-after the last committed record: nothing uncommitted is ever served (I5). A fetch that finds less than `min_bytes` waits, up to `max_wait`, for
-its partitions to commit more; one response carries at most the request's `max_bytes`
-(and FETCH_BYTES_MAX), except for a first batch larger than that.
+after the last committed record: nothing uncommitted is ever served (I5). A fetch that
+finds less than `min_bytes` waits, up to `max_wait`, for its partitions to commit more; one
+response carries at most the request's `max_bytes` (and FETCH_BYTES_MAX), except for a
+first batch larger than that.
+
+The last stable offset is where the earliest transaction still open begins (the high
+watermark when none is: log/transactions.py). A read_committed fetch reads no further, and
+is told the aborted transactions among what it gets, whose records the client drops.
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ if TYPE_CHECKING:
     from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.replica.actor import ReplicaActor
     from quorumlog.actors.replica.handle import GroupView
+    from quorumlog.log.wal import Log
 
 LATEST, EARLIEST = -1, -2
+READ_COMMITTED = 1  # a Fetch's or ListOffsets' isolation level
 # The most one Fetch response carries, whatever the client asks (Kafka's broker default,
 # fetch.max.bytes, is 55 MiB): a fetch of a thousand partitions must not read a thousand
 # MiB into the node's memory.
@@ -47,13 +54,14 @@ class Fetch:
         deadline = trio.current_time() + request.max_wait.total_seconds()
         # The response's bytes, all partitions together (v3 on; a broker's cap besides).
         limit = min(getattr(request, "max_bytes", None) or FETCH_BYTES_MAX, FETCH_BYTES_MAX)
+        stable_only = getattr(request, "isolation_level", 0) == READ_COMMITTED
         while True:
             answers, size = [], 0
             for topic, p in wanted:
                 # Kafka's rule: past the limit the partitions still answer, with no records;
                 # the first one with records gets at least one whole batch.
                 room = min(p.partition_max_bytes, limit - size) if size < limit else 0
-                group, answer = self._read(topic, p.partition, p.fetch_offset, room)
+                group, answer = self._read(topic, p.partition, p.fetch_offset, room, stable_only)
                 records = answer.get("records") or b""
                 if size and len(records) > room:  # a first batch larger than what is left
                     answer["records"] = records = b""
@@ -70,31 +78,37 @@ class Fetch:
         return {"responses": [{"topic": t, "partitions": parts} for t, parts in responses.items()]}
 
     def _read(
-        self, topic: str, partition: int, offset: int, max_bytes: int
+        self, topic: str, partition: int, offset: int, max_bytes: int, stable_only: bool
     ) -> tuple[ReplicaActor | None, dict]:
         # Empty records, never null, with an error too: librdkafka fails to parse a
         # partition whose records are null ("Protocol parse failure for Fetch").
         group, error = self._leader(topic, partition)
         if group is None:
             return None, {"partition_index": partition, "error_code": error, "records": b""}
-        end = group.last_record(group.view.commit_offset) + 1
+        log, commit = group.log, group.view.commit_offset
+        stable = log.first_unstable(commit)
         answer = {
             "partition_index": partition,
-            "high_watermark": end,
-            "last_stable_offset": end,
+            "high_watermark": group.last_record(commit) + 1,
+            "last_stable_offset": group.last_record(stable - 1) + 1,
             "log_start_offset": group.record_start(),
             "records": b"",
         }
+        if stable_only:
+            answer["aborted_transactions"] = []
         if offset > group.last_record(group.log.dirty_offset) + 1:
             # Past the log's end, as Kafka answers it: the client resets its position (a
             # fetch between the committed and the log's end waits instead).
             return group, {**answer, "error_code": K.offset_out_of_range}
         if max_bytes <= 0:
             return group, {**answer, "error_code": K.none}
-        reply = read_committed(group, offset, max_bytes)
+        reply = read_committed(group, offset, max_bytes, stable - 1 if stable_only else None)
         if isinstance(reply, ErrorReply):
             return group, {**answer, "error_code": kafka_error(reply)}
-        answer["records"] = as_kafka(reply.batches) if reply.batches else b""
+        if reply.batches:
+            answer["records"] = as_kafka(reply.batches)
+            if stable_only:
+                answer["aborted_transactions"] = _aborted(log, offset, reply.batches)
         return group, {**answer, "error_code": K.none}
 
     def _leader(self, topic: str, partition: int) -> tuple[ReplicaActor | None, K]:
@@ -107,6 +121,7 @@ class Fetch:
         return None, K.not_leader_or_follower
 
     async def list_offsets(self, request, version: int) -> dict:
+        stable_only = getattr(request, "isolation_level", 0) == READ_COMMITTED
         topics = []
         for topic in request.topics:
             parts = []
@@ -114,7 +129,9 @@ class Fetch:
                 group, error = self._leader(topic.name, p.partition_index)
                 answer = {"partition_index": p.partition_index, "error_code": error}
                 if group is not None:
-                    answer["offset"], answer["timestamp"] = _offset_for(group, p.timestamp)
+                    answer["offset"], answer["timestamp"] = _offset_for(
+                        group, p.timestamp, stable_only
+                    )
                 parts.append(answer)
             topics.append({"name": topic.name, "partitions": parts})
         return {"topics": topics}
@@ -165,18 +182,35 @@ async def _any_changed(groups: list[ReplicaActor]) -> None:
             nursery.start_soon(wait)
 
 
-def _offset_for(group: ReplicaActor, timestamp: int) -> tuple[int, int]:
-    """Kafka's ListOffsets: (offset, timestamp) of the high watermark (latest), the log
-    start (earliest), or the first committed record stamped at or after `timestamp`, by
-    the log's time index (-1, -1 if none, as Kafka answers)."""
+def _offset_for(group: ReplicaActor, timestamp: int, stable_only: bool) -> tuple[int, int]:
+    """Kafka's ListOffsets: (offset, timestamp) of the high watermark (latest; the last
+    stable offset for a read_committed client), the log start (earliest), or the first
+    committed record stamped at or after `timestamp`, by the log's time index (-1, -1 if
+    none, as Kafka answers)."""
     if timestamp == LATEST:
-        return group.last_record(group.view.commit_offset) + 1, -1
+        commit = group.view.commit_offset
+        end = group.log.first_unstable(commit) - 1 if stable_only else commit
+        return group.last_record(end) + 1, -1
     if timestamp == EARLIEST:
         return group.record_start(), -1
     reply = offset_for_time(group, timestamp)
     if not isinstance(reply, OffsetForTimeReply) or reply.offset is None:
         return -1, -1  # none that late, or a special time this node does not know (-3: max)
     return reply.offset, reply.timestamp_ms
+
+
+def _aborted(log: Log, offset: int, batches: bytes) -> list[dict]:
+    """The aborted transactions with batches among `batches` (read from the record
+    `offset`), as a read_committed client needs them: the producer and the record offset
+    of its first batch, from which it drops that producer's transactional batches until
+    the abort marker."""
+    last = offset
+    for header, _ in split_batches(batches):
+        last = header.last_offset
+    return [
+        {"producer_id": a.producer, "first_offset": log.records_before(a.first)}
+        for a in log.aborted_between(log.position_of(offset), log.position_of(last))
+    ]
 
 
 def as_kafka(data: bytes) -> bytes:

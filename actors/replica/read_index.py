@@ -71,11 +71,15 @@ async def read_index(group: ReplicaActor) -> int | None:
 READ_BYTES_MAX = 4 * 1024 * 1024
 
 
-def read_committed(group: ReplicaActor, offset: int, bytes_max: int) -> Message:
-    """Committed records only (I5), from any replica, up to the commit offset it knows:
-    from the record `offset` on, its data batches based at their record offsets."""
+def read_committed(
+    group: ReplicaActor, offset: int, bytes_max: int, upto: int | None = None
+) -> Message:
+    """Committed records only (I5), from any replica, up to the commit offset it knows (or
+    the position `upto` before it): from the record `offset` on, its data batches based
+    at their record offsets."""
     log = group.log
     commit = group.view.commit_offset
+    upto = commit if upto is None else min(upto, commit)
     start = group.record_start()
     if offset < start:  # the log's own check, or an operator's trim
         return ErrorReply(
@@ -83,7 +87,7 @@ def read_committed(group: ReplicaActor, offset: int, bytes_max: int) -> Message:
         )
     try:
         chunk = log.read(
-            log.position_of(offset), min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=commit
+            log.position_of(offset), min(max(bytes_max, 1), READ_BYTES_MAX), upto_offset=upto
         )
     except OffsetOutOfRangeError as exc:
         return ErrorReply(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))

@@ -1,5 +1,6 @@
 """Transactions in the log: a marker reads as no record and as Kafka's control batch; each
-segment's open and aborted transactions agree with a reference model through rolls,
+segment's open and aborted transactions, and the first unstable position after any commit
+offset, agree with a reference model through rolls,
 truncations, restarts (index files loaded, rebuilt, or written by the release before),
 retention and the cleaner."""
 
@@ -88,10 +89,14 @@ class Model:
     def __init__(self) -> None:
         self.entries: list[tuple[int, str, int, bool]] = []
 
-    def replay(self) -> tuple[dict[int, int], list[AbortedTxn]]:
+    def replay(self, upto: int | None = None) -> tuple[dict[int, int], list[AbortedTxn]]:
+        """The transactions open after the batches up to position `upto` (default: all),
+        and those aborted by then."""
         open_txns: dict[int, int] = {}
         aborted = []
         for position, kind, number, commit in self.entries:
+            if upto is not None and position > upto:
+                break
             if kind == "txn":
                 open_txns.setdefault(number, position)
             elif kind == "marker":
@@ -114,6 +119,9 @@ def check(log: Log, model: Model, rng: random.Random) -> None:
         hi = rng.randrange(lo, end + 2)
         expected = [a for a in aborted if a.marker >= lo and a.first <= hi]
         assert log.aborted_between(lo, hi) == expected, (lo, hi)
+        commit = rng.randrange(-1, end + 1)
+        stable = min([commit + 1, *model.replay(upto=commit)[0].values()])
+        assert log.first_unstable(commit) == stable, commit
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -136,9 +144,8 @@ async def test_open_and_aborted_transactions_follow_a_reference_model(seed):
         elif roll < 0.68:
             position = log.dirty_offset + 1
             commit = rng.random() < 0.5
-            # What a leader writes: where the transaction began here (-1: it did not), or,
-            # now and then, -1 anyway (the segment's own count then tells).
-            first = log.open_transactions().get(number, -1) if rng.random() < 0.8 else -1
+            # What a leader writes: where the transaction began here (-1: it did not).
+            first = log.open_transactions().get(number, -1)
             log.append([marker(number, commit, first, epoch=rng.randrange(2))], term=1)
             model.entries.append((position, "marker", number, commit))
         elif roll < 0.75 and model.entries:
