@@ -10,17 +10,14 @@ damaged or unreadable file is ignored (the log is dirty again): it holds no data
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import msgpack
-from crc32c import crc32c
 
-from quorumlog.log.files import FileSystem, read_whole_file
+from quorumlog.log.files import FileSystem, framed, read_whole_file, unframed
 
 CLEANER_CHECKPOINT_FILE = "cleaner-checkpoint"
 _MAGIC = b"QLC1"
-_PREFIX = struct.Struct("<4sI")
 
 
 @dataclass(frozen=True)
@@ -30,8 +27,9 @@ class CleanerCheckpoint:
     tombstones_due_ms: int | None  # when a tombstone that pass kept may go
 
     def to_bytes(self) -> bytes:
-        body = msgpack.packb([self.log_start, self.cleaned_to, self.tombstones_due_ms])
-        return _PREFIX.pack(_MAGIC, crc32c(body)) + body
+        return framed(
+            _MAGIC, msgpack.packb([self.log_start, self.cleaned_to, self.tombstones_due_ms])
+        )
 
     def holds_for(self, log_start: int) -> bool:
         """Whether it describes a log that now starts at `log_start`: one whose start only
@@ -43,13 +41,11 @@ def read_checkpoint(fs: FileSystem, path: str) -> CleanerCheckpoint | None:
     if not fs.exists(path):
         return None
     try:
-        data = read_whole_file(fs, path)
-        magic, crc = _PREFIX.unpack_from(data)
-        body = data[_PREFIX.size :]
-        if magic != _MAGIC or crc32c(body) != crc:
+        body = unframed(_MAGIC, read_whole_file(fs, path))
+        if body is None:
             return None
         log_start, cleaned_to, tombstones_due_ms = msgpack.unpackb(body)
-    except (OSError, struct.error, ValueError, msgpack.UnpackException):
+    except (OSError, ValueError, TypeError, msgpack.UnpackException):
         return None
     if not isinstance(log_start, int) or not isinstance(cleaned_to, int):
         return None

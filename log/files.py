@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import time
 from typing import Protocol
+
+from crc32c import crc32c
 
 
 class StorageError(Exception):
@@ -74,6 +77,26 @@ def read_whole_file(fs: FileSystem, path: str) -> bytes:
         return f.read_at(0, f.size())
     finally:
         f.close()
+
+
+_FRAME = struct.Struct("<4sI")  # a small file's magic, and the CRC32C of its body
+
+
+def framed(magic: bytes, body: bytes) -> bytes:
+    """A small file's bytes: its kind (`magic`), a checksum, then `body`."""
+    return _FRAME.pack(magic, crc32c(body)) + body
+
+
+def unframed(magic: bytes, data: bytes) -> bytes | None:
+    """The body of a file `framed` wrote, or None if it is short, of another kind, or
+    damaged (what that means is the caller's: an error, or a file to ignore)."""
+    if len(data) < _FRAME.size:
+        return None
+    found, crc = _FRAME.unpack_from(data)
+    body = data[_FRAME.size :]
+    if found != magic or crc32c(body) != crc:
+        return None
+    return body
 
 
 # In a data directory of the fault harness: fsync delay in milliseconds (SyncJournal).

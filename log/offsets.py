@@ -18,17 +18,21 @@ retention, a trim or a reset dropped what came before, is kept in a small file o
 from __future__ import annotations
 
 import bisect
-import struct
 
 import msgpack
-from crc32c import crc32c
 
 from quorumlog.log.batch import HEADER_BYTES, BatchType, parse_header, placed_header
-from quorumlog.log.files import CorruptionError, FileSystem, read_whole_file, write_file_atomically
+from quorumlog.log.files import (
+    CorruptionError,
+    FileSystem,
+    framed,
+    read_whole_file,
+    unframed,
+    write_file_atomically,
+)
 
 RECORD_START_FILE = "record-start"
 _MAGIC = b"QLR1"
-_PREFIX = struct.Struct("<4sI")
 
 
 class OffsetTranslator:
@@ -128,12 +132,8 @@ def read_record_start(fs: FileSystem, path: str) -> tuple[int, int] | None:
     that never dropped its beginning, or one written before record offsets)."""
     if not fs.exists(path):
         return None
-    data = read_whole_file(fs, path)
-    if len(data) < _PREFIX.size:
-        raise CorruptionError(path, 0, "record start file is truncated")
-    magic, crc = _PREFIX.unpack_from(data)
-    body = data[_PREFIX.size :]
-    if magic != _MAGIC or crc32c(body) != crc:
+    body = unframed(_MAGIC, read_whole_file(fs, path))
+    if body is None:
         raise CorruptionError(path, 0, "record start file is damaged")
     position, records = msgpack.unpackb(body)
     return position, records
@@ -142,7 +142,7 @@ def read_record_start(fs: FileSystem, path: str) -> tuple[int, int] | None:
 def write_record_start(fs: FileSystem, path: str, position: int, records: int) -> None:
     """Durably, before the log's beginning is dropped (storage rule 7)."""
     body = msgpack.packb([position, records])
-    write_file_atomically(fs, path, _PREFIX.pack(_MAGIC, crc32c(body)) + body)
+    write_file_atomically(fs, path, framed(_MAGIC, body))
 
 
 def as_records(data: bytes | memoryview, first_record: int) -> bytes:
