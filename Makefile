@@ -49,7 +49,7 @@ $(KAFKA_JAVA)/.fetched: java/kafka/pom.xml | $(VENV)/.base
 # The package's folders. Compiled once before a run: where PYTHONDONTWRITEBYTECODE is set
 # (as on the CI machines), every process would otherwise compile its ~170 modules from
 # source again, ~0.35 s of CPU for each node and command the tests start (hundreds).
-SOURCES := quorumlog actors bench consumers controller log membership raft transport
+SOURCES := quorumlog actors bench consumers controller log membership raft transactions transport
 COMPILE := $(BIN)/python -m compileall -q -j 0 $(SOURCES)
 
 run: $(VENV)/.base

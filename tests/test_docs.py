@@ -40,6 +40,7 @@ ROOT_ALLOWED = {
     "quorumlog",
     "raft",
     "tests",
+    "transactions",
     "transport",
 }
 

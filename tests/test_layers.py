@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PURE = ("raft", "log", "membership", "controller", "consumers")
+PURE = ("raft", "log", "membership", "controller", "consumers", "transactions")
 NEVER_IN_PURE = ("trio", "socket", "selectors", "asyncio", "quorumlog.actors")
 # The group's task (with its append intake) and its handle are the only code that reads
 # a RaftCore's state.
@@ -147,6 +147,7 @@ FOLDERS = {
     "membership": "quorumlog.membership",
     "controller": "quorumlog.controller",
     "consumers": "quorumlog.consumers",
+    "transactions": "quorumlog.transactions",
     "transport": "quorumlog.transport",
     "actors/services": "quorumlog.actors.services",
     "actors/replica": "quorumlog.actors.replica",
