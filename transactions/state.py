@@ -203,6 +203,8 @@ class TransactionsState:
 
     ids: dict[str, Txn] = field(default_factory=dict)
     applied_offset: int = -1
+    # False while applying a log that starts after offset 0, until its first snapshot.
+    whole: bool = True
 
     def apply(self, command: Command, offset: int) -> str | None:
         """Apply a committed command at `offset`; returns why it changed nothing, or None."""
@@ -210,7 +212,10 @@ class TransactionsState:
         self.applied_offset = offset
         if isinstance(command, Snapshot):
             self.ids = dict(_restore(entry) for entry in command.ids)
+            self.whole = True
             return None
+        if not self.whole:
+            return "before the first snapshot of a compacted log (it holds what this did)"
         name = command.transactional_id
         txn = self.ids.get(name)
         if isinstance(command, InitProducer):

@@ -222,3 +222,12 @@ def test_a_fenced_epoch_never_ends_a_transaction_and_snapshots_rebuild_the_state
         rebuilt = TransactionsState()
         rebuilt.apply(from_wire(to_wire(snapshot_of(apply.state))), 0)
         assert rebuilt.ids == apply.state.ids
+
+
+def test_a_log_applied_from_after_its_start_waits_for_its_first_snapshot():
+    before = Applier()
+    before(InitProducer(ID, 77, 0, 1_000, (-1, -1), now_ms=0))
+    later = TransactionsState(whole=False)
+    assert later.apply(AddPartitions(ID, 77, 0, TP, now_ms=1), 5) is not None
+    assert later.apply(snapshot_of(before.state), 6) is None
+    assert later.whole and later.ids == before.state.ids
