@@ -107,9 +107,12 @@ def split_batches(data: bytes | memoryview) -> list[tuple[KafkaHeader, memoryvie
 
 def check_for_append(header: KafkaHeader) -> None:
     """What a batch must be to be appended: data records with offsets 0..count-1, in a codec
-    this node can read back."""
-    if header.attributes & (TRANSACTIONAL | CONTROL):
-        raise BatchError("transactional and control batches are not supported")
+    this node can read back; a transaction's with its producer's id (only a coordinator
+    writes control batches, as markers: log/transactions.py)."""
+    if header.attributes & CONTROL:
+        raise BatchError("control batches are written by a transaction coordinator only")
+    if header.attributes & TRANSACTIONAL and header.producer_id < 0:
+        raise BatchError("a transactional batch without a producer id")
     kafka_compression.check_codec(header.compression)
     if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
         raise BatchError(

@@ -27,6 +27,7 @@ from quorumlog.log.batch import (
     MAX_TIMESTAMP,
     TRANSACTIONAL,
     TXN_MARKER,
+    TYPES_CHECKED,
     BatchError,
     BatchHeader,
     build_batch,
@@ -68,7 +69,7 @@ def make_marker_batch(
         producer_id=producer_id,
         term=term,
         timestamp_ms=timestamp_ms,
-        flags=TXN_MARKER | MAX_TIMESTAMP,
+        flags=TXN_MARKER | MAX_TIMESTAMP | TYPES_CHECKED,  # it holds no record to check
     )
 
 

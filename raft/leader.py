@@ -163,7 +163,7 @@ class Leader:
         awaited = False
         for proposal in proposals:
             batches = proposal.batches
-            if len(batches) == 1 and batches[0][0].producer_id >= 0:
+            if len(batches) == 1 and batches[0][0].producer_seq >= 0:
                 header = batches[0][0]
                 try:
                     earlier = core.index.producers.find(header.producer_id, header.producer_seq)

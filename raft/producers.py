@@ -74,8 +74,10 @@ class ProducerTable:
         return append
 
     def note_batch(self, header: BatchHeader, now: float) -> None:
-        """Account for a batch appended to the log (leader or follower) at `now`."""
-        if header.producer_id < 0:
+        """Account for a batch appended to the log (leader or follower) at `now`: one
+        without a sequence (a transaction's marker, a batch the cleaner rewrote) is not an
+        idempotent append."""
+        if header.producer_id < 0 or header.producer_seq < 0:
             return
         recent = self._producers.get(header.producer_id)
         if recent is None:

@@ -51,8 +51,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     19: (2, 4),  # CreateTopics
     20: (1, 3),  # DeleteTopics
     21: (0, 1),  # DeleteRecords
-    22: (0, 1),  # InitProducerId
+    22: (0, 4),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
+    24: (0, 3),  # AddPartitionsToTxn (v4 on: between brokers, and transactions v2)
+    26: (0, 3),  # EndTxn (v5: transactions v2)
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls

@@ -346,6 +346,35 @@ class GroupRequest:
     args: dict[str, Any]
 
 
+# --- transactions (actors/coordinator/txn_coordinator.py) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TxnRequest:
+    """A transaction call: answered by the transactional id's coordinator (the leader of
+    its `__transactions` partition) with an AdminReply, or by any other node with
+    NOT_LEADER and the coordinator it believes in."""
+
+    TAG = 55
+    op: str  # "init_producer", "add_partitions", "end", "verify", "describe", "list"
+    transactional_id: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarkerRequest:
+    """From a transaction coordinator to a partition's leader, peers only: end the
+    producer's transaction in the partition with a marker (Kafka's WriteTxnMarkers).
+    Answered with an AppendReply in the log's positions."""
+
+    TAG = 56
+    producer_id: int  # the transactional producer's number and epoch (log/transactions.py)
+    commit: bool
+    coordinator_epoch: int
+    topic: str = "default"
+    partition: int = 0
+
+
 Message = (
     Hello
     | Challenge
@@ -377,6 +406,8 @@ Message = (
     | HeartbeatBatch
     | HeartbeatBatchReply
     | GroupRequest
+    | TxnRequest
+    | TxnMarkerRequest
 )
 
 # A call on one partition, answered by its replica (actors/replica/actor.py, `answer`).
@@ -387,6 +418,7 @@ PartitionCall = (
     | OffsetForTimeRequest
     | PositionRequest
     | OffsetMapRequest
+    | TxnMarkerRequest
 )
 
 # The types the codec knows before the node registers its own.

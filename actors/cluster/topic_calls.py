@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from quorumlog.actors.replica.commands import PassBack
-from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.actors.services.storage import INTERNAL_TOPICS
 from quorumlog.controller.commands import CreateTopic, DeleteTopic, added_settings
 from quorumlog.controller.leaders import LeaderEntry
 from quorumlog.controller.placement import place
@@ -57,7 +57,7 @@ async def create(ctl: ControllerActor, args: dict[str, Any]) -> Message:
     settings = changed_settings(given, config)  # Kafka's names win
     if _made_already(ctl, args, name, partitions):
         return await leaders_elected(ctl, name, partitions, replicas)  # the first try made it
-    internal = args.get("internal") is True and name == GROUPS_TOPIC
+    internal = args.get("internal") is True and name in INTERNAL_TOPICS
     check_create(
         ctl.state,
         name,

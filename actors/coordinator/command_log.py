@@ -14,27 +14,33 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgpack
 import structlog
 import trio
 
+from quorumlog.actors.cluster.leader_calls import ask_node, leader_of
 from quorumlog.actors.replica.commands import (
+    PassBack,
     Submitted,
     append_command,
     committed,
     committed_batches,
+    not_leader,
     submit_command,
 )
 from quorumlog.actors.replica.mailbox import Pending
 from quorumlog.actors.replica.outcomes import Outcomes
+from quorumlog.actors.replica.read_index import term_committed
 from quorumlog.log.batch import BatchType
 from quorumlog.log.records import offset_records
+from quorumlog.transport.messages import ErrorCode, ErrorReply, Message
 
 if TYPE_CHECKING:
+    from quorumlog.actors.cluster.member import ClusterMember
     from quorumlog.actors.replica.actor import ReplicaActor
 
 logger = structlog.get_logger("quorumlog.coordinator")
@@ -45,6 +51,7 @@ logger = structlog.get_logger("quorumlog.coordinator")
 SNAPSHOT_EVERY = int(os.environ.get("QUORUMLOG_GROUPS_SNAPSHOT_EVERY", "10000"))
 SNAPSHOT_AFTER_S = 60.0
 PENDING_PRUNE = 1024  # submitted commands remembered before the answered ones are dropped
+L = TypeVar("L", bound="CommandLog")
 
 
 class State(Protocol):
@@ -212,3 +219,50 @@ class CommandLog:
             offset = await append_command(self.replica, value, snapshot=True)
             self.catch_up()
         logger.info("state_snapshot", partition=self.partition, offset=offset, bytes=len(value))
+
+
+async def led(
+    node: ClusterMember,
+    topic: str,
+    partition: int,
+    logs: dict[int, L],
+    make: Callable[[ReplicaActor, int], L],
+) -> L:
+    """The command log of a partition of `topic` this node leads, caught up with its term;
+    PassBack with the leader to ask otherwise. `logs` keeps them (`make` a new one)."""
+    replica = node.replica(topic, partition)
+    if replica is None:
+        leader = node.controller_actor.leader_hint(topic, partition)
+        raise PassBack(
+            ErrorReply(
+                ErrorCode.NOT_LEADER,
+                f"node {node.id} holds no replica of {topic}/{partition}",
+                leader,
+                node.address_of(leader),
+            )
+        )
+    c = logs.get(partition)
+    if c is None or c.replica is not replica:  # new, or its task was restarted
+        c = logs[partition] = make(replica, partition)
+    term = replica.view.term
+    if not await term_committed(replica):
+        raise not_leader(replica)
+    c.catch_up()
+    if c.term != term:
+        c.take_over(trio.current_time())
+    return c
+
+
+async def ask_leader(
+    node: ClusterMember,
+    topic: str,
+    partition: int,
+    request: Message,
+    here: Callable[[Any], Awaitable[Message]],
+) -> Message | None:
+    """`request` answered by the leader of a partition of `topic`: by `here` if this node
+    leads it, else by the node taken for its leader."""
+    replica = node.replica(topic, partition)
+    if replica is not None and replica.view.is_leader:
+        return await here(request)
+    return await ask_node(node, leader_of(node, (topic, partition), replica), request)

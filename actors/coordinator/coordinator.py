@@ -33,14 +33,13 @@ from quorumlog.actors.cluster.admin_calls import forward_to_leader
 from quorumlog.actors.cluster.leader_calls import (
     ASK_S,
     UnknownTopic,
-    ask_node,
     ask_partition_leader,
-    leader_of,
 )
+from quorumlog.actors.coordinator.command_log import ask_leader, led
 from quorumlog.actors.coordinator.coordination import Coordination, NotMember
 from quorumlog.actors.coordinator.offsets_upgrade import count_records
-from quorumlog.actors.replica.commands import PassBack, not_leader
-from quorumlog.actors.replica.read_index import term_committed
+from quorumlog.actors.replica.commands import PassBack
+from quorumlog.actors.services.storage import INTERNAL_TOPICS
 from quorumlog.consumers.assignment import TopicPartition, assign
 from quorumlog.consumers.state import (
     GROUPS_PARTITIONS,
@@ -307,7 +306,7 @@ class Coordinator:
         if topic is not None:
             return topic
         args = {"name": name, "partitions": partitions, "retry": True, "timeout_s": ASK_S}
-        create = AdminRequest("create_topic", {**args, "internal": name == GROUPS_TOPIC})
+        create = AdminRequest("create_topic", {**args, "internal": name in INTERNAL_TOPICS})
         with trio.move_on_after(2 * ASK_S):
             reply = await forward_to_leader(self.node, self.node.controller, create)
             if isinstance(reply, ErrorReply):
@@ -320,29 +319,9 @@ class Coordinator:
     async def current(self, partition: int) -> Coordination:
         """The coordination of a `__groups` partition this node leads, up to date; PassBack
         with the leader to ask otherwise."""
-        node = self.node
-        replica = node.replica(GROUPS_TOPIC, partition)
-        if replica is None:
-            leader = node.controller_actor.leader_hint(GROUPS_TOPIC, partition)
-            raise PassBack(
-                ErrorReply(
-                    ErrorCode.NOT_LEADER,
-                    f"node {node.id} holds no replica of {GROUPS_TOPIC}/{partition}",
-                    leader,
-                    node.address_of(leader),
-                )
-            )
-        c = self.coordinations.get(partition)
-        if c is None or c.replica is not replica:  # new, or its task was restarted
-            c = self.coordinations[partition] = Coordination(replica, partition)
-        term = replica.view.term
-        if not await term_committed(replica):
-            raise not_leader(replica)
-        c.catch_up()
-        if c.term != term:
-            c.take_over(trio.current_time())
+        c = await led(self.node, GROUPS_TOPIC, partition, self.coordinations, Coordination)
         if not c.state.records:
-            await count_records(node, c)
+            await count_records(self.node, c)
         return c
 
     # ------------------------------------------------------------------- offsets
@@ -358,12 +337,7 @@ class Coordinator:
 
     async def ask_coordinator(self, partition: int, request: GroupRequest) -> Message | None:
         """`request` answered by the leader of a `__groups` partition, here or elsewhere."""
-        replica = self.node.replica(GROUPS_TOPIC, partition)
-        if replica is not None and replica.view.is_leader:
-            return await self.handle(request)
-        return await ask_node(
-            self.node, leader_of(self.node, (GROUPS_TOPIC, partition), replica), request
-        )
+        return await ask_leader(self.node, GROUPS_TOPIC, partition, request, self.handle)
 
 
 def partition_ends(next_offset: int | None) -> dict[str, int | None]:

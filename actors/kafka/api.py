@@ -14,7 +14,7 @@ from quorumlog.actors.kafka.fetch import Fetch
 from quorumlog.actors.kafka.groups import KafkaGroups
 from quorumlog.actors.kafka.produce import Produce, ProduceAnswer
 from quorumlog.actors.kafka.sasl import AUTHENTICATE, HANDSHAKE, SaslSession
-from quorumlog.actors.kafka.transactions import without_transactions
+from quorumlog.actors.kafka.transactions import KafkaTransactions
 from quorumlog.transport import kafka
 from quorumlog.transport.kafka import Request
 
@@ -38,13 +38,15 @@ class KafkaApi:
     ):
         cluster = Cluster(node, brokers, auto_create)
         fetch = Fetch(node)
-        self.produce = Produce(node, rng)
-        self.groups = KafkaGroups(node, brokers, rng)
+        transactions = KafkaTransactions(node, brokers)
+        self.produce = Produce(node, rng, transactions)
+        self.groups = KafkaGroups(node, brokers, rng, transactions)
         groups = self.groups
         self.consumer_groups = ConsumerGroups(node, groups)
         consumers = self.consumer_groups
         node.kafka_members = lambda name: groups.members_of(name) + consumers.members_of(name)
         admin = KafkaAdmin(node, groups)
+        self.transactions = transactions
         self.handlers = {
             1: fetch.fetch,
             2: fetch.list_offsets,
@@ -62,8 +64,10 @@ class KafkaApi:
             19: cluster.create_topics,
             20: cluster.delete_topics,
             21: admin.delete_records,
-            22: without_transactions(self.produce.init_producer_id),
+            22: self.init_producer_id,
             23: fetch.offset_for_leader_epoch,
+            24: transactions.add_partitions_to_txn,
+            26: transactions.end_txn,
             29: acls.describe_acls,
             30: acls.create_acls,
             31: acls.delete_acls,
@@ -102,6 +106,12 @@ class KafkaApi:
             return await handler(request.body, request.version)
 
         return answer
+
+    async def init_producer_id(self, request, version: int) -> dict:
+        """An idempotent producer's id, or a transactional producer's session."""
+        if request.transactional_id is None:
+            return await self.produce.init_producer_id(request, version)
+        return await self.transactions.init_producer_id(request, version)
 
     async def api_versions(self, request, version: int) -> dict:
         return kafka.api_versions()

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.cluster.admin_calls import forward_to_leader
 from quorumlog.actors.kafka import acls
-from quorumlog.consumers.state import GROUPS_TOPIC
+from quorumlog.actors.services.storage import INTERNAL_TOPICS
 from quorumlog.controller.kafka_ids import kafka_cluster_id
 from quorumlog.controller.state import Topic
 from quorumlog.controller.topic_config import ConfigError, changed_settings, kafka_settings
@@ -193,7 +193,7 @@ class Cluster:
             **out,
             "name": topic.name,
             "topic_id": uuid.UUID(topic.topic_id),
-            "is_internal": topic.name == GROUPS_TOPIC,
+            "is_internal": topic.name in INTERNAL_TOPICS,
             "partitions": [
                 self._partition(topic.name, p.partition, p.replicas or tuple(state.brokers), known)
                 for p in topic.partitions

@@ -32,8 +32,8 @@ from kio.serial.errors import DecodeError
 from kio.static.constants import EntityType
 
 from quorumlog.actors.coordinator.coordination import Coordination
-from quorumlog.actors.kafka import transactions
 from quorumlog.actors.kafka.cluster import KafkaBrokers, host_port
+from quorumlog.actors.kafka.transactions import TRANSACTION, KafkaTransactions
 from quorumlog.actors.replica.commands import PassBack
 from quorumlog.actors.replica.mailbox import Pending
 from quorumlog.actors.replica.read_index import end_offset
@@ -97,8 +97,15 @@ class KafkaGroup:
 
 
 class KafkaGroups:
-    def __init__(self, node: KafkaHost, brokers: KafkaBrokers, rng: random.Random):
+    def __init__(
+        self,
+        node: KafkaHost,
+        brokers: KafkaBrokers,
+        rng: random.Random,
+        transactions: KafkaTransactions,
+    ):
         self.node = node
+        self.transactions = transactions
         self.brokers = brokers
         self.rng = rng
         self.groups: dict[str, KafkaGroup] = {}
@@ -122,8 +129,8 @@ class KafkaGroups:
 
     async def find_coordinator(self, request, version: int) -> dict:
         key_type = getattr(request, "key_type", GROUP)
-        if key_type == transactions.TRANSACTION:
-            return transactions.REFUSAL
+        if key_type == TRANSACTION:
+            return await self.transactions.find_coordinator(request.key)
         if key_type != GROUP:
             return {
                 "error_code": K.invalid_request,

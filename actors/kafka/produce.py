@@ -20,12 +20,14 @@ from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.kafka.cluster import kafka_error
 from quorumlog.log import kafka_batch
-from quorumlog.log.batch import MAX_TIMESTAMP, BatchError, Compression, build_batch
+from quorumlog.log.batch import MAX_TIMESTAMP, TRANSACTIONAL, BatchError, Compression, build_batch
+from quorumlog.log.kafka_batch import TRANSACTIONAL as TXN_BIT
 from quorumlog.log.transactions import producer_id
 from quorumlog.transport.messages import Acks, AppendReply, AppendRequest, ErrorReply, Message
 
 if TYPE_CHECKING:
     from quorumlog.actors.cluster.member import ClusterMember
+    from quorumlog.actors.kafka.transactions import KafkaTransactions
 
 ACKS = {0: Acks.NONE, 1: Acks.LEADER, -1: Acks.QUORUM}
 PRODUCER_ID_BITS = 46  # Kafka's id, then 16 bits of epoch, make a quorumlog producer id
@@ -33,9 +35,10 @@ WAIT_S_MIN = 1.0
 
 
 class Produce:
-    def __init__(self, node: ClusterMember, rng: random.Random):
+    def __init__(self, node: ClusterMember, rng: random.Random, transactions: KafkaTransactions):
         self.node = node
         self.rng = rng
+        self.transactions = transactions
 
     async def init_producer_id(self, request, version: int) -> dict:
         """An idempotent producer's id (a transactional one is refused before: transactions.py)."""
@@ -46,13 +49,16 @@ class Produce:
         the answer they make as they are answered (no task waits for them)."""
         acks = ACKS.get(request.acks)
         answer = ProduceAnswer(acks, max(request.timeout.total_seconds(), WAIT_S_MIN))
+        transactional_id = getattr(request, "transactional_id", None)
         for topic in request.topic_data:
             for part in topic.partition_data:
                 arrived = answer.expect(topic.name, part.index)
                 if acks is None:
                     arrived(K.invalid_required_acks)
                 else:
-                    await self._append(topic.name, part.index, part.records, acks, arrived)
+                    await self._append(
+                        topic.name, part.index, part.records, acks, arrived, transactional_id
+                    )
         answer.all_expected()
         return answer
 
@@ -63,6 +69,7 @@ class Produce:
         records: bytes | None,
         acks: Acks,
         arrived: Callable[[Message | K], None],
+        transactional_id: str | None,
     ) -> None:
         group = self.node.replica(topic, partition)
         if group is None:
@@ -75,8 +82,17 @@ class Produce:
             arrived(checked)
             return
         append = self._request(topic, partition, checked, acks)
-        if not group.take_append(append, arrived):
-            arrived(await group.append(append))  # the mailbox was full: wait for room
+        transactional = bool(append.producer_id >= 0 and checked[0][0][0].attributes & TXN_BIT)
+        if transactional:
+            refusal = await self.transactions.check_append(
+                group, topic, partition, transactional_id, append.producer_id
+            )
+            if refusal is not K.none:
+                arrived(refusal)
+                return
+        if not group.take_append(append, arrived, transactional=transactional):
+            # The mailbox was full: wait for room.
+            arrived(await group.append(append, transactional=transactional))
 
     @staticmethod
     def _request(topic: str, partition: int, checked: list, acks: Acks) -> AppendRequest:
@@ -93,7 +109,7 @@ class Produce:
                     producer_id=pid,
                     producer_seq=seq,
                     timestamp_ms=max_ts,
-                    flags=MAX_TIMESTAMP,
+                    flags=MAX_TIMESTAMP | (TRANSACTIONAL if h.attributes & TXN_BIT else 0),
                 )
                 for (h, view), max_ts in checked
             ),

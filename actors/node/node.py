@@ -28,6 +28,7 @@ from quorumlog.actors.cluster.rebalancer import Rebalancer
 from quorumlog.actors.cluster.removal import RemovalWatch
 from quorumlog.actors.coordinator.coordinator import Coordinator
 from quorumlog.actors.coordinator.group_calls import CALLS
+from quorumlog.actors.coordinator.txn_coordinator import TxnCoordinator
 from quorumlog.actors.node.burial import bury_moved_replicas
 from quorumlog.actors.node.leader_balance import balance_leaders, hand_over_from_slow_disk
 from quorumlog.actors.node.manager import GroupManager
@@ -74,6 +75,8 @@ from quorumlog.transport.messages import (
     ReadRequest,
     StatusReply,
     StatusRequest,
+    TxnMarkerRequest,
+    TxnRequest,
 )
 from quorumlog.transport.messages import (
     Role as ConnectionRole,
@@ -154,6 +157,7 @@ class Node:
         self.mover = ReplicaMover(self)
         self.rebalancer = Rebalancer(self.controller_actor, self.mover, settings)
         self.coordinator = Coordinator(self, CALLS)
+        self.txn_coordinator = TxnCoordinator(self)
         self._transport: NodeTransport | None = None
         self._addresses_of: dict[int, dict[int, str]] = {}  # group -> its config's
         self._links: Counter[tuple[int, str]] = Counter()  # (node, address) -> groups naming it
@@ -235,6 +239,7 @@ class Node:
             nursery.start_soon(self.rebalancer.run)
             nursery.start_soon(bury_moved_replicas, self)
             nursery.start_soon(self.coordinator.run)
+            nursery.start_soon(self.txn_coordinator.run)
             nursery.start_soon(self.removal.run)
             task_status.started(self)
 
@@ -429,6 +434,13 @@ class Node:
                 return await handle_admin(self, message)
             case GroupRequest():
                 return await self.coordinator.handle(message)
+            case TxnRequest():
+                return await self.txn_coordinator.handle(message)
+            case TxnMarkerRequest(topic=topic, partition=partition):
+                if peer.role is not ConnectionRole.PEER or peer.node_id is None:
+                    return ErrorReply(ErrorCode.PROTOCOL, "transaction markers come from peers")
+                group = self.replica(topic, partition)
+                return await group.answer(message) if group else no_replica(self, message)
             case _:
                 return ErrorReply(ErrorCode.PROTOCOL, f"unexpected {type(message).__name__}")
 

@@ -47,6 +47,7 @@ from quorumlog.actors.replica.read_index import (
 )
 from quorumlog.actors.replica.retention import keep_retention
 from quorumlog.actors.replica.stamper import Stamper
+from quorumlog.actors.replica.txn_markers import write_marker
 from quorumlog.actors.services.disk_health import DiskHealth
 from quorumlog.actors.services.flusher import Flusher
 from quorumlog.actors.services.heartbeats import HeartbeatManager
@@ -77,6 +78,7 @@ from quorumlog.transport.messages import (
     PositionReply,
     PositionRequest,
     ReadRequest,
+    TxnMarkerRequest,
 )
 from quorumlog.transport.network import NodeTransport
 
@@ -531,6 +533,8 @@ class ReplicaActor(ReplicaHandle, AppendIntake):
         match message:
             case AppendRequest():
                 return await self.append(message)
+            case TxnMarkerRequest():
+                return await write_marker(self, message)
             case ReadRequest(offset, max_bytes, leader_only=leader_only):
                 refusal = await unsettled(self) if leader_only else None
                 return refusal or read_committed(self, offset, max_bytes)

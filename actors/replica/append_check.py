@@ -5,6 +5,8 @@ from __future__ import annotations
 from quorumlog.log.batch import (
     COMPACTED,
     SNAPSHOT,
+    TRANSACTIONAL,
+    TXN_MARKER,
     TYPES_CHECKED,
     BatchError,
     BatchHeader,
@@ -22,12 +24,15 @@ def checked_batches(
     by_client: bool = True,
     batch_bytes_max: int | None = None,
     keys_required: bool = False,
+    transactional: bool = False,
 ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
     """The request's batches, checked (size, CRCs, types, producer stamp), or why not;
     `not_leader` is this replica's refusal when it does not lead (after the size check).
     `batch_bytes_max` is the topic's max.message.bytes; a compacted topic's records need
     keys (`keys_required`: the cleaner keeps each key's latest). Only the node's own appends may be
-    snapshots (they compact a log: log/batch.py); none is a cleaner's COMPACTED batch."""
+    snapshots (they compact a log: log/batch.py) or transaction markers; none is a
+    cleaner's COMPACTED batch; a transaction's batches come only where its coordinator
+    said the transaction is open (`transactional`: actors/kafka/produce.py asked)."""
     if len(request.batches) > append_bytes_max:
         return ErrorReply(
             ErrorCode.TOO_LARGE,
@@ -52,6 +57,14 @@ def checked_batches(
             )
         if by_client and header.flags & SNAPSHOT:
             return ErrorReply(ErrorCode.PROTOCOL, "bad batch: the snapshot flag is the node's own")
+        if by_client and header.flags & TXN_MARKER:
+            return ErrorReply(
+                ErrorCode.PROTOCOL, "bad batch: only a transaction coordinator writes markers"
+            )
+        if header.flags & TRANSACTIONAL and not transactional:
+            return ErrorReply(
+                ErrorCode.PROTOCOL, "bad batch: a transaction's batch comes within its transaction"
+            )
         if header.flags & COMPACTED:
             return ErrorReply(ErrorCode.PROTOCOL, "bad batch: only the cleaner compacts a batch")
         if keys_required and (refused := _keyless(batch, header)) is not None:

@@ -28,11 +28,14 @@ class AppendIntake:
     not_leader: Callable[[int | None], ErrorReply]
     reached_records: Callable[[], tuple[int, int, int]]
 
-    def take_append(self, request: AppendRequest, answer: Answer) -> bool:
+    def take_append(
+        self, request: AppendRequest, answer: Answer, *, transactional: bool = False
+    ) -> bool:
         """A client append, put in the mailbox without a task to wait for it: the main
         loop answers it through `answer`. False when the mailbox is full (the caller
-        then waits for room through `append`)."""
-        checked = self._checked(request)
+        then waits for room through `append`). `transactional`: its batches may be a
+        transaction's (its coordinator said the transaction is open)."""
+        checked = self._checked(request, transactional=transactional)
         if not isinstance(checked, list):
             answer(checked)
             return True
@@ -50,24 +53,28 @@ class AppendIntake:
             reply.resolve(self._received_reply())
         return True
 
-    async def append(self, request: AppendRequest, *, by_client: bool = True) -> Message:
+    async def append(
+        self, request: AppendRequest, *, by_client: bool = True, transactional: bool = False
+    ) -> Message:
         """The waiting path of an append (the mailbox was full for `take_append`), and
         the node's own (`by_client=False`: the controller's commands, the coordinators'
         records), which the client metrics leave out."""
         started = trio.current_time()
-        submitted = await self.submit(request, by_client)
+        submitted = await self.submit(request, by_client, transactional)
         answer = await submitted.wait() if isinstance(submitted, Pending) else submitted
         if by_client and isinstance(answer, AppendReply):
             elapsed = trio.current_time() - started
             self.stats.append_done(request.acks.name.lower(), len(request.batches), elapsed)
         return answer
 
-    async def submit(self, request: AppendRequest, by_client: bool = False) -> Pending | Message:
+    async def submit(
+        self, request: AppendRequest, by_client: bool = False, transactional: bool = False
+    ) -> Pending | Message:
         """Put an append in the mailbox: appended in the order submitted; its answer when
         the Pending is resolved (acks=none: answered now), or the refusal. The node's own
         appends (not `by_client`) are answered in the log's positions, a client's in
         record offsets."""
-        checked = self._checked(request, by_client)
+        checked = self._checked(request, by_client, transactional)
         if not isinstance(checked, list):
             return checked
         proposal = Proposal(checked, request.acks is Acks.QUORUM)
@@ -79,7 +86,7 @@ class AppendIntake:
         return reply
 
     def _checked(
-        self, request: AppendRequest, by_client: bool = True
+        self, request: AppendRequest, by_client: bool = True, transactional: bool = False
     ) -> list[tuple[BatchHeader, memoryview]] | ErrorReply:
         core = self.core
         refusal = None if core.serves_clients else self.not_leader(core.leader_id)
@@ -90,6 +97,7 @@ class AppendIntake:
             by_client,
             batch_bytes_max=self.log.config.max_message_bytes,
             keys_required=self.log.config.compacts,
+            transactional=transactional,
         )
 
     def _received_reply(self) -> AppendReply:

@@ -39,6 +39,7 @@ from quorumlog.log.metadata_store import METADATA_FILE, MetadataStore
 from quorumlog.log.tailcache import TailBudget
 from quorumlog.log.wal import Log, RunSync
 from quorumlog.membership.config import Configuration, InvalidConfigurationError
+from quorumlog.transactions.state import TRANSACTIONS_TOPIC
 
 logger = structlog.get_logger("quorumlog.storage")
 
@@ -78,9 +79,12 @@ class GroupStorage:
 
 # The controller's log holds commands, not records: `[log] timestamp_type` is `default`'s.
 CONTROLLER_SETTINGS = TopicSettings(timestamp_type="create")
-# `__groups` holds commands too, and each snapshot of a partition's whole state lets what
-# precedes it go (actors/coordinator/coordinator.py): small segments, dropped up to the last snapshot.
-GROUPS_LOG = {
+# The cluster's own topics, which its coordinators create: each partition a command log
+# (actors/coordinator/command_log.py).
+INTERNAL_TOPICS = (GROUPS_TOPIC, TRANSACTIONS_TOPIC)
+# They hold commands, and each snapshot of a partition's whole state lets what precedes it
+# go: small segments, dropped up to the last snapshot.
+COMMAND_LOG = {
     "segment_bytes_max": 256 * 1024,
     "compact_to_snapshots": True,
     "timestamp_type": "create",
@@ -92,7 +96,7 @@ GROUPS_LOG = {
 def topic_log_config(topic: str, settings: TopicSettings, base: LogConfig) -> LogConfig:
     """A replica's log settings: the node's, changed by its topic's."""
     config = settings.applied_to(base)
-    return replace(config, **GROUPS_LOG) if topic == GROUPS_TOPIC else config
+    return replace(config, **COMMAND_LOG) if topic in INTERNAL_TOPICS else config
 
 
 @dataclass(slots=True)

@@ -269,12 +269,15 @@ def test_codecs_kafka_has_not_defined_are_refused_for_append(codec):
         records_of(batch, header)
 
 
-@pytest.mark.parametrize("flag", [TRANSACTIONAL, CONTROL])
-def test_transactional_and_control_batches_are_refused_for_append(flag):
+@pytest.mark.parametrize(
+    ("flag", "why"),
+    [(CONTROL, "transaction coordinator"), (TRANSACTIONAL, "without a producer id")],
+)
+def test_control_batches_and_transactional_ones_without_a_producer_are_refused(flag, why):
     batch = bytearray(encode_batch(0, 0, RECORDS))
     struct.pack_into(">h", batch, 21, flag)
     header = parse_header(sealed(bytes(batch[:HEADER_BYTES]), bytes(batch[HEADER_BYTES:])))
-    with pytest.raises(BatchError, match="transactional"):
+    with pytest.raises(BatchError, match=why):
         check_for_append(header)
 
 

@@ -2,7 +2,7 @@
 compared with a 4.4 KRaft broker's, bench/kafka_java.py): Metadata with topic ids that
 every node gives alike and keeps across restarts, the cluster id as Kafka writes one,
 DescribeCluster, the ACL calls answered SECURITY_DISABLED, OffsetDelete of a classic
-group, and transactions refused with the error clients give up on at once."""
+group, and a transactional id served by its coordinator alone."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
-    Producer,
     TopicCollection,
     TopicPartition,
 )
@@ -51,7 +50,6 @@ from tests.process.test_topics import wait_until
 
 with warnings.catch_warnings():  # kafka-python loads its schemas with deprecated calls
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaProducer
     from kafka import TopicPartition as KafkaTopicPartition
     from kafka.admin import (
         ACLFilter,
@@ -63,7 +61,7 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
     )
     from kafka.admin import ResourceType as KafkaPythonResourceType
     from kafka.errors import KafkaError as KafkaPythonError
-    from kafka.errors import SecurityDisabledError, TransactionalIdAuthorizationFailedError
+    from kafka.errors import SecurityDisabledError
     from kafka.protocol.consumer.group import JoinGroupRequest, JoinGroupResponse
     from kafka.protocol.metadata import (
         ApiVersionsRequest,
@@ -76,7 +74,6 @@ with warnings.catch_warnings():  # kafka-python loads its schemas with deprecate
 UNKNOWN_TOPIC_ID = 100
 INCONSISTENT_GROUP_PROTOCOL = 23
 NOT_COORDINATOR = 16
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 # What a Kafka 4.4 broker without an authorizer answers a client may do.
 CLUSTER_OPERATIONS = {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION"}
 CLUSTER_OPERATIONS |= {"DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
@@ -202,36 +199,26 @@ def test_acl_calls_say_the_clusters_security_is_its_secret(cluster):
         kafka_python.describe_acls(acl_filter)
 
 
-def test_a_transactional_producer_fails_at_once(cluster):
-    """Refused with an error both clients give up on, not COORDINATOR_NOT_AVAILABLE, which
-    they retry until their timeout (30 s here)."""
-    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": "tx"})
-    started = time.monotonic()
-    with pytest.raises(KafkaException) as refused:
-        producer.init_transactions(30)
-    assert time.monotonic() - started < 2.0
-    error = refused.value.args[0]
-    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and error.fatal()
-    assert "does not support Kafka transactions" in error.str()
+def test_a_transactional_id_is_served_by_its_coordinator_alone(cluster):
+    """InitProducerId with a transactional id: NOT_COORDINATOR from every node but its
+    coordinator (the client finds it again), which answers the id's producer; a second
+    session takes the next epoch; one naming a producer that is not the current one is
+    fenced (KIP-360)."""
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        kafka_python = KafkaProducer(
-            bootstrap_servers=cluster.kafka_bootstrap, transactional_id="tx", max_block_ms=30_000
-        )
-    started = time.monotonic()
-    try:
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
-            kafka_python.init_transactions()
-        assert time.monotonic() - started < 2.0
-    finally:
-        kafka_python.close(timeout=5)
+    def init(node_id: int):
+        request = InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000)
+        with connect(cluster, node_id=node_id) as sock:
+            return call(sock, request, InitProducerIdResponse, 1)
 
-    # InitProducerId with a transactional id, sent to any node, is refused the same way.
-    init = InitProducerIdRequest[1](transactional_id="tx", transaction_timeout_ms=60_000)
-    with connect(cluster, node_id=3) as sock:
-        answer = call(sock, init, InitProducerIdResponse, 1)
-    assert (answer.error_code, answer.producer_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    def coordinator() -> int | None:
+        served = [n for n in cluster.ids if init(n).error_code == 0]
+        return served[0] if len(served) == 1 else None
+
+    node = wait_until(coordinator, 30, "the coordinator of 'tx'")
+    first, second = init(node), init(node)
+    assert first.producer_id == second.producer_id >= 0
+    assert second.producer_epoch == first.producer_epoch + 1
+    assert all(init(n).error_code == NOT_COORDINATOR for n in cluster.ids if n != node)
 
 
 def test_offset_delete_is_refused_for_a_topic_an_active_member_subscribes_to(cluster):
@@ -338,6 +325,8 @@ KAFKA_44_VERSIONS = {
     21: (0, 2),
     22: (0, 5),
     23: (2, 4),
+    24: (0, 5),
+    26: (0, 5),
     29: (1, 3),
     30: (1, 3),
     31: (1, 3),

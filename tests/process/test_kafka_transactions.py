@@ -1,0 +1,123 @@
+"""Kafka's transactions through librdkafka (confluent-kafka): a transactional producer
+commits and aborts across partitions; a read_committed consumer sees every committed
+record and no aborted one, a read_uncommitted one sees both; an open transaction holds
+read_committed readers back at its first record; a new session fences the old one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from quorumlog.cli.localcluster import ProcessCluster
+from tests.process.kafka_support import kafka_cluster
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from kafka_cluster(str(tmp_path_factory.mktemp("kafka-transactions")))
+
+
+def transactional(cluster: ProcessCluster, txn_id: str) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def read_all(cluster: ProcessCluster, topic: str, isolation: str, expected: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "unused",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    out, ended = [], set()
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 30
+        while (len(ended) < PARTITIONS or len(out) < expected) and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None:
+                assert m.error().code() == m.error()._PARTITION_EOF, m.error()
+                ended.add(m.partition())
+                continue
+            out.append(m.value())
+    finally:
+        consumer.close()
+    return sorted(out)
+
+
+def create(cluster: ProcessCluster, topic: str) -> None:
+    with cluster.client(timeout=30) as c:
+        c.create_topic(topic, partitions=PARTITIONS, replicas=3)
+
+
+def test_committed_records_are_read_and_aborted_ones_never(cluster):
+    topic = "txn-outcomes"
+    create(cluster, topic)
+    producer = transactional(cluster, "outcomes")
+    committed, aborted = [], []
+    for round_ in range(6):
+        producer.begin_transaction()
+        values = [b"round %d record %d" % (round_, i) for i in range(9)]
+        for i, value in enumerate(values):
+            producer.produce(topic, value=value, partition=i % PARTITIONS)
+        if round_ % 2 == 0:
+            producer.commit_transaction(30)
+            committed += values
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+            aborted += values
+    assert read_all(cluster, topic, "read_committed", len(committed)) == sorted(committed)
+    everything = read_all(cluster, topic, "read_uncommitted", len(committed) + len(aborted))
+    assert everything == sorted(committed + aborted)
+
+
+def test_an_open_transaction_holds_read_committed_readers_back(cluster):
+    topic = "txn-open"
+    create(cluster, topic)
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    plain.produce(topic, value=b"before", partition=0)
+    plain.flush(30)
+    producer = transactional(cluster, "open")
+    producer.begin_transaction()
+    producer.produce(topic, value=b"pending", partition=0)
+    producer.flush(30)
+    plain.produce(topic, value=b"after", partition=0)
+    plain.flush(30)
+    # Until the transaction ends, a read_committed reader stops before its first record.
+    assert read_all(cluster, topic, "read_committed", 1) == [b"before"]
+    assert read_all(cluster, topic, "read_uncommitted", 3) == [b"after", b"before", b"pending"]
+    producer.commit_transaction(30)
+    assert read_all(cluster, topic, "read_committed", 3) == [b"after", b"before", b"pending"]
+
+
+def test_a_new_session_fences_the_old_producer(cluster):
+    topic = "txn-fenced"
+    create(cluster, topic)
+    zombie = transactional(cluster, "fenced")
+    zombie.begin_transaction()
+    zombie.produce(topic, value=b"zombie", partition=1)
+    zombie.flush(30)
+    successor = transactional(cluster, "fenced")  # aborts what the zombie left open
+    successor.begin_transaction()
+    successor.produce(topic, value=b"successor", partition=1)
+    successor.commit_transaction(30)
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(30)
+    assert raised.value.args[0].fatal(), raised.value
+    assert read_all(cluster, topic, "read_committed", 1) == [b"successor"]
