@@ -112,6 +112,26 @@ class ForgetTopics:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsets:
+    """Kafka's TxnOffsetCommit: positions a transaction commits, held apart (not what the
+    group has committed) until the transaction ends (EndTxnOffsets). `producer` is the
+    transactional producer's number (transactions/state.py)."""
+
+    group: str
+    producer: int
+    offsets: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnOffsets:
+    """The transaction of `producer` ended: the positions it held become the groups'
+    committed ones (commit) or go (abort). Its coordinator's marker for this partition."""
+
+    producer: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Every group of the partition, whole (`snapshot_of`)."""
 
@@ -141,6 +161,8 @@ Command = (
     | Settle
     | Snapshot
     | RecordOffsets
+    | TxnOffsets
+    | EndTxnOffsets
 )
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in Command.__args__}
 
@@ -177,6 +199,11 @@ def from_wire(wire: Any) -> Command:
             args["offsets"] = tuple(int(o) for o in args["offsets"])
         elif cls is DeleteGroup:
             args["group"] = str(args["group"])
+        elif cls is TxnOffsets:
+            args["producer"] = int(args["producer"])
+            args["offsets"] = tuple((str(t), int(p), int(o)) for t, p, o in args["offsets"])
+        elif cls is EndTxnOffsets:
+            args["producer"], args["commit"] = int(args["producer"]), bool(args["commit"])
         elif cls is ForgetTopics:
             args["topics"] = tuple(str(t) for t in args["topics"])
         elif cls is DeleteOffsets:
@@ -207,6 +234,8 @@ class Group:
     assignment: dict[str, tuple[TopicPartition, ...]] = field(default_factory=dict)
     committed: dict[TopicPartition, int] = field(default_factory=dict)
     queues: dict[TopicPartition, SharePartition] = field(default_factory=dict)  # queue mode
+    # Positions open transactions commit, by transactional producer (TxnOffsets).
+    pending: dict[int, dict[TopicPartition, int]] = field(default_factory=dict)
 
     def owner(self, tp: TopicPartition) -> str | None:
         return next((m for m, tps in self.assignment.items() if tp in tps), None)
@@ -291,11 +320,20 @@ class GroupsState:
             case ForgetTopics(topics):
                 gone = set(topics)
                 for group in self.groups.values():
-                    for held in (group.committed, group.queues):
+                    for held in (group.committed, group.queues, *group.pending.values()):
                         for tp in [tp for tp in held if tp[0] in gone]:
                             del held[tp]
             case Lease() | Settle():
                 return _apply_queue(self.groups.get(command.group), command)
+            case TxnOffsets(name, producer, offsets):
+                group = self.groups.setdefault(name, Group(name, MODES[0]))
+                held = group.pending.setdefault(producer, {})
+                held.update(((t, p), o) for t, p, o in offsets)
+            case EndTxnOffsets(producer, commit):
+                for group in self.groups.values():
+                    held = group.pending.pop(producer, None)
+                    if held and commit:
+                        group.committed.update(held)
         return None
 
 
@@ -335,6 +373,9 @@ def snapshot_of(state: GroupsState) -> Snapshot:
                 "members": [[m, t] for m, t in g.members.items()],
                 "assignment": [[m, [list(tp) for tp in tps]] for m, tps in g.assignment.items()],
                 "committed": [[t, p, o] for (t, p), o in g.committed.items()],
+                "pending": [
+                    [n, [[t, p, o] for (t, p), o in held.items()]] for n, held in g.pending.items()
+                ],
                 "queues": [
                     [
                         t,
@@ -376,6 +417,10 @@ def _restore(groups: tuple[dict[str, Any], ...]) -> list[Group]:
                 {str(m): tuple((str(t), int(p)) for t, p in tps) for m, tps in g["assignment"]},
                 {(str(t), int(p)): int(o) for t, p, o in g["committed"]},
                 queues,
+                {  # a snapshot of before transactions holds none
+                    int(n): {(str(t), int(p)): int(o) for t, p, o in held}
+                    for n, held in g.get("pending", ())
+                },
             )
         )
     return restored

@@ -54,7 +54,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     22: (0, 4),  # InitProducerId
     23: (2, 3),  # OffsetForLeaderEpoch
     24: (0, 3),  # AddPartitionsToTxn (v4 on: between brokers, and transactions v2)
+    25: (0, 3),  # AddOffsetsToTxn (v4: transactions v2)
     26: (0, 3),  # EndTxn (v5: transactions v2)
+    28: (0, 3),  # TxnOffsetCommit (v4 on: transactions v2)
     29: (1, 3),  # DescribeAcls
     30: (1, 3),  # CreateAcls
     31: (1, 3),  # DeleteAcls

@@ -33,6 +33,7 @@ from quorumlog.consumers.state import (
     GROUPS_TOPIC,
     Commit,
     DeleteGroup,
+    EndTxnOffsets,
     Group,
     GroupError,
     ResetOffsets,
@@ -271,6 +272,14 @@ async def list_here(co: Coordinator, args: dict) -> Result:
     }
 
 
+async def end_txn_offsets(co: Coordinator, args: dict) -> Result:
+    """A transaction's marker for one `__groups` partition, from its coordinator: the
+    positions the transaction committed there (TxnOffsets) count now, or go."""
+    c = await co.current(int(args["partition"]))
+    await c.propose(EndTxnOffsets(int(args["producer"]), bool(args["commit"])))
+    return {}
+
+
 CALLS = Calls(
     group={
         "join": join,
@@ -282,7 +291,7 @@ CALLS = Calls(
         "delete": delete,
         "lease": queue_calls.lease,
     },
-    node={"list": list_groups, "list_here": list_here},
+    node={"list": list_groups, "list_here": list_here, "end_txn_offsets": end_txn_offsets},
     tick=queue_calls.expire_leases,
 )
 

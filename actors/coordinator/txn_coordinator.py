@@ -35,6 +35,7 @@ from quorumlog.actors.cluster.leader_calls import (
 from quorumlog.actors.cluster.member import ClusterMember
 from quorumlog.actors.coordinator.command_log import CommandLog, Machine, ask_leader, led
 from quorumlog.actors.replica.commands import PassBack
+from quorumlog.consumers.state import GROUPS_TOPIC
 from quorumlog.log.transactions import producer_id
 from quorumlog.transactions.state import (
     TIMEOUT_MS_MAX,
@@ -63,6 +64,7 @@ from quorumlog.transport.messages import (
     AppendReply,
     ErrorCode,
     ErrorReply,
+    GroupRequest,
     Message,
     TxnMarkerRequest,
     TxnRequest,
@@ -326,7 +328,10 @@ class TxnCoordinator:
         async def mark(tp: tuple[str, int]) -> None:
             marker = TxnMarkerRequest(producer_id(txn.number, txn.epoch), commit, c.term, *tp)
             try:
-                await ask_partition_leader(self.node, tp, marker, AppendReply)
+                if tp[0] == GROUPS_TOPIC:  # a group's positions: its coordinator's command
+                    await self._end_offsets(tp[1], txn.number, commit)
+                else:
+                    await ask_partition_leader(self.node, tp, marker, AppendReply)
             except UnknownTopic:
                 pass  # deleted since: nothing there to end
             except (PassBack, OutOfRange, ConnectionClosed) as exc:
@@ -343,6 +348,18 @@ class TxnCoordinator:
         if why is not None:
             logger.info("transaction_complete_refused", transactional_id=name, why=why)
         return why is None
+
+    async def _end_offsets(self, partition: int, number: int, commit: bool) -> None:
+        """The marker of a `__groups` partition: EndTxnOffsets, by the groups' coordinator."""
+        args = {"partition": partition, "producer": number, "commit": commit}
+        request = GroupRequest("end_txn_offsets", "", args)
+        reply = await self.node.coordinator.ask_coordinator(partition, request)
+        if not isinstance(reply, AdminReply):
+            raise PassBack(
+                reply
+                if isinstance(reply, ErrorReply)
+                else ErrorReply(ErrorCode.BUSY, f"{GROUPS_TOPIC}/{partition} did not answer: retry")
+            )
 
     def _unknown(self, partitions: tuple[tuple[str, int], ...]) -> list[tuple[str, int]]:
         topics = self.node.controller_actor.state.topics

@@ -37,7 +37,13 @@ from quorumlog.actors.kafka.transactions import TRANSACTION, KafkaTransactions
 from quorumlog.actors.replica.commands import PassBack
 from quorumlog.actors.replica.mailbox import Pending
 from quorumlog.actors.replica.read_index import end_offset
-from quorumlog.consumers.state import GROUPS_TOPIC, DeleteOffsets, ResetOffsets, groups_partition
+from quorumlog.consumers.state import (
+    GROUPS_TOPIC,
+    DeleteOffsets,
+    ResetOffsets,
+    TxnOffsets,
+    groups_partition,
+)
 from quorumlog.transport.messages import EndOffsetReply
 
 if TYPE_CHECKING:
@@ -364,20 +370,38 @@ class KafkaGroups:
             error = await self._commit(c, group.name, offsets)
         except GroupFailure as failure:
             error = failure.error
-        return {
-            "topics": [
-                {
-                    "name": t.name,
-                    "partitions": [
-                        {"partition_index": p.partition_index, "error_code": error}
-                        for p in t.partitions
-                    ],
-                }
-                for t in request.topics
-            ]
-        }
+        return _each_partition(request.topics, error)
 
-    async def _commit(self, c: Coordination, name: str, offsets: list) -> K:
+    async def txn_offset_commit(self, request, version: int) -> dict:
+        """Positions a transaction commits: held apart until it ends (its marker for the
+        group's partition: EndTxnOffsets), once its coordinator says the transaction has
+        the group's partition (AddOffsetsToTxn came first)."""
+        offsets = [
+            (t.name, p.partition_index, p.committed_offset)
+            for t in request.topics
+            for p in t.partitions
+        ]
+        name = request.group_id
+        try:
+            c = await self._coordination(name)
+            error = self._checked_offsets(offsets)
+            if error is K.none:
+                error = await self.transactions.verify(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    GROUPS_TOPIC,
+                    c.partition,
+                )
+            if error is K.none:
+                async with c.lock(name):
+                    why = await c.propose(TxnOffsets(name, request.producer_id, tuple(offsets)))
+                error = K.none if why is None else K.unknown_server_error
+        except GroupFailure as failure:
+            error = failure.error
+        return _each_partition(request.topics, error)
+
+    def _checked_offsets(self, offsets: list) -> K:
         topics = self.node.controller_actor.state.topics
         for topic, partition, offset in offsets:
             found = topics.get(topic)
@@ -385,6 +409,12 @@ class KafkaGroups:
                 return K.unknown_topic_or_partition
             if offset < 0:
                 return K.invalid_commit_offset_size
+        return K.none
+
+    async def _commit(self, c: Coordination, name: str, offsets: list) -> K:
+        error = self._checked_offsets(offsets)
+        if error is not K.none:
+            return error
         async with c.lock(name):
             why = await c.propose(ResetOffsets(name, tuple(offsets)))
         return K.none if why is None else K.inconsistent_group_protocol
@@ -559,3 +589,19 @@ def _chosen_protocol(group: KafkaGroup) -> str:
         first = next(n for n, _ in m.protocols if n in common)
         votes[first] = votes.get(first, 0) + 1
     return max(sorted(votes), key=lambda n: votes[n])
+
+
+def _each_partition(topics, error: K) -> dict:
+    """An OffsetCommit's or TxnOffsetCommit's answer: one error for every partition."""
+    return {
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": error}
+                    for p in t.partitions
+                ],
+            }
+            for t in topics
+        ]
+    }

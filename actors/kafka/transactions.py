@@ -5,11 +5,10 @@ leader makes before it takes a transaction's batch.
 FindCoordinator (key type 1) names the leader of the id's `__transactions` partition; the
 calls asked of another node answer NOT_COORDINATOR, and the client finds it again.
 InitProducerId with a transactional id starts a session (its producer id and next epoch);
-AddPartitionsToTxn, EndTxn follow Kafka's protocol before transactions v2 (KIP-890 part 2
-needs the feature `transaction.version`, which ApiVersions does not name, so clients
-keep to it). Consumer offsets in a transaction (AddOffsetsToTxn, TxnOffsetCommit) are not
-served yet: not named in ApiVersions, a client's `send_offsets_to_transaction` fails at
-once.
+AddPartitionsToTxn, AddOffsetsToTxn (the group's `__groups` partition joins the
+transaction), EndTxn follow Kafka's protocol before transactions v2 (KIP-890 part 2 needs
+the feature `transaction.version`, which ApiVersions does not name, so clients keep to
+it); TxnOffsetCommit goes to the group's coordinator (actors/kafka/groups.py).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode as K
 
 from quorumlog.actors.replica.commands import PassBack
+from quorumlog.consumers.state import GROUPS_TOPIC, groups_partition
 from quorumlog.log.transactions import number_and_epoch, txn_producer
 from quorumlog.transactions.state import TRANSACTIONS_TOPIC
 from quorumlog.transport.errors import ConnectionClosed
@@ -131,6 +131,16 @@ class KafkaTransactions:
         verified = self.verified.setdefault((topic, partition), {})
         if verified.get(number) == epoch and txn_producer(pid) in group.log.open_transactions():
             return K.none
+        error = await self.verify(name, number, epoch, topic, partition)
+        if error is K.none:
+            verified[number] = epoch
+        return error
+
+    async def verify(
+        self, name: str | None, number: int, epoch: int, topic: str, partition: int
+    ) -> K:
+        """Whether the coordinator of `name` says the producer's open transaction has the
+        partition (a coordinator out of reach: a retriable error, the client sends again)."""
         if name is None:
             return K.invalid_txn_state
         args = {"number": number, "epoch": epoch, "topic": topic, "partition": partition}
@@ -141,8 +151,22 @@ class KafkaTransactions:
         except (PassBack, ConnectionClosed):
             reply = None
         error = coordinator_error(reply) if reply is not None else K.coordinator_not_available
-        if error is K.none:
-            verified[number] = epoch
-        elif error in (K.not_coordinator, K.coordinator_not_available):
-            error = K.not_enough_replicas  # retriable: the producer sends again
+        if error in (K.not_coordinator, K.coordinator_not_available):
+            return K.not_enough_replicas
         return error
+
+    async def add_offsets_to_txn(self, request, version: int) -> dict:
+        """The group's `__groups` partition joins the transaction: its positions are
+        committed with it (TxnOffsetCommit, to the group's coordinator)."""
+        try:
+            topic = await self.node.coordinator.groups_topic()
+        except PassBack:
+            return {"error_code": K.coordinator_not_available}
+        partition = groups_partition(request.group_id, len(topic.partitions))
+        args = {
+            "number": request.producer_id,
+            "epoch": request.producer_epoch,
+            "partitions": [(GROUPS_TOPIC, partition)],
+        }
+        error, _ = await self._call("add_partitions", request.transactional_id, args)
+        return {"error_code": error}

@@ -11,6 +11,7 @@ from quorumlog.consumers.state import (
     CommandError,
     Commit,
     DeleteOffsets,
+    EndTxnOffsets,
     ForgetTopics,
     GroupError,
     GroupsState,
@@ -18,6 +19,7 @@ from quorumlog.consumers.state import (
     ResetOffsets,
     SetMembers,
     Snapshot,
+    TxnOffsets,
     check_group_name,
     check_member_settings,
     from_wire,
@@ -52,6 +54,8 @@ def test_commands_survive_their_wire_form():
         ForgetTopics(("t", "u")),
         RecordOffsets((("t", 0, ((5, 3), (9, 6))),)),
         Snapshot(({"name": "g"},)[:0], records=True),
+        TxnOffsets("g", 7, (("t", 0, 3),)),
+        EndTxnOffsets(7, commit=False),
     ):
         wire = msgpack.unpackb(msgpack.packb(to_wire(command)), raw=False)
         assert from_wire(wire) == command
@@ -189,3 +193,36 @@ def test_a_snapshot_of_0_4_counts_positions():
     state = GroupsState(records=True)
     state.apply(from_wire(wire), 0)
     assert not state.records
+
+
+def test_a_transactions_positions_count_once_it_commits_and_never_if_it_aborts():
+    """TxnOffsets holds a transaction's positions apart; EndTxnOffsets of its producer
+    commits them to every group it wrote to, or drops them; other producers' stay held;
+    a deleted topic's held positions go too; a snapshot keeps them (one of before
+    transactions has none)."""
+    state = GroupsState()
+    assert state.apply(ResetOffsets("copier", (("orders", 0, 5),)), 0) is None
+    assert state.apply(TxnOffsets("copier", 7, (("orders", 0, 9), ("orders", 1, 4))), 1) is None
+    assert state.apply(TxnOffsets("copier", 8, (("orders", 0, 12),)), 2) is None
+    assert state.apply(TxnOffsets("audit", 7, (("orders", 0, 3),)), 3) is None
+    assert state.groups["copier"].committed == {("orders", 0): 5}, "held apart until the end"
+    rebuilt = GroupsState()
+    rebuilt.apply(from_wire(msgpack.unpackb(msgpack.packb(to_wire(snapshot_of(state))))), 0)
+    assert {n: g.pending for n, g in rebuilt.groups.items()} == {
+        n: g.pending for n, g in state.groups.items()
+    }
+    assert state.apply(EndTxnOffsets(7, commit=True), 4) is None
+    assert state.groups["copier"].committed == {("orders", 0): 9, ("orders", 1): 4}
+    assert state.groups["audit"].committed == {("orders", 0): 3}
+    assert state.apply(EndTxnOffsets(8, commit=False), 5) is None
+    assert state.groups["copier"].committed == {("orders", 0): 9, ("orders", 1): 4}
+    assert all(not g.pending for g in state.groups.values())
+    state.apply(TxnOffsets("copier", 9, (("orders", 0, 20), ("audit", 0, 1))), 6)
+    state.apply(ForgetTopics(("orders",)), 7)
+    assert state.groups["copier"].pending == {9: {("audit", 0): 1}}
+    old = to_wire(snapshot_of(state))
+    for group in old["groups"]:
+        del group["pending"]
+    restored = GroupsState()
+    assert restored.apply(from_wire(old), 0) is None
+    assert all(not g.pending for g in restored.groups.values())

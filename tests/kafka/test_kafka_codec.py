@@ -461,16 +461,17 @@ def test_a_newer_api_versions_request_gets_a_v0_answer_with_the_version_table():
 
 
 def test_an_unsupported_api_key_is_answered_with_its_correlation_id():
-    frame = struct.pack(">hhi", 25, 0, 99) + b"\x00\x02me" + b"\x00" * 20
+    # DescribeClientQuotas v0: a throttle, the error, a null message, no entries.
+    frame = struct.pack(">hhi", 48, 0, 99) + b"\x00\x02me" + b"\x00" * 20
     request = parse_request(frame)
     assert (request.api_key, request.version, request.correlation_id, request.body) == (
-        25,
+        48,
         0,
         99,
         None,
     )
     answer = unsupported_response(request)
-    size, correlation_id, throttle_ms, error = struct.unpack(">iiih", answer)
+    size, correlation_id, throttle_ms, error = struct.unpack_from(">iiih", answer)
     assert (size, correlation_id, throttle_ms, error) == (len(answer) - 4, 99, 0, 35)
 
 

@@ -121,3 +121,55 @@ def test_a_new_session_fences_the_old_producer(cluster):
         zombie.commit_transaction(30)
     assert raised.value.args[0].fatal(), raised.value
     assert read_all(cluster, topic, "read_committed", 1) == [b"successor"]
+
+
+def test_consume_transform_produce_reads_each_input_once(cluster):
+    """librdkafka's exactly-once loop: read a batch of the input in a group, write its
+    transformation and the group's positions in one transaction. An aborted round leaves
+    both the output and the positions as they were, so the next round reads it again."""
+    source, sink, group = "orders", "invoices", "copier"
+    create(cluster, source)
+    create(cluster, sink)
+    inputs = [b"order %d" % i for i in range(60)]
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value, partition=i % PARTITIONS)
+    assert plain.flush(30) == 0
+    producer = transactional(cluster, "copier-1")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([source])
+    rounds, written = 0, 0
+    deadline = time.monotonic() + 90
+    try:
+        while written < len(inputs) and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10, 1.0) if m.error() is None]
+            if not batch:
+                continue
+            rounds += 1
+            producer.begin_transaction()
+            for m in batch:
+                producer.produce(sink, value=m.value().replace(b"order", b"invoice"))
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
+            if rounds % 3 == 0:  # lost: the output goes, and the positions go back
+                producer.abort_transaction(30)
+                for tp in consumer.assignment():
+                    committed = consumer.committed([tp], 10)[0]
+                    offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+                    consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+            else:
+                producer.commit_transaction(30)
+                written += len(batch)
+    finally:
+        consumer.close()
+    expected = sorted(v.replace(b"order", b"invoice") for v in inputs)
+    assert rounds >= 3, "no round was aborted"
+    assert read_all(cluster, sink, "read_committed", len(expected)) == expected
