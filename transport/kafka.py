@@ -38,7 +38,7 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     2: (1, 5),  # ListOffsets
     3: (0, 13),  # Metadata
     8: (2, 9),  # OffsetCommit (v9: the consumer protocol's members, by member epoch)
-    9: (1, 5),  # OffsetFetch
+    9: (1, 7),  # OffsetFetch (v7: require_stable)
     10: (0, 2),  # FindCoordinator
     11: (0, 5),  # JoinGroup
     12: (0, 3),  # Heartbeat

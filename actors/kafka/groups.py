@@ -430,6 +430,13 @@ class KafkaGroups:
         c.catch_up()
         native = c.state.groups.get(request.group_id)
         committed = native.committed if native is not None else {}
+        # v7: a read_committed consumer asks that no open transaction hold a position of
+        # the partition (UNSTABLE_OFFSET_COMMIT, retriable, until it ends).
+        held = (
+            {tp for positions in native.pending.values() for tp in positions}
+            if native is not None and getattr(request, "require_stable", False)
+            else set()
+        )
         if request.topics is None:
             wanted: dict[str, list[int]] = {}
             for topic, partition in sorted(committed):
@@ -445,6 +452,13 @@ class KafkaGroups:
                             "partition_index": p,
                             "committed_offset": committed.get((topic, p), -1),
                             "metadata": "",
+                        }
+                        if (topic, p) not in held
+                        else {
+                            "partition_index": p,
+                            "committed_offset": -1,
+                            "metadata": "",
+                            "error_code": K.unstable_offset_commit,
                         }
                         for p in partitions
                     ],
