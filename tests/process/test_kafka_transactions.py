@@ -1,7 +1,9 @@
 """Kafka's transactions through librdkafka (confluent-kafka): a transactional producer
 commits and aborts across partitions; a read_committed consumer sees every committed
 record and no aborted one, a read_uncommitted one sees both; an open transaction holds
-read_committed readers back at its first record; a new session fences the old one."""
+read_committed readers back at its first record; a new session fences the old one; a
+consume-transform-produce loop writes each input once, also while the coordinator's node
+and a partition leader's are killed."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from quorumlog.cli.localcluster import ProcessCluster
+from quorumlog.transactions.state import transactions_partition
 from tests.process.kafka_support import kafka_cluster
+from tests.process.test_kafka_failover import kill_and_restart, leader_of
 
 PARTITIONS = 3
 
@@ -161,10 +165,7 @@ def test_consume_transform_produce_reads_each_input_once(cluster):
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
             if rounds % 3 == 0:  # lost: the output goes, and the positions go back
                 producer.abort_transaction(30)
-                for tp in consumer.assignment():
-                    committed = consumer.committed([tp], 10)[0]
-                    offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
-                    consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+                rewind(consumer)
             else:
                 producer.commit_transaction(30)
                 written += len(batch)
@@ -173,3 +174,77 @@ def test_consume_transform_produce_reads_each_input_once(cluster):
     expected = sorted(v.replace(b"order", b"invoice") for v in inputs)
     assert rounds >= 3, "no round was aborted"
     assert read_all(cluster, sink, "read_committed", len(expected)) == expected
+
+
+def test_exactly_once_across_kills_of_the_coordinator_and_a_partition_leader(cluster):
+    """The consume-transform-produce loop while the node coordinating its transactional
+    id, then the leader of an output partition, are SIGKILLed (and started again) in the
+    middle of its transactions: what a transaction did is kept whole or not at all, so the
+    output, read_committed, holds each input exactly once."""
+    source, sink, group, txn_id = "kill-in", "kill-out", "kill-copier", "kill-copier-1"
+    create(cluster, source)
+    create(cluster, sink)
+    inputs = [b"order %d" % i for i in range(300)]
+    plain = Producer({"bootstrap.servers": cluster.kafka_bootstrap})
+    for i, value in enumerate(inputs):
+        plain.produce(source, value=value, partition=i % PARTITIONS)
+    assert plain.flush(30) == 0
+    producer = transactional(cluster, txn_id)
+    coordinator = coordinator_of(cluster, txn_id)
+    victims = [coordinator, leader_of(cluster, sink, 0)]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([source])
+    written, rounds, aborted = 0, 0, 0
+    deadline = time.monotonic() + 150
+    try:
+        while written < len(inputs) and time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(10, 1.0) if m.error() is None]
+            if not batch:
+                continue
+            rounds += 1
+            try:
+                producer.begin_transaction()
+                for m in batch:
+                    producer.produce(sink, value=m.value().replace(b"order", b"invoice"))
+                if rounds in (4, 12):  # mid-transaction: its records are out, not ended
+                    producer.flush(30)
+                    kill_and_restart(cluster, victims.pop(0))
+                positions = consumer.position(consumer.assignment())
+                metadata = consumer.consumer_group_metadata()
+                producer.send_offsets_to_transaction(positions, metadata, 30)
+                producer.commit_transaction(60)
+                written += len(batch)
+            except KafkaException as exc:
+                error = exc.args[0]
+                assert error.txn_requires_abort() or error.retriable(), error
+                aborted += 1
+                producer.abort_transaction(60)
+                rewind(consumer)
+    finally:
+        consumer.close()
+    assert not victims, "a kill did not happen"
+    expected = sorted(v.replace(b"order", b"invoice") for v in inputs)
+    assert read_all(cluster, sink, "read_committed", len(expected)) == expected
+
+
+def rewind(consumer: Consumer) -> None:
+    """Back to the group's committed positions (what an aborted round read is read again)."""
+    for tp in consumer.assignment():
+        committed = consumer.committed([tp], 30)[0]
+        offset = committed.offset if committed.offset >= 0 else OFFSET_BEGINNING
+        consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+
+def coordinator_of(cluster: ProcessCluster, txn_id: str) -> int:
+    with cluster.client(timeout=30) as c:
+        topic = c.describe_topic("__transactions")
+    partition = transactions_partition(txn_id, len(topic))
+    return next(row["leader_id"] for row in topic if row["partition"] == partition)
