@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from quorumlog.actors.replica.actor import ReplicaActor
 
 TRANSACTION = 1  # FindCoordinator's key type of a transactional id
+VERIFIED_KEPT = 64  # per partition, past this the producers with no open transaction go
 
 # The coordinator's refusals (TxnError.code) as Kafka's errors.
 ERRORS = {
@@ -129,8 +130,12 @@ class KafkaTransactions:
         now) that the transaction is open and has the partition."""
         number, epoch = number_and_epoch(pid)
         verified = self.verified.setdefault((topic, partition), {})
-        if verified.get(number) == epoch and txn_producer(pid) in group.log.open_transactions():
+        open_txns = group.log.open_transactions()
+        if verified.get(number) == epoch and txn_producer(pid) in open_txns:
             return K.none
+        if len(verified) > VERIFIED_KEPT:  # those of transactions ended since go
+            for ended in [n for n in verified if n not in open_txns]:
+                del verified[ended]
         error = await self.verify(name, number, epoch, topic, partition)
         if error is K.none:
             verified[number] = epoch

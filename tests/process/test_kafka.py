@@ -484,14 +484,14 @@ def test_topics_are_deleted_through_the_admin_client(cluster, admin):
 
 def test_an_unsupported_api_is_answered_in_order_and_the_connection_stays_up(cluster):
     with connect(cluster, node_id=2) as sock:
-        # Pipelined: AddOffsetsToTxn (api 25, not served), ApiVersions v2, and api 25 again.
+        # Pipelined: DescribeClientQuotas (api 48, not served), ApiVersions v2, and 48 again.
         sock.sendall(
-            raw_frame(25, 0, 1001, b"\x00\x01t\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x01g")
+            raw_frame(48, 0, 1001)
             + request_bytes(ApiVersionsRequest[2](), 1002)
-            + raw_frame(25, 0, 1003)
+            + raw_frame(48, 0, 1003)
         )
         first = receive_frame(sock)
-        size, correlation_id, _throttle_ms, error = struct.unpack(">iiih", first)
+        size, correlation_id, _throttle_ms, error = struct.unpack_from(">iiih", first)
         assert (size, correlation_id, error) == (len(first) - 4, 1001, UNSUPPORTED_VERSION)
         versions = ApiVersionsResponse.decode(
             receive_frame(sock), version=2, header=True, framed=True
@@ -499,7 +499,10 @@ def test_an_unsupported_api_is_answered_in_order_and_the_connection_stays_up(clu
         assert versions.header.correlation_id == 1002
         assert versions.error_code == 0
         assert {k.api_key for k in versions.api_keys} >= {0, 1, 2, 3, 18, 19, 20, 22}
-        assert struct.unpack(">iiih", receive_frame(sock))[1:4:2] == (1003, UNSUPPORTED_VERSION)
+        assert struct.unpack_from(">iiih", receive_frame(sock))[1:4:2] == (
+            1003,
+            UNSUPPORTED_VERSION,
+        )
 
 
 @pytest.mark.parametrize(
